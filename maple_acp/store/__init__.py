@@ -1,1 +1,35 @@
-"""store."""
+"""Persistence for the runtime: the ``TaskStore`` protocol and its records."""
+
+from maple_acp.store._model import (
+    GoalRecord,
+    GoalStatus,
+    ItemKind,
+    TaskPage,
+    TaskPolicy,
+    TaskQuery,
+    TaskRecord,
+    TaskSurface,
+    TimelineItem,
+    ToolState,
+    ToolStatus,
+    Usage,
+)
+from maple_acp.store._protocol import InvalidCursor, StoreError, TaskStore
+
+__all__ = [
+    "GoalRecord",
+    "GoalStatus",
+    "InvalidCursor",
+    "ItemKind",
+    "StoreError",
+    "TaskPage",
+    "TaskPolicy",
+    "TaskQuery",
+    "TaskRecord",
+    "TaskStore",
+    "TaskSurface",
+    "TimelineItem",
+    "ToolState",
+    "ToolStatus",
+    "Usage",
+]

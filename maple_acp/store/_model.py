@@ -1,0 +1,168 @@
+"""Records the task store keeps. Plain frozen values; the store assigns nothing but ``seq``.
+
+These types are shared by the store and the runtime (the runtime imports the store, never the
+reverse), and they know nothing of ACP.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attrs
+
+
+class TaskPolicy(enum.StrEnum):
+    """How a task's tool requests are decided."""
+
+    #: Tool requests the host's classifier does not cover go to the run's caller. The only
+    #: policy an external surface may list or load.
+    CALLER_MEDIATED = "caller_mediated"
+    #: The host's own unattended mode; invisible to external surfaces.
+    AUTO = "auto"
+
+
+class TaskSurface(enum.StrEnum):
+    """Which kind of caller created the task."""
+
+    EXTERNAL = "external"
+    DESKTOP = "desktop"
+
+
+class ItemKind(enum.StrEnum):
+    USER = "user"
+    ASSISTANT = "assistant"
+    THOUGHT = "thought"
+    TOOL = "tool"
+
+
+class ToolStatus(enum.StrEnum):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (ToolStatus.COMPLETED, ToolStatus.FAILED, ToolStatus.CANCELLED)
+
+
+class GoalStatus(enum.StrEnum):
+    ACTIVE = "active"
+    PAUSED = "paused"
+    BLOCKED = "blocked"
+    LIMITED = "limited"
+    COMPLETE = "complete"
+
+
+@attrs.frozen(kw_only=True)
+class TaskRecord:
+    """One task row. Two records compare equal exactly when the stored rows are equal, which is
+    what "confirmed untouched" means for provisional deletion."""
+
+    id: str
+    account: str
+    #: Canonical absolute project directory.
+    root: str
+    title: str = ""
+    user_renamed: bool = False
+    created_ms: int
+    updated_ms: int
+    policy: TaskPolicy = TaskPolicy.CALLER_MEDIATED
+    surface: TaskSurface
+    #: The persisted model; locked once the first user message is admitted.
+    model: str | None = None
+    archived: bool = False
+    #: External tasks stay provisional (hidden from lists) until their first admitted message.
+    provisional: bool = False
+    #: When a released-but-unclosed provisional task may be swept; ``None`` = no grace running.
+    provisional_expires_ms: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolState:
+    """The request and, once known, the terminal result of one tool call."""
+
+    name: str
+    status: ToolStatus
+    title: str = ""
+    #: JSON-ready values; the store persists them as JSON text.
+    raw_input: Any = None
+    raw_output: Any = None
+    #: Text of the terminal result, preferred over the request summary when history is replayed.
+    output_text: str | None = None
+    #: Absolute file paths the tool touched, when known.
+    locations: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class TimelineItem:
+    """One visible row of a task's history, identified by a stable ``item_id`` within the task
+    (the message id for text rows, the tool call id for tool rows)."""
+
+    item_id: str
+    kind: ItemKind
+    created_ms: int
+    run_id: str | None = None
+    #: Message text for user/assistant/thought rows; the request summary for tool rows.
+    text: str = ""
+    tool: ToolState | None = None
+    #: Assigned by the store on first insert; ordering of history. 0 for an item not yet stored.
+    seq: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class Usage:
+    """Token usage of exactly one run (never cumulative across runs)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+
+@attrs.frozen(kw_only=True)
+class GoalRecord:
+    """The persistent goal of one task (session state, independent of prompt activity)."""
+
+    objective: str
+    status: GoalStatus
+    iterations: int = 0
+    last_reason: str | None = None
+    created_ms: int
+    updated_ms: int
+    token_budget: int | None = None
+    tokens_used: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class TaskQuery:
+    """A page request over one account's tasks, newest (``updated_ms``) first."""
+
+    account: str
+    #: Exact canonical root to match, or ``None`` for every root.
+    root: str | None = None
+    policy: TaskPolicy | None = None
+    include_provisional: bool = False
+    include_archived: bool = False
+    #: Opaque cursor from a previous page's ``next_cursor``.
+    cursor: str | None = None
+    limit: int = 100
+
+
+@attrs.frozen(kw_only=True)
+class TaskPage:
+    tasks: tuple[TaskRecord, ...]
+    #: ``None`` on the last page.
+    next_cursor: str | None = None

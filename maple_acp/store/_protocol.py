@@ -1,0 +1,118 @@
+"""The ``TaskStore`` protocol: what the runtime needs from persistence.
+
+Every method is one logical change and, for the SQLite store, one transaction. Implementations
+must never be handed credentials (MCP headers, relay values): the runtime does not pass any, and
+none of these records has a field for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from maple_acp.store._model import (
+    GoalRecord,
+    TaskPage,
+    TaskQuery,
+    TaskRecord,
+    TimelineItem,
+    Usage,
+)
+
+
+class StoreError(Exception):
+    """A store operation failed (I/O, corruption, a constraint). Never carries row content."""
+
+
+class InvalidCursor(StoreError):
+    """A list cursor that this store did not issue (or for another query)."""
+
+
+class TaskStore(Protocol):
+    # -- tasks -------------------------------------------------------------------------------
+    async def create_task(self, task: TaskRecord) -> None:
+        """Insert a new task. Raises ``StoreError`` if the id exists."""
+
+    async def get_task(self, task_id: str) -> TaskRecord | None: ...
+
+    async def list_tasks(self, query: TaskQuery) -> TaskPage:
+        """Newest ``updated_ms`` first (ties by id), at most ``min(query.limit, 100)`` rows.
+        Provisional and archived tasks only when asked for. Raises ``InvalidCursor``."""
+
+    async def rename_task(
+        self, task_id: str, title: str, *, user_renamed: bool, now_ms: int
+    ) -> TaskRecord | None:
+        """Set the title; ``user_renamed`` marks a rename by a person (it protects a
+        provisional task from sweeping). Returns the new row, ``None`` if there is no task."""
+
+    async def set_task_model(
+        self, task_id: str, model: str | None, *, now_ms: int
+    ) -> TaskRecord | None: ...
+
+    async def set_provisional_expiry(
+        self, task_id: str, expires_ms: int | None
+    ) -> TaskRecord | None:
+        """Start (or clear) the grace period of a provisional task. Does not touch
+        ``updated_ms``. No effect on a task that is no longer provisional."""
+
+    async def set_archived(
+        self, task_id: str, archived: bool, *, now_ms: int
+    ) -> TaskRecord | None: ...
+
+    async def delete_task(self, task_id: str) -> bool:
+        """Delete a task with everything that hangs off it. True if a row was deleted."""
+
+    async def delete_task_if_unchanged(self, snapshot: TaskRecord) -> bool:
+        """Delete the task only if its row still equals ``snapshot`` exactly, it is still
+        provisional, and it has no timeline item — all checked in the same transaction as the
+        delete. True if deleted."""
+
+    # -- timeline ----------------------------------------------------------------------------
+    async def admit_user_message(
+        self, task_id: str, item: TimelineItem, *, now_ms: int
+    ) -> TaskRecord:
+        """Durably append a user message and, in the same transaction, end the task's
+        provisional state (clearing any grace expiry) and bump ``updated_ms``. Once this
+        returns, the message survives a crash. Raises ``StoreError`` if the task is gone."""
+
+    async def upsert_items(
+        self, task_id: str, items: Sequence[TimelineItem], *, now_ms: int
+    ) -> None:
+        """Insert new items (in order, after every existing one) or replace stored ones with
+        the same ``item_id`` in place (their ``seq`` is kept). For a tool row, a replacement
+        whose ``raw_input`` is ``None`` keeps the stored ``raw_input``. Bumps ``updated_ms``."""
+
+    async def history(self, task_id: str) -> list[TimelineItem]:
+        """Every item of the task, ordered by ``seq``."""
+
+    async def item_count(self, task_id: str) -> int: ...
+
+    # -- usage -------------------------------------------------------------------------------
+    async def record_usage(self, task_id: str, run_id: str, usage: Usage) -> None:
+        """Store one run's usage (replacing an earlier record for the same run)."""
+
+    async def run_usage(self, task_id: str, run_id: str) -> Usage | None: ...
+
+    # -- project trust -----------------------------------------------------------------------
+    async def get_trust(self, account: str, root: str) -> bool | None:
+        """The saved decision for a canonical directory, ``None`` if undecided."""
+
+    async def set_trust(
+        self, account: str, root: str, trusted: bool | None, *, now_ms: int
+    ) -> None:
+        """Save a decision; ``None`` forgets it."""
+
+    # -- goals -------------------------------------------------------------------------------
+    async def get_goal(self, task_id: str) -> GoalRecord | None: ...
+
+    async def put_goal(self, task_id: str, goal: GoalRecord | None) -> None:
+        """Save the task's goal; ``None`` clears it."""
+
+    # -- sweeps ------------------------------------------------------------------------------
+    async def sweep_provisional(self, *, now_ms: int, stranded: bool) -> list[str]:
+        """Delete provisional external tasks that were never touched (no item, not renamed by a
+        user) and whose grace has expired (``provisional_expires_ms <= now_ms``). With
+        ``stranded=True`` (the runtime's start-up sweep) also those with no grace running at
+        all, which a crash or a timed-out cleanup left behind. Returns the deleted ids."""
+
+    async def aclose(self) -> None: ...
