@@ -15,12 +15,15 @@ from maple_acp.store._model import (
     Usage,
 )
 from maple_acp.store._protocol import InvalidCursor, StoreError, TaskStore
+from maple_acp.store._sqlite import MAX_PAGE, SqliteTaskStore
 
 __all__ = [
+    "MAX_PAGE",
     "GoalRecord",
     "GoalStatus",
     "InvalidCursor",
     "ItemKind",
+    "SqliteTaskStore",
     "StoreError",
     "TaskPage",
     "TaskPolicy",

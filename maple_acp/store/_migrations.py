@@ -1,0 +1,145 @@
+"""Versioned schema of the SQLite task store.
+
+The schema version lives in ``PRAGMA user_version``: version ``n`` means the first ``n`` steps
+of ``MIGRATIONS`` have been applied. A step is never edited once released; a change is a new
+step appended to the list. Each step runs in its own ``BEGIN IMMEDIATE`` transaction together
+with the version bump, so a crash mid-migration leaves the file at the previous version.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from maple_acp.store._protocol import StoreError
+
+#: Step 1: the tables. Columns map one-to-one onto the records in ``_model``; there is no
+#: column for anything a connection supplies as a credential, and none may be added.
+_TABLES = """
+CREATE TABLE tasks (
+    id TEXT PRIMARY KEY NOT NULL,
+    account TEXT NOT NULL,
+    root TEXT NOT NULL,
+    title TEXT NOT NULL,
+    user_renamed INTEGER NOT NULL CHECK (user_renamed IN (0, 1)),
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    policy TEXT NOT NULL,
+    surface TEXT NOT NULL,
+    model TEXT,
+    archived INTEGER NOT NULL CHECK (archived IN (0, 1)),
+    provisional INTEGER NOT NULL CHECK (provisional IN (0, 1)),
+    provisional_expires_ms INTEGER
+);
+
+CREATE TABLE items (
+    task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    seq INTEGER NOT NULL,
+    item_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    run_id TEXT,
+    created_ms INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    tool_name TEXT,
+    tool_status TEXT,
+    tool_title TEXT,
+    raw_input TEXT,
+    raw_output TEXT,
+    output_text TEXT,
+    locations TEXT,
+    PRIMARY KEY (task_id, seq),
+    UNIQUE (task_id, item_id)
+) WITHOUT ROWID;
+
+CREATE TABLE usage (
+    task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    run_id TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    total_tokens INTEGER NOT NULL,
+    cache_read_tokens INTEGER NOT NULL,
+    cache_write_tokens INTEGER NOT NULL,
+    PRIMARY KEY (task_id, run_id)
+) WITHOUT ROWID;
+
+CREATE TABLE trust (
+    account TEXT NOT NULL,
+    root TEXT NOT NULL,
+    trusted INTEGER NOT NULL CHECK (trusted IN (0, 1)),
+    updated_ms INTEGER NOT NULL,
+    PRIMARY KEY (account, root)
+) WITHOUT ROWID;
+
+CREATE TABLE goals (
+    task_id TEXT PRIMARY KEY NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    objective TEXT NOT NULL,
+    status TEXT NOT NULL,
+    iterations INTEGER NOT NULL,
+    last_reason TEXT,
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    token_budget INTEGER,
+    tokens_used INTEGER
+) WITHOUT ROWID;
+"""
+
+#: Step 2: indexes for listing and sweeping. A list page walks one of these in key order and
+#: stops after ``limit + 1`` matching rows, so its cost does not grow with the number of tasks.
+#: The two partial indexes hold only listable rows (not provisional, not archived) keyed by
+#: policy: an external caller's page (one policy, hidden rows hidden) is a pure range scan.
+#: Other queries walk the full indexes and skip the few rows the filters reject.
+_INDEXES = """
+CREATE INDEX tasks_by_account ON tasks (account, updated_ms DESC, id DESC);
+CREATE INDEX tasks_by_account_root ON tasks (account, root, updated_ms DESC, id DESC);
+CREATE INDEX tasks_visible_by_account_policy
+    ON tasks (account, policy, updated_ms DESC, id DESC)
+    WHERE provisional = 0 AND archived = 0;
+CREATE INDEX tasks_visible_by_account_root_policy
+    ON tasks (account, root, policy, updated_ms DESC, id DESC)
+    WHERE provisional = 0 AND archived = 0;
+CREATE INDEX tasks_provisional ON tasks (provisional_expires_ms) WHERE provisional = 1;
+"""
+
+#: Ordered schema steps; ``len(MIGRATIONS)`` is the version this library writes.
+MIGRATIONS: tuple[str, ...] = (_TABLES, _INDEXES)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _split(script: str) -> list[str]:
+    """Statements of a step, so each runs through ``execute`` inside our own transaction
+    (``executescript`` would commit on its own)."""
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    row = conn.execute("PRAGMA user_version").fetchone()
+    return int(row[0])
+
+
+def migrate(conn: sqlite3.Connection, *, target: int = SCHEMA_VERSION) -> int:
+    """Bring the file up to ``target`` (normally the newest version). Returns the version found.
+
+    Refuses a file written by a newer library: its schema may hold meaning this code would
+    silently drop.
+    """
+    if not 0 <= target <= SCHEMA_VERSION:
+        raise ValueError(f"no schema version {target}")
+    found = schema_version(conn)
+    if found > SCHEMA_VERSION:
+        raise StoreError(
+            f"the task store was written by a newer version (schema {found}); "
+            f"this version reads schema {SCHEMA_VERSION} or older"
+        )
+    for version in range(found, target):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _split(MIGRATIONS[version]):
+                conn.execute(statement)
+            # PRAGMA user_version lives in the file header, which is written by the same
+            # transaction, so the step and its version land together or not at all.
+            conn.execute(f"PRAGMA user_version = {version + 1}")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    return found
