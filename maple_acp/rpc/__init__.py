@@ -1,1 +1,78 @@
-"""rpc."""
+"""Newline-delimited JSON-RPC 2.0 over a Trio stream: framing, envelopes, request correlation,
+outbound credit and ``$/cancel_request``. Knows nothing of ACP methods.
+
+The sans-I/O core (:class:`LineFramer`, :func:`parse_message`, :class:`PendingRequests`,
+:class:`OutboundCredit`) is plain Python; :class:`JsonRpcPeer` is the thin Trio shell.
+"""
+
+from ._credit import (
+    FRAME_OVERHEAD_BYTES,
+    MAX_OUTBOUND_BYTES,
+    MAX_OUTBOUND_LINES,
+    OutboundCredit,
+)
+from ._envelope import (
+    ErrorResponse,
+    InvalidMessage,
+    Message,
+    Notification,
+    Params,
+    Parsed,
+    Request,
+    RequestId,
+    Response,
+    check_frame,
+    encode_error,
+    encode_message,
+    encode_notification,
+    encode_request,
+    encode_result,
+    parse_message,
+)
+from ._exceptions import ConnectionClosed, FrameTooLong, OutboundFrameTooLarge, RpcError
+from ._framing import MAX_LINE_BYTES, LineFramer
+from ._peer import (
+    CANCEL_REQUEST_METHOD,
+    MAX_CONCURRENT_REQUESTS,
+    JsonRpcPeer,
+    NotificationHandler,
+    RequestHandler,
+    method_not_found,
+)
+from ._pending import PendingRequests
+
+__all__ = [
+    "CANCEL_REQUEST_METHOD",
+    "FRAME_OVERHEAD_BYTES",
+    "MAX_CONCURRENT_REQUESTS",
+    "MAX_LINE_BYTES",
+    "MAX_OUTBOUND_BYTES",
+    "MAX_OUTBOUND_LINES",
+    "ConnectionClosed",
+    "ErrorResponse",
+    "FrameTooLong",
+    "InvalidMessage",
+    "JsonRpcPeer",
+    "LineFramer",
+    "Message",
+    "Notification",
+    "NotificationHandler",
+    "OutboundCredit",
+    "OutboundFrameTooLarge",
+    "Params",
+    "Parsed",
+    "PendingRequests",
+    "Request",
+    "RequestHandler",
+    "RequestId",
+    "Response",
+    "RpcError",
+    "check_frame",
+    "encode_error",
+    "encode_message",
+    "encode_notification",
+    "encode_request",
+    "encode_result",
+    "method_not_found",
+    "parse_message",
+]

@@ -1,0 +1,215 @@
+"""JSON-RPC 2.0 envelopes: one line in, one message (or the error to answer) out. Sans-I/O.
+
+Decisions this module makes for the whole connection:
+
+- Batches (a top-level array) are refused with ``-32600``; ACP never sends them.
+- ``params`` must be an object or an array; ``null`` counts as absent. Anything else is
+  ``-32600`` here. An array reaches the handler unchanged, so a handler that needs an object
+  (every ACP method) refuses it with ``-32602``.
+- A request id is a string, an integer or ``null`` (the ACP schema allows all three); a bool,
+  a float or a structure is ``-32600``.
+- The error answer to a malformed *request* echoes its id when that id is valid. The answer to
+  a malformed *response* always carries ``id: null``: echoing would hand the other side an id
+  from our own id space, which it could mistake for one of its requests.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, TypeAlias
+
+import attrs
+import orjson
+
+from maple_acp.wire._errors import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    ProtocolError,
+    bounded_message,
+)
+
+RequestId: TypeAlias = int | str | None
+Params: TypeAlias = dict[str, Any] | list[Any] | None
+
+_ENCODE_OPTIONS: Final = orjson.OPT_APPEND_NEWLINE
+
+
+@attrs.frozen
+class Request:
+    id: RequestId
+    method: str
+    params: Params = None
+
+
+@attrs.frozen
+class Notification:
+    method: str
+    params: Params = None
+
+
+@attrs.frozen
+class Response:
+    id: RequestId
+    result: Any
+
+
+@attrs.frozen
+class ErrorResponse:
+    id: RequestId
+    code: int
+    message: str
+    data: Any = None
+
+    def to_exception(self) -> ProtocolError:
+        return ProtocolError(self.code, self.message, self.data)
+
+
+@attrs.frozen
+class InvalidMessage:
+    """A line that is not a usable message.
+
+    ``reply`` is the error answer owed to the sender. ``response_id`` is set when the line
+    looked like a response with a usable id, so the request waiting on that id can fail
+    instead of waiting for an answer that will never come.
+    """
+
+    reply: ErrorResponse
+    response_id: int | str | None = None
+
+
+Message: TypeAlias = Request | Notification | Response | ErrorResponse
+Parsed: TypeAlias = Message | InvalidMessage
+
+
+def _valid_id(value: object) -> bool:
+    return value is None or isinstance(value, str) or (type(value) is int)
+
+
+def _invalid(message: str, reply_id: RequestId = None, response_id: RequestId = None) -> Parsed:
+    return InvalidMessage(
+        ErrorResponse(reply_id, INVALID_REQUEST, bounded_message(message)), response_id
+    )
+
+
+def parse_message(line: bytes) -> Parsed:
+    """Classify one line. Never raises for any input."""
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return InvalidMessage(
+            ErrorResponse(None, PARSE_ERROR, bounded_message(f"parse error: {exc}"))
+        )
+    if type(obj) is not dict:
+        if type(obj) is list:
+            return _invalid("invalid request: batches are not supported")
+        return _invalid("invalid request: a message must be a JSON object")
+    if "method" in obj:
+        return _parse_call(obj)
+    return _parse_answer(obj)
+
+
+def _parse_call(obj: dict[str, Any]) -> Parsed:
+    has_id = "id" in obj
+    msg_id = obj.get("id")
+    id_ok = _valid_id(msg_id)
+    reply_id = msg_id if has_id and id_ok else None
+    if obj.get("jsonrpc") != "2.0":
+        return _invalid('invalid request: "jsonrpc" must be "2.0"', reply_id)
+    if not id_ok:
+        return _invalid("invalid request: id must be a string, an integer or null")
+    method = obj["method"]
+    if type(method) is not str:
+        return _invalid("invalid request: method must be a string", reply_id)
+    params = obj.get("params")
+    if params is not None and type(params) is not dict and type(params) is not list:
+        return _invalid("invalid request: params must be an object or an array", reply_id)
+    if has_id:
+        return Request(msg_id, method, params)
+    return Notification(method, params)
+
+
+def _parse_answer(obj: dict[str, Any]) -> Parsed:
+    msg_id = obj.get("id")
+    usable_id = msg_id if (msg_id is not None and _valid_id(msg_id)) else None
+    if obj.get("jsonrpc") != "2.0":
+        return _invalid('invalid response: "jsonrpc" must be "2.0"', None, usable_id)
+    if "id" not in obj or not _valid_id(msg_id):
+        return _invalid("invalid message: no method and no valid id", None, usable_id)
+    has_result = "result" in obj
+    has_error = "error" in obj
+    if has_result == has_error:
+        return _invalid(
+            'invalid response: exactly one of "result" and "error" is required', None, usable_id
+        )
+    if has_result:
+        if msg_id is None:
+            return _invalid("invalid response: a result needs a non-null id")
+        return Response(msg_id, obj["result"])
+    error = obj["error"]
+    if (
+        type(error) is not dict
+        or type(error.get("code")) is not int
+        or type(error.get("message")) is not str
+    ):
+        return _invalid("invalid response: malformed error object", None, usable_id)
+    return ErrorResponse(
+        msg_id, error["code"], bounded_message(error["message"]), error.get("data")
+    )
+
+
+# --- encoding -----------------------------------------------------------------------------
+
+
+def _checked(line: bytes) -> bytes:
+    # orjson never emits a raw newline; pre-encoded fragments could.
+    if line.find(b"\n") != len(line) - 1:
+        raise ValueError("an outbound frame would contain a raw newline")
+    return line
+
+
+def encode_request(msg_id: RequestId, method: str, params: Any = None) -> bytes:
+    """One request line, newline included. ``params`` may be an ``orjson.Fragment``."""
+    obj: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
+    if params is not None:
+        obj["params"] = params
+    return _checked(orjson.dumps(obj, option=_ENCODE_OPTIONS))
+
+
+def encode_notification(method: str, params: Any = None) -> bytes:
+    """One notification line, newline included. ``params`` may be an ``orjson.Fragment``."""
+    obj: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        obj["params"] = params
+    return _checked(orjson.dumps(obj, option=_ENCODE_OPTIONS))
+
+
+def encode_result(msg_id: RequestId, result: Any) -> bytes:
+    return _checked(
+        orjson.dumps({"jsonrpc": "2.0", "id": msg_id, "result": result}, option=_ENCODE_OPTIONS)
+    )
+
+
+def encode_error(msg_id: RequestId, error: ProtocolError) -> bytes:
+    return _checked(
+        orjson.dumps(
+            {"jsonrpc": "2.0", "id": msg_id, "error": error.to_error_object()},
+            option=_ENCODE_OPTIONS,
+        )
+    )
+
+
+def encode_message(message: Message) -> bytes:
+    """Encode any message class back to its line (tests, fuzzing, tools)."""
+    if isinstance(message, Request):
+        return encode_request(message.id, message.method, message.params)
+    if isinstance(message, Notification):
+        return encode_notification(message.method, message.params)
+    if isinstance(message, Response):
+        return encode_result(message.id, message.result)
+    return encode_error(message.id, message.to_exception())
+
+
+def check_frame(line: bytes) -> bytes:
+    """Check a pre-encoded line: exactly one newline, at its end. Returns it unchanged."""
+    if not line:
+        raise ValueError("an outbound frame must not be empty")
+    return _checked(line)

@@ -1,0 +1,520 @@
+"""The Trio shell: one reader, one writer and one task per inbound request over a Stream.
+
+Everything with a rule in it (framing, envelopes, credit, id correlation) lives in the sans-I/O
+modules beside this one; this module only moves bytes and wakes tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeAlias
+
+import trio
+
+from maple_acp.wire._errors import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    REQUEST_CANCELLED,
+    ProtocolError,
+)
+
+from ._credit import MAX_OUTBOUND_BYTES, MAX_OUTBOUND_LINES, OutboundCredit
+from ._envelope import (
+    ErrorResponse,
+    InvalidMessage,
+    Notification,
+    Params,
+    Request,
+    RequestId,
+    Response,
+    check_frame,
+    encode_error,
+    encode_notification,
+    encode_request,
+    encode_result,
+    parse_message,
+)
+from ._exceptions import ConnectionClosed, FrameTooLong, OutboundFrameTooLarge
+from ._framing import MAX_LINE_BYTES, LineFramer
+from ._pending import PendingRequests
+
+logger = logging.getLogger(__name__)
+
+#: Bytes asked of the transport per read (PERF.md: reads above 128 KiB pay an mmap each).
+READ_CHUNK_BYTES: Final = 64 * 1024
+#: The writer joins queued lines up to about this size into one ``send_all`` (PERF.md: one
+#: ``send_all`` per line caps near 90 k lines/s).
+WRITE_BATCH_BYTES: Final = 64 * 1024
+#: Inbound requests handled at once; each holds a task, so a client that floods requests and
+#: never reads its answers cannot grow them without bound.
+MAX_CONCURRENT_REQUESTS: Final = 256
+#: The notification that cancels one in-flight inbound request (ACP ``$/cancel_request``).
+CANCEL_REQUEST_METHOD: Final = "$/cancel_request"
+
+RequestHandler: TypeAlias = Callable[[str, Params], Awaitable[Any]]
+NotificationHandler: TypeAlias = Callable[[str, Params], Awaitable[None]]
+
+
+def method_not_found(method: str) -> ProtocolError:
+    """The error a request handler raises for a method it does not implement."""
+    return ProtocolError(METHOD_NOT_FOUND, f"method not found: {method}")
+
+
+def _unwrap_protocol_error(exc: BaseException) -> ProtocolError | None:
+    # A handler that raises ProtocolError from inside its own nursery surfaces it wrapped in
+    # an exception group; the answer should still carry that error.
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, ProtocolError) else None
+
+
+class _Call:
+    """One outgoing request waiting for its answer."""
+
+    __slots__ = ("done", "error", "result")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def finish(self, result: Any = None, error: BaseException | None = None) -> None:
+        self.result = result
+        self.error = error
+        self.done.set()
+
+
+class _CreditWaiter:
+    __slots__ = ("charge", "event", "granted")
+
+    def __init__(self, charge: int) -> None:
+        self.charge = charge
+        self.event = trio.Event()
+        self.granted = False
+
+
+class JsonRpcPeer:
+    """A newline-delimited JSON-RPC 2.0 peer over one ``trio.abc.Stream``, both directions.
+
+    Inbound requests go to ``on_request(method, params)``, each in its own task; its return
+    value is the result, a :class:`ProtocolError` it raises is the error answer, and any other
+    exception is answered ``-32603`` with a generic message (the traceback goes to the log,
+    never to the wire). Inbound notifications go to ``on_notification(method, params)``, awaited
+    in the reader task so that they are handled in arrival order: it must return promptly.
+    ``$/cancel_request`` is handled here and never reaches ``on_notification``.
+
+    Every outbound line takes credit from one :class:`OutboundCredit` before it is queued and
+    gives it back once written, so a reader that stops reading makes senders wait.
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        *,
+        on_request: RequestHandler | None = None,
+        on_notification: NotificationHandler | None = None,
+        max_line_bytes: int = MAX_LINE_BYTES,
+        max_outbound_lines: int = MAX_OUTBOUND_LINES,
+        max_outbound_bytes: int = MAX_OUTBOUND_BYTES,
+        max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS,
+    ) -> None:
+        if not 1 <= max_concurrent_requests <= MAX_CONCURRENT_REQUESTS:
+            raise ValueError(f"max_concurrent_requests must be in 1..{MAX_CONCURRENT_REQUESTS}")
+        self._stream = stream
+        self._on_request = on_request
+        self._on_notification = on_notification
+        self._framer = LineFramer(max_line_bytes=max_line_bytes)
+        self._credit = OutboundCredit(max_lines=max_outbound_lines, max_bytes=max_outbound_bytes)
+        self._credit_waiters: deque[_CreditWaiter] = deque()
+        self._pending: PendingRequests[_Call] = PendingRequests()
+        self._max_concurrent = max_concurrent_requests
+        self._inflight: dict[RequestId, trio.CancelScope] = {}
+        # (line, credit to give back once written; 0 when the sender holds it)
+        self._outbox: deque[tuple[bytes, int]] = deque()
+        self._writer_lot = trio.lowlevel.ParkingLot()
+        self._queued = 0
+        self._written = 0
+        self._drain_waiters: deque[tuple[int, trio.Event]] = deque()
+        self._scope: trio.CancelScope | None = None
+        self._serving = False
+        self._finished = trio.Event()
+        self._closed = False
+        self._close_reason = ""
+
+    # --- state ------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def close_reason(self) -> str:
+        """Why the connection ended; empty while it is open."""
+        return self._close_reason
+
+    @property
+    def credit(self) -> OutboundCredit:
+        """The outbound budget (read it; do not acquire from it directly)."""
+        return self._credit
+
+    # --- lifetime ---------------------------------------------------------------------------
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the reader and the writer until the connection ends.
+
+        Reports ready (``task_status.started()``) once both are running; inbound request
+        handlers run as tasks in the same nursery. Returns when the other side closes its end,
+        the transport fails, an inbound line exceeds the cap, or :meth:`aclose` is called.
+
+        Resource handling: owns the stream from the moment it starts and closes it before
+        returning. When the connection ends, in-flight request handlers are cancelled without
+        an answer (there is nobody left to read it), lines still queued are dropped, every
+        outgoing request still waiting fails at once with :class:`ConnectionClosed`, and so do
+        :meth:`notify`, :meth:`drain` and :meth:`request` calls waiting on credit or output.
+        No task outlives this call.
+
+        Error handling: EOF, ``trio.BrokenResourceError`` and ``trio.ClosedResourceError`` from
+        the stream end the connection normally. A line longer than ``max_line_bytes`` ends it
+        with a warning in the log and no answer. Malformed messages are answered (``-32700`` /
+        ``-32600``) and the connection goes on. A handler's exception becomes a ``-32603``
+        answer and is logged with its traceback; an ``on_notification`` exception is logged.
+        Nothing of these propagates; a bug in this class does.
+        """
+        if self._serving:
+            raise RuntimeError("serve() can run only once per peer")
+        self._serving = True
+        try:
+            if self._closed:
+                task_status.started()
+                return
+            async with trio.open_nursery() as nursery:
+                self._scope = nursery.cancel_scope
+                nursery.start_soon(self._write_loop)
+                nursery.start_soon(self._read_loop, nursery)
+                task_status.started()
+        finally:
+            self._end("the connection was shut down")
+            await trio.aclose_forcefully(self._stream)
+            self._finished.set()
+
+    async def aclose(self) -> None:
+        """End the connection and wait until :meth:`serve` has finished (or close the stream
+        if it never ran). Idempotent."""
+        self._end("closed locally")
+        if self._serving:
+            await self._finished.wait()
+        else:
+            await trio.aclose_forcefully(self._stream)
+
+    def _end(self, reason: str) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._close_reason = reason
+        logger.debug("connection ended: %s", reason)
+        for call in self._pending.pop_all():
+            call.finish(error=ConnectionClosed(reason))
+        while self._credit_waiters:
+            self._credit_waiters.popleft().event.set()
+        while self._drain_waiters:
+            self._drain_waiters.popleft()[1].set()
+        self._outbox.clear()
+        if self._scope is not None:
+            self._scope.cancel()
+
+    # --- sending ----------------------------------------------------------------------------
+
+    async def request(self, method: str, params: Any = None, *, hold_credit: bool = False) -> Any:
+        """Send a request and return its result (``None`` for ``result: null``).
+
+        ``params`` is anything orjson encodes; an ``orjson.Fragment`` carries pre-encoded
+        JSON. With ``hold_credit`` the request's outbound credit stays taken until its answer
+        arrives, the call is cancelled or the connection ends (a permission request must not
+        let more output past it while it is open).
+
+        Raises :class:`ProtocolError` for an error answer, :class:`ConnectionClosed` if the
+        connection ends first, :class:`OutboundFrameTooLarge` if the request alone exceeds the
+        outbound budget. Cancelling the caller abandons the request: its id is forgotten and a
+        late answer is dropped.
+        """
+        msg_id = self._pending.allocate_id()
+        line = encode_request(msg_id, method, params)
+        charge = await self._acquire(len(line))
+        call = _Call()
+        self._pending.add(msg_id, call)
+        self._enqueue(line, 0 if hold_credit else charge)
+        try:
+            await call.done.wait()
+        finally:
+            if self._pending.pop(msg_id) is not None:
+                logger.debug("abandoned outgoing request %d (%s)", msg_id, method)
+            if hold_credit:
+                self._release(charge)
+        if call.error is not None:
+            raise call.error
+        return call.result
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        """Queue a notification, waiting for outbound credit if the budget is spent.
+
+        Returns once the line is queued, not written (see :meth:`drain`). While credit is
+        available it does not yield to the scheduler, so a producer streaming many lines pays
+        no scheduler pass per line; it still raises ``trio.Cancelled`` when cancelled.
+        Raises :class:`ConnectionClosed` and :class:`OutboundFrameTooLarge` like :meth:`request`.
+        """
+        await self._send(encode_notification(method, params))
+
+    async def notify_encoded(self, line: bytes) -> None:
+        """:meth:`notify` for a complete, pre-encoded message line ending in one ``\\n``.
+
+        ``ValueError`` if the line is empty or has a newline anywhere but at its end.
+        """
+        await self._send(check_frame(line))
+
+    async def drain(self) -> None:
+        """Return once every line queued before this call has been fully written.
+
+        Lines still waiting for credit in other tasks are not queued yet and are not waited
+        for. Raises :class:`ConnectionClosed` if the connection ends first.
+        """
+        target = self._queued
+        if self._written >= target:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._closed:
+            raise ConnectionClosed(self._close_reason)
+        event = trio.Event()
+        self._drain_waiters.append((target, event))
+        await event.wait()
+        if self._written < target:
+            raise ConnectionClosed(self._close_reason)
+
+    async def _send(self, line: bytes) -> None:
+        charge = await self._acquire(len(line))
+        self._enqueue(line, charge)
+
+    async def _acquire(self, size: int) -> int:
+        if self._closed:
+            raise ConnectionClosed(self._close_reason)
+        charge = OutboundCredit.charge_for(size)
+        self._credit.check_admissible(charge)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if not self._credit_waiters and self._credit.try_acquire(charge):
+            return charge
+        waiter = _CreditWaiter(charge)
+        self._credit_waiters.append(waiter)
+        try:
+            await waiter.event.wait()
+        except BaseException:
+            if waiter.granted:
+                self._release(charge)
+            else:
+                self._credit_waiters.remove(waiter)
+                self._grant_waiters()
+            raise
+        if not waiter.granted:
+            raise ConnectionClosed(self._close_reason)
+        return charge
+
+    def _release(self, charge: int) -> None:
+        self._credit.release(charge)
+        if self._credit_waiters:
+            self._grant_waiters()
+
+    def _grant_waiters(self) -> None:
+        # Strict FIFO: a large frame at the head is not starved by small ones behind it.
+        waiters = self._credit_waiters
+        while waiters and self._credit.try_acquire(waiters[0].charge):
+            waiter = waiters.popleft()
+            waiter.granted = True
+            waiter.event.set()
+
+    def _enqueue(self, line: bytes, release_charge: int) -> None:
+        self._outbox.append((line, release_charge))
+        self._queued += 1
+        if self._writer_lot:
+            self._writer_lot.unpark()
+
+    async def _write_loop(self) -> None:
+        outbox = self._outbox
+        send_all = self._stream.send_all
+        try:
+            while True:
+                if not outbox:
+                    await self._writer_lot.park()
+                    continue
+                lines: list[bytes] = []
+                releases: list[int] = []
+                size = 0
+                while outbox and size < WRITE_BATCH_BYTES:
+                    line, charge = outbox.popleft()
+                    lines.append(line)
+                    size += len(line)
+                    if charge:
+                        releases.append(charge)
+                await send_all(lines[0] if len(lines) == 1 else b"".join(lines))
+                self._written += len(lines)
+                for charge in releases:
+                    self._credit.release(charge)
+                if self._credit_waiters:
+                    self._grant_waiters()
+                drain_waiters = self._drain_waiters
+                while drain_waiters and drain_waiters[0][0] <= self._written:
+                    drain_waiters.popleft()[1].set()
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._end(f"the transport failed while writing: {exc!r}")
+
+    # --- receiving --------------------------------------------------------------------------
+
+    async def _read_loop(self, nursery: trio.Nursery) -> None:
+        reason = "the other side closed the connection"
+        try:
+            while True:
+                try:
+                    data = await self._stream.receive_some(READ_CHUNK_BYTES)
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    reason = f"the transport failed while reading: {exc!r}"
+                    break
+                if not data:
+                    last = self._framer.feed_eof()
+                    if last is not None:
+                        await self._dispatch(last, nursery)
+                    break
+                try:
+                    lines = self._framer.feed(data if type(data) is bytes else bytes(data))
+                except FrameTooLong as exc:
+                    logger.warning("closing the connection: %s", exc)
+                    reason = str(exc)
+                    break
+                for line in lines:
+                    await self._dispatch(line, nursery)
+        except ConnectionClosed:
+            pass
+        self._end(reason)
+
+    async def _dispatch(self, line: bytes, nursery: trio.Nursery) -> None:
+        message = parse_message(line)
+        kind = type(message)
+        if kind is Notification:
+            assert isinstance(message, Notification)
+            await self._handle_notification(message)
+        elif kind is Request:
+            assert isinstance(message, Request)
+            await self._start_request(message, nursery)
+        elif kind is Response:
+            assert isinstance(message, Response)
+            call = self._pending.pop(message.id)
+            if call is None:
+                logger.debug("dropping an answer for unknown or abandoned id %r", message.id)
+            else:
+                call.finish(result=message.result)
+        elif kind is ErrorResponse:
+            assert isinstance(message, ErrorResponse)
+            self._handle_error_response(message)
+        else:
+            assert isinstance(message, InvalidMessage)
+            reply = message.reply
+            logger.info("answering a malformed message: %s", reply.message)
+            if message.response_id is not None:
+                call = self._pending.pop(message.response_id)
+                if call is not None:
+                    call.finish(error=reply.to_exception())
+            await self._send(encode_error(reply.id, reply.to_exception()))
+
+    def _handle_error_response(self, message: ErrorResponse) -> None:
+        if message.id is None:
+            logger.warning(
+                "the other side reported an error with no id: %d %s", message.code, message.message
+            )
+            return
+        call = self._pending.pop(message.id)
+        if call is None:
+            logger.debug("dropping an error answer for unknown or abandoned id %r", message.id)
+        else:
+            call.finish(error=message.to_exception())
+
+    async def _handle_notification(self, message: Notification) -> None:
+        if message.method == CANCEL_REQUEST_METHOD:
+            self._cancel_inbound(message.params)
+            return
+        if self._on_notification is None:
+            logger.debug("ignoring notification %r", message.method)
+            return
+        try:
+            await self._on_notification(message.method, message.params)
+        except ProtocolError as exc:
+            logger.debug("notification %r refused: %s", message.method, exc.message)
+        except Exception:
+            logger.exception("notification handler for %r failed", message.method)
+
+    def _cancel_inbound(self, params: Params) -> None:
+        if type(params) is not dict or "requestId" not in params:
+            logger.debug("ignoring a malformed %s", CANCEL_REQUEST_METHOD)
+            return
+        target = params["requestId"]
+        scope = self._inflight.get(target) if type(target) in (int, str, type(None)) else None
+        if scope is None:
+            logger.debug("%s for %r: no such request in flight", CANCEL_REQUEST_METHOD, target)
+            return
+        scope.cancel()
+
+    async def _start_request(self, request: Request, nursery: trio.Nursery) -> None:
+        if request.id in self._inflight:
+            error = ProtocolError(INVALID_REQUEST, "request id is already in use by a request")
+            await self._send(encode_error(request.id, error))
+            return
+        if len(self._inflight) >= self._max_concurrent:
+            error = ProtocolError(INTERNAL_ERROR, "too many requests in flight; retry later")
+            await self._send(encode_error(request.id, error))
+            return
+        # Registered before the task starts, so a $/cancel_request later in the same read
+        # finds it; a scope cancelled before it is entered cancels the handler at once.
+        scope = trio.CancelScope()
+        self._inflight[request.id] = scope
+        nursery.start_soon(self._run_request, request, scope)
+
+    async def _run_request(self, request: Request, scope: trio.CancelScope) -> None:
+        error: ProtocolError | None = None
+        result: Any = None
+        returned = False
+        try:
+            with scope:
+                try:
+                    if self._on_request is None:
+                        raise method_not_found(request.method)
+                    result = await self._on_request(request.method, request.params)
+                    returned = True
+                finally:
+                    del self._inflight[request.id]
+        except Exception as exc:
+            error = _unwrap_protocol_error(exc)
+            if error is None:
+                error = self._internal_error(request.method, exc)
+        if error is None and not returned:
+            error = ProtocolError(REQUEST_CANCELLED, "request cancelled")
+        line: bytes | None = None
+        if error is None:
+            try:
+                line = encode_result(request.id, result)
+            except (TypeError, ValueError) as exc:
+                error = self._internal_error(request.method, exc)
+        if line is None:
+            assert error is not None
+            line = encode_error(request.id, error)
+        try:
+            try:
+                await self._send(line)
+            except OutboundFrameTooLarge as exc:
+                logger.warning("answer to %r not sent: %s", request.method, exc)
+                error = ProtocolError(INTERNAL_ERROR, "internal error (answer too large)")
+                await self._send(encode_error(request.id, error))
+        except ConnectionClosed:
+            logger.debug("answer to %r not sent: the connection ended", request.method)
+
+    @staticmethod
+    def _internal_error(method: str, exc: BaseException) -> ProtocolError:
+        logger.error("request handler for %r failed", method, exc_info=exc)
+        return ProtocolError(INTERNAL_ERROR, f"internal error ({type(exc).__name__})")
