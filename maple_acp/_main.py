@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     if args and args[0] == "acp":
         from maple_acp_connector.__main__ import main as connector_main
 
-        return connector_main(args[1:])
+        return connector_main(args[1:], prog="maple-acp acp")
     from maple_acp.cli import cli
 
     return int(cli.main(args=args, prog_name="maple-acp", standalone_mode=True) or 0)
