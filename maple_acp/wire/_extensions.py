@@ -1,0 +1,73 @@
+"""Protocol-level cancellation and the extensions outside ACP's core: goals and the bridge hello."""
+
+from typing import Any, Final, Literal
+
+import attrs
+
+from ._content import Meta
+from ._validators import non_negative
+
+#: The method through which a client controls a session's goal.
+GOAL_CONTROL_METHOD: Final = "_session/goal"
+#: The goal extension's version advertised in ``initialize``.
+GOAL_EXTENSION_VERSION: Final = 1
+
+GoalAction = Literal["set", "pause", "resume", "clear"]
+GoalStatus = Literal["active", "paused", "blocked", "limited", "complete"]
+
+
+@attrs.frozen(kw_only=True)
+class CancelRequestNotification:
+    """Params of ``$/cancel_request``; ``requestId`` may be a number, a string or null."""
+
+    request_id: int | str | None
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class GoalCapability:
+    """``_meta.goal`` of the initialize response: which control actions truly work."""
+
+    version: int = GOAL_EXTENSION_VERSION
+    control_method: str = GOAL_CONTROL_METHOD
+    actions: tuple[GoalAction, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class GoalSnapshot:
+    """``session_info_update._meta.goal``; timestamps are Unix milliseconds."""
+
+    objective: str
+    status: GoalStatus
+    iterations: int | None = attrs.field(default=None, validator=non_negative)
+    last_reason: str | None = None
+    created_at: int | None = attrs.field(default=None, validator=non_negative)
+    updated_at: int | None = attrs.field(default=None, validator=non_negative)
+    #: Budget and usage figures the runtime knows, in whatever shape it reports them.
+    budgets: dict[str, Any] | None = None
+    control_method: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class GoalControlRequest:
+    """Params of ``_session/goal``; ``objective`` goes with ``set``."""
+
+    session_id: str
+    action: GoalAction
+    objective: str | None = None
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class GoalControlResponse:
+    """The result of ``_session/goal``: an empty object."""
+
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class BridgeHello:
+    """Params of ``_maple/bridge/hello``: relay values offered by the connector."""
+
+    environment: dict[str, str] = attrs.field(factory=dict)
+    meta: Meta | None = None
