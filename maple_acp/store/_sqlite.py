@@ -343,10 +343,11 @@ class SqliteTaskStore:
     that is not this query's is ``InvalidCursor``; programming errors (a page size below 1, a
     non-user item passed to ``admit_user_message``) are ``ValueError``.
 
-    Cancellation: a call is not abandoned once its thread runs (``abandon_on_cancel=False``),
-    so a cancelled caller never leaves a half-done transaction behind; the cancellation is
-    delivered when the call returns. A call still waiting for the connection is cancelled at
-    once without touching the file.
+    Cancellation: store calls are uncancellable while they run. A call is not abandoned once
+    its thread started (``abandon_on_cancel=False``), so a cancelled caller never leaves a
+    half-done transaction behind: the call completes, returns (or raises) as usual, and the
+    caller meets its cancellation at its next checkpoint. A call still waiting for the
+    connection is cancelled at once, without touching the file.
     """
 
     def __init__(self, conn: sqlite3.Connection, path: str) -> None:
