@@ -328,6 +328,42 @@ def _upsert_items_locked(
         )
 
 
+def list_sql(query: TaskQuery) -> tuple[str, list[Any], int]:
+    """The statement of one list page, its parameters and the page size.
+
+    It asks for one row more than the page size: that row's presence is what says another
+    page exists. (Module-level so the benchmark can show the query plan of the real query.)
+    """
+    if query.limit < 1:
+        raise ValueError("a list page holds at least one task")
+    limit = min(query.limit, MAX_PAGE)
+    where = ["account = ?"]
+    params: list[Any] = [query.account]
+    if query.root is not None:
+        where.append("root = ?")
+        params.append(query.root)
+    if query.policy is not None:
+        where.append("policy = ?")
+        params.append(query.policy.value)
+    # Literal conditions (not parameters), so the planner can match the partial indexes.
+    if not query.include_provisional:
+        where.append("provisional = 0")
+    if not query.include_archived:
+        where.append("archived = 0")
+    if query.cursor is not None:
+        updated_ms, last_id = _decode_cursor(query, query.cursor)
+        # A row-value comparison, not the equivalent OR: SQLite turns it into a range on the
+        # index, so a deep page starts at the cursor instead of skipping every earlier row.
+        where.append("(updated_ms, id) < (?, ?)")
+        params.extend((updated_ms, last_id))
+    sql = (
+        f"SELECT {_TASK_SELECT} FROM tasks WHERE {' AND '.join(where)} "
+        "ORDER BY updated_ms DESC, id DESC LIMIT ?"
+    )
+    params.append(limit + 1)
+    return sql, params, limit
+
+
 class SqliteTaskStore:
     """``TaskStore`` over one SQLite file in WAL mode.
 
@@ -437,31 +473,7 @@ class SqliteTaskStore:
         return await self._run(read)
 
     async def list_tasks(self, query: TaskQuery) -> TaskPage:
-        if query.limit < 1:
-            raise ValueError("a list page holds at least one task")
-        limit = min(query.limit, MAX_PAGE)
-        where = ["account = ?"]
-        params: list[Any] = [query.account]
-        if query.root is not None:
-            where.append("root = ?")
-            params.append(query.root)
-        if query.policy is not None:
-            where.append("policy = ?")
-            params.append(query.policy.value)
-        # Literal conditions (not parameters), so the planner can match the partial indexes.
-        if not query.include_provisional:
-            where.append("provisional = 0")
-        if not query.include_archived:
-            where.append("archived = 0")
-        if query.cursor is not None:
-            updated_ms, last_id = _decode_cursor(query, query.cursor)
-            where.append("(updated_ms < ? OR (updated_ms = ? AND id < ?))")
-            params.extend((updated_ms, updated_ms, last_id))
-        sql = (
-            f"SELECT {_TASK_SELECT} FROM tasks WHERE {' AND '.join(where)} "
-            "ORDER BY updated_ms DESC, id DESC LIMIT ?"
-        )
-        params.append(limit + 1)
+        sql, params, limit = list_sql(query)
 
         def read(conn: sqlite3.Connection) -> list[Any]:
             return conn.execute(sql, params).fetchall()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import sqlite3
+from pathlib import Path
 
 import attrs
 import orjson
@@ -17,6 +19,7 @@ from maple_acp.store import (
     TaskRecord,
     TaskSurface,
 )
+from maple_acp.store._sqlite import _encode_cursor, list_sql
 from maple_acp.testing.store import task_record
 
 
@@ -221,3 +224,23 @@ async def test_bad_cursors_are_refused_and_the_store_stays_usable(
     # The page size is not part of the query's identity.
     page = await store.list_tasks(attrs.evolve(query, cursor=good, limit=50))
     assert [t.id for t in page.tasks] == ["t2", "t1", "t0"]
+
+
+@pytest.mark.parametrize("query", QUERIES[:: len(QUERIES) // 16 or 1])
+async def test_every_list_query_walks_an_index_without_sorting(
+    store: SqliteTaskStore, store_path: Path, query: TaskQuery
+) -> None:
+    # Timing belongs to bench/bench_store_list.py; here only the shape of the plan: a page
+    # must never sort or scan the whole table, whatever the filters and the cursor.
+    await store.create_task(task_record(id="t"))
+    for cursor in (None, _encode_cursor(query, task_record(id="t"))):
+        sql, params, _ = list_sql(attrs.evolve(query, cursor=cursor))
+        conn = sqlite3.connect(store_path)
+        try:
+            steps = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+        finally:
+            conn.close()
+        assert len(steps) == 1, steps
+        assert steps[0].startswith("SEARCH tasks USING INDEX tasks_"), steps
+        if cursor is not None:
+            assert "(updated_ms,id)<(?,?)" in steps[0], steps
