@@ -1,1 +1,83 @@
-"""mcp."""
+"""Lease-scoped transient HTTP MCP: definition checks, the router, and the ``external_mcp`` tool.
+
+A lease validates the client's definitions with :func:`validate_servers`, starts an
+:class:`McpRouter` in its own nursery, hands :meth:`McpRouter.tool_definition` to the backend,
+routes ``external_mcp`` calls through :meth:`McpRouter.call`, and revokes it synchronously with
+:meth:`McpRouter.revoke` on close, disconnect or lease loss.
+"""
+
+from maple_acp.mcp._catalog import (
+    EXTERNAL_MCP_TOOL_NAME,
+    MAX_CATALOG_BYTES,
+    MAX_CATALOG_PAGES,
+    MAX_RESULT_BYTES,
+    MAX_TOOL_BYTES,
+    MAX_TOOL_ID_BYTES,
+    MAX_TOOLS_PER_SERVER,
+    MAX_TOOLS_TOTAL,
+    ExternalToolDefinition,
+    FrozenTool,
+)
+from maple_acp.mcp._definitions import (
+    MAX_HEADER_BYTES_PER_SERVER,
+    MAX_HEADER_VALUE_BYTES,
+    MAX_NAME_CHARS,
+    MAX_SERVERS,
+    RESERVED_HEADER_NAMES,
+    RESERVED_HEADER_PREFIXES,
+    HttpMcpServer,
+    McpServerDefinition,
+    SseMcpServer,
+    StdioMcpServer,
+    ValidatedServer,
+    normalise_key,
+    validate_servers,
+)
+from maple_acp.mcp._errors import (
+    ExternalMcpError,
+    ExternalToolError,
+    McpDefinitionError,
+    McpSetupError,
+)
+from maple_acp.mcp._router import (
+    CALL_TIMEOUT_SECONDS,
+    REVOKED_MESSAGE,
+    SESSION_CLOSE_TIMEOUT_SECONDS,
+    SETUP_TIMEOUT_SECONDS,
+    McpRouter,
+)
+
+__all__ = [
+    "CALL_TIMEOUT_SECONDS",
+    "EXTERNAL_MCP_TOOL_NAME",
+    "MAX_CATALOG_BYTES",
+    "MAX_CATALOG_PAGES",
+    "MAX_HEADER_BYTES_PER_SERVER",
+    "MAX_HEADER_VALUE_BYTES",
+    "MAX_NAME_CHARS",
+    "MAX_RESULT_BYTES",
+    "MAX_SERVERS",
+    "MAX_TOOLS_PER_SERVER",
+    "MAX_TOOLS_TOTAL",
+    "MAX_TOOL_BYTES",
+    "MAX_TOOL_ID_BYTES",
+    "RESERVED_HEADER_NAMES",
+    "RESERVED_HEADER_PREFIXES",
+    "REVOKED_MESSAGE",
+    "SESSION_CLOSE_TIMEOUT_SECONDS",
+    "SETUP_TIMEOUT_SECONDS",
+    "ExternalMcpError",
+    "ExternalToolDefinition",
+    "ExternalToolError",
+    "FrozenTool",
+    "HttpMcpServer",
+    "McpDefinitionError",
+    "McpRouter",
+    "McpServerDefinition",
+    "McpSetupError",
+    "SseMcpServer",
+    "StdioMcpServer",
+    "ValidatedServer",
+    "normalise_key",
+    "validate_servers",
+]

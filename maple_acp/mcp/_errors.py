@@ -1,0 +1,43 @@
+"""The exceptions of the transient MCP router, in one hierarchy.
+
+Every message is one bounded line that names servers by position and name only: header values,
+URLs and anything a server could have copied from them never appear in it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: Error messages cross the protocol, so they share its bound (the ACP error text limit).
+MAX_MESSAGE_CHARS: Final = 500
+
+
+def one_line(text: str, *, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` as one non-empty line of at most ``limit`` characters (controls become spaces)."""
+    line = "".join(" " if (ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0) else ch for ch in text)
+    line = " ".join(line.split())
+    if not line:
+        line = "error"
+    if len(line) > limit:
+        line = line[: limit - 1] + "…"
+    return line
+
+
+class ExternalMcpError(Exception):
+    """Base of every error raised by :mod:`maple_acp.mcp`; ``message`` is safe to show a client."""
+
+    def __init__(self, message: str) -> None:
+        self.message = one_line(message)
+        super().__init__(self.message)
+
+
+class McpDefinitionError(ExternalMcpError):
+    """A client-supplied MCP server definition was refused before anything started."""
+
+
+class McpSetupError(ExternalMcpError):
+    """Connecting to the servers or discovering their catalogs failed; nothing stays running."""
+
+
+class ExternalToolError(ExternalMcpError):
+    """One ``external_mcp`` call failed; the router stays usable unless it was revoked."""
