@@ -16,7 +16,9 @@ Pure: no I/O here, so every bound is tested without a socket.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+TYPE_CHECKING = False  # typing.TYPE_CHECKING would import typing; see endpoint.py
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 RELAY_ENV = "MAPLE_ACP_RELAY_ENV"
 HELLO_METHOD = "_maple/bridge/hello"

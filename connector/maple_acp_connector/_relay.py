@@ -27,16 +27,12 @@ ends it the same way as SIGPIPE (141).
 
 from __future__ import annotations
 
-import contextlib
+import _socket as socket
+import _thread
 import errno
 import os
 import select
-import signal
-import socket
 import sys
-import threading
-from collections.abc import Mapping
-from types import FrameType
 
 from maple_acp_connector._hello import build_hello
 from maple_acp_connector.endpoint import (
@@ -49,6 +45,16 @@ from maple_acp_connector.endpoint import (
     check_endpoint_socket,
     check_private_dir,
 )
+
+# The C modules under socket, signal and threading: their Python wrappers pull in enum,
+# functools, collections and selectors, which roughly doubles the connector's start-up.
+TYPE_CHECKING = False  # typing.TYPE_CHECKING would import typing; see endpoint.py
+if TYPE_CHECKING:
+    import signal
+    from collections.abc import Mapping
+    from types import FrameType
+else:
+    import _signal as signal
 
 EXIT_OK = 0
 EXIT_UNAVAILABLE = 1
@@ -192,9 +198,15 @@ class _Upstream:
         self._stdin = stdin
         self._sock = sock
         self._use_splice = use_splice
-        self._thread = threading.Thread(target=self.run, name="maple-acp-upstream", daemon=True)
+        self._done = _thread.allocate_lock()
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self._done.release()
+
+    def _run(self) -> None:
         try:
             pump(self._stdin, self._sock.fileno(), use_splice=self._use_splice)
         except _WriteFailed:
@@ -204,26 +216,36 @@ class _Upstream:
         # Set before the half-close: once the host sees our end of file it may close at once,
         # and the main thread must then already know that the client had finished.
         self.stdin_ended = True
-        with contextlib.suppress(OSError):
+        try:  # noqa: SIM105 - contextlib is a start-up cost the connector avoids
             self._sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
 
     def start(self) -> None:
         # The thread inherits this mask: stop signals then always reach the main thread,
         # the only one where Python can run their handlers.
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        # Held from here until the thread ends (a plain lock may be released by any thread).
+        self._done.acquire()
         try:
-            self._thread.start()
+            # Like a daemon thread, a _thread thread is never waited for at exit.
+            _thread.start_new_thread(self.run, ())
+        except BaseException:
+            self._done.release()
+            raise
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
     def release(self) -> None:
         """Let go of the socket once the main thread is done with it."""
-        if self._thread.is_alive():
+        if self._done.locked():
             # The thread may still be blocked on stdin and would later write to the socket's
             # descriptor number: closing it could hand that number to an unrelated file.
             # Shut the connection down instead and leave the descriptor to process exit.
-            with contextlib.suppress(OSError):
+            try:  # noqa: SIM105 - contextlib is a start-up cost the connector avoids
                 self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         else:
             self._sock.close()
 
@@ -260,10 +282,9 @@ def _check_peer(sock: socket.socket, path: str) -> None:
     peercred = getattr(socket, "SO_PEERCRED", None)
     if peercred is None:
         return
-    import struct
-
-    creds = sock.getsockopt(socket.SOL_SOCKET, peercred, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
+    # struct ucred {pid_t pid; uid_t uid; gid_t gid;}: three native 32-bit integers.
+    creds = sock.getsockopt(socket.SOL_SOCKET, peercred, 12)
+    uid = int.from_bytes(creds[4:8], sys.byteorder)
     if uid != os.geteuid():
         raise UnsafeEndpoint(path, f"the process listening there runs as uid {uid}")
 
