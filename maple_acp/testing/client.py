@@ -1,0 +1,296 @@
+"""An ACP client for tests: drives a service over any Trio stream and records every frame.
+
+Use it against :meth:`maple_acp.edge.AcpService.serve_stream` with a memory stream pair, or
+against a real Unix socket or a connector subprocess's stdio::
+
+    async with open_acp_client(stream) as client:
+        await client.initialize()
+        session_id = (await client.new_session("/path/to/project"))["sessionId"]
+        answer = await client.prompt(session_id, "/echo hello")
+        assert answer["stopReason"] == "end_turn"
+        assert client.text(session_id) == "hello"
+        client.validate(AcpSchema(find_schema_dir()))  # every frame the agent sent
+
+Permission requests and elicitations are answered by policies (see :data:`PermissionPolicy`);
+every one is recorded, and so is every update, in arrival order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import orjson
+import trio
+
+from maple_acp.rpc import JsonRpcPeer, LineFramer, method_not_found
+from maple_acp.testing.schema import AcpSchema, SchemaViolation
+
+#: Answers one ``session/request_permission`` (its params) with the response object. The
+#: strings ``"allow"``, ``"reject"`` and ``"cancel"`` are accepted as shorthands.
+PermissionPolicy = Callable[[Mapping[str, Any]], "Awaitable[Any] | Any"]
+#: Answers one ``elicitation/create`` (its params) with the response object.
+ElicitationPolicy = Callable[[Mapping[str, Any]], "Awaitable[Any] | Any"]
+
+#: The recording sees every byte, so it must not be the thing that refuses a long line.
+_RECORDING_LINE_CAP = 64 * 1024 * 1024
+
+
+def allow(params: Mapping[str, Any]) -> str:
+    return "allow"
+
+
+def reject(params: Mapping[str, Any]) -> str:
+    return "reject"
+
+
+def _option_for(params: Mapping[str, Any], kind: str) -> str:
+    for option in params.get("options", []):
+        if option.get("kind") == kind:
+            return str(option["optionId"])
+    raise AssertionError(f"the permission request offers no {kind} option: {params!r}")
+
+
+def _permission_answer(params: Mapping[str, Any], decision: Any) -> Any:
+    if decision == "allow":
+        return {"outcome": {"outcome": "selected", "optionId": _option_for(params, "allow_once")}}
+    if decision == "reject":
+        return {"outcome": {"outcome": "selected", "optionId": _option_for(params, "reject_once")}}
+    if decision == "cancel":
+        return {"outcome": {"outcome": "cancelled"}}
+    return decision
+
+
+@attrs.define
+class Frame:
+    """One recorded line: ``message`` is the parsed JSON, or ``None`` if it did not parse."""
+
+    direction: str  # "in" (from the agent) or "out" (to the agent)
+    raw: bytes
+    message: Any
+
+
+class _RecordingStream(trio.abc.HalfCloseableStream):
+    def __init__(
+        self, inner: trio.abc.Stream, frames: list[Frame], changed: Callable[[], None]
+    ) -> None:
+        self._inner = inner
+        self._frames = frames
+        self._changed = changed
+        self._in = LineFramer(max_line_bytes=_RECORDING_LINE_CAP)
+        self._out = LineFramer(max_line_bytes=_RECORDING_LINE_CAP)
+
+    def _record(self, direction: str, framer: LineFramer, data: bytes) -> None:
+        for line in framer.feed(data):
+            try:
+                message = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                message = None
+            self._frames.append(Frame(direction, line, message))
+        self._changed()
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        self._record("out", self._out, bytes(data))
+        await self._inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        data = await self._inner.receive_some(max_bytes)
+        self._record("in", self._in, bytes(data))
+        return data
+
+    async def send_eof(self) -> None:
+        if isinstance(self._inner, trio.abc.HalfCloseableStream):
+            await self._inner.send_eof()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class AcpTestClient:
+    """See the module docstring. Build it with :func:`open_acp_client`."""
+
+    def __init__(
+        self,
+        *,
+        permission: PermissionPolicy = allow,
+        elicitation: ElicitationPolicy | None = None,
+    ) -> None:
+        self.frames: list[Frame] = []
+        self.permission_policy = permission
+        self.elicitation_policy = elicitation
+        self.permission_requests: list[Mapping[str, Any]] = []
+        self.elicitation_requests: list[Mapping[str, Any]] = []
+        self._changed = trio.Event()
+        self._peer: JsonRpcPeer | None = None
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    def _notify_changed(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    @property
+    def peer(self) -> JsonRpcPeer:
+        assert self._peer is not None, "the client is not connected"
+        return self._peer
+
+    async def _on_request(self, method: str, params: Any) -> Any:
+        if method == "session/request_permission":
+            self.permission_requests.append(params)
+            decision = self.permission_policy(params)
+            if isinstance(decision, Awaitable):
+                decision = await decision
+            return _permission_answer(params, decision)
+        if method == "elicitation/create" and self.elicitation_policy is not None:
+            self.elicitation_requests.append(params)
+            answer = self.elicitation_policy(params)
+            if isinstance(answer, Awaitable):
+                answer = await answer
+            return answer
+        raise method_not_found(method)
+
+    # --- requests ---------------------------------------------------------------------------
+
+    async def call(self, method: str, params: Any = None) -> Any:
+        """Send a request and return its result; an error answer raises ``ProtocolError``."""
+        return await self.peer.request(method, params)
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        await self.peer.notify(method, params)
+
+    async def send_raw(self, line: bytes) -> None:
+        """Send one line exactly as given (it may be malformed; it must not contain ``\\n``)."""
+        await self.peer.notify_encoded(line if line.endswith(b"\n") else line + b"\n")
+
+    async def initialize(self, *, elicitation_form: bool = False, **extra: Any) -> Any:
+        capabilities: dict[str, Any] = {}
+        if elicitation_form:
+            capabilities["elicitation"] = {"form": {}}
+        params = {"protocolVersion": 1, "clientCapabilities": capabilities, **extra}
+        return await self.call("initialize", params)
+
+    async def new_session(
+        self, cwd: str, *, mcp_servers: list[Any] | None = None, **extra: Any
+    ) -> Any:
+        return await self.call(
+            "session/new", {"cwd": cwd, "mcpServers": mcp_servers or [], **extra}
+        )
+
+    async def load_session(
+        self, session_id: str, cwd: str, *, mcp_servers: list[Any] | None = None
+    ) -> Any:
+        return await self.call(
+            "session/load", {"sessionId": session_id, "cwd": cwd, "mcpServers": mcp_servers or []}
+        )
+
+    async def prompt(self, session_id: str, text: str | list[Any]) -> Any:
+        blocks = [{"type": "text", "text": text}] if isinstance(text, str) else text
+        return await self.call("session/prompt", {"sessionId": session_id, "prompt": blocks})
+
+    async def cancel(self, session_id: str) -> None:
+        await self.notify("session/cancel", {"sessionId": session_id})
+
+    async def close_session(self, session_id: str) -> Any:
+        return await self.call("session/close", {"sessionId": session_id})
+
+    async def list_sessions(self, **params: Any) -> Any:
+        return await self.call("session/list", params)
+
+    # --- what arrived -----------------------------------------------------------------------
+
+    def inbound(self) -> list[Any]:
+        """Every parsed message the agent sent, in order."""
+        return [f.message for f in self.frames if f.direction == "in"]
+
+    def updates(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """The ``update`` objects of every ``session/update``, in arrival order."""
+        out = []
+        for message in self.inbound():
+            if isinstance(message, dict) and message.get("method") == "session/update":
+                params = message.get("params", {})
+                if session_id is None or params.get("sessionId") == session_id:
+                    out.append(params["update"])
+        return out
+
+    def text(self, session_id: str, kind: str = "agent_message_chunk") -> str:
+        """The concatenated text of one kind of chunk for a session."""
+        return "".join(
+            u["content"].get("text", "")
+            for u in self.updates(session_id)
+            if u.get("sessionUpdate") == kind
+        )
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Wait until ``predicate()`` holds; re-checked whenever a frame arrives."""
+        while not predicate():
+            await self._changed.wait()
+
+    def validate(self, schema: AcpSchema) -> int:
+        """Check every frame the agent sent against the ACP schema; return how many.
+
+        Responses are validated as the result type of the request they answer; error
+        responses against ``Error`` plus the error contract (one line, ≤ 500 chars).
+        """
+        methods: dict[Any, str] = {}
+        for frame in self.frames:
+            message = frame.message
+            if (
+                frame.direction == "out"
+                and isinstance(message, dict)
+                and "method" in message
+                and "id" in message
+            ):
+                methods[message["id"]] = message["method"]
+        count = 0
+        for frame in self.frames:
+            if frame.direction != "in":
+                continue
+            message = frame.message
+            if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+                raise SchemaViolation(f"agent sent a non-JSON-RPC line: {frame.raw[:200]!r}")
+            if "method" in message:
+                schema.validate_outbound(message["method"], message.get("params"))
+            elif "error" in message:
+                schema.validate_error(message["error"])
+            elif "result" in message:
+                method = methods.get(message.get("id"))
+                if method is None:
+                    raise SchemaViolation(
+                        f"agent answered an unknown request id {message.get('id')!r}"
+                    )
+                schema.validate_result(method, message["result"])
+            else:
+                raise SchemaViolation(
+                    f"agent sent a frame with no method, result or error: {message!r}"
+                )
+            count += 1
+        return count
+
+
+@asynccontextmanager
+async def open_acp_client(
+    stream: trio.abc.Stream,
+    *,
+    permission: PermissionPolicy = allow,
+    elicitation: ElicitationPolicy | None = None,
+) -> AsyncIterator[AcpTestClient]:
+    """Run an :class:`AcpTestClient` over ``stream`` for the duration of the block.
+
+    Resource handling: the client owns ``stream`` and closes it when the block exits (which
+    the service sees as a disconnect).
+    """
+    client = AcpTestClient(permission=permission, elicitation=elicitation)
+    recording = _RecordingStream(stream, client.frames, client._notify_changed)
+    peer = JsonRpcPeer(recording, on_request=client._on_request)
+    client._peer = peer
+    async with trio.open_nursery() as nursery:
+        await nursery.start(peer.serve)
+        try:
+            yield client
+        finally:
+            await peer.aclose()

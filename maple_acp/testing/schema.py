@@ -1,0 +1,113 @@
+"""Validate frames an ACP agent emits against the official ACP v1 JSON Schema.
+
+Needs ``jsonschema`` (a test dependency). The schema directory comes from ``ACP_SCHEMA_DIR``
+or an explicit path; :func:`find_schema_dir` returns ``None`` when it is absent so tests can
+skip with a clear reason instead of failing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+#: What each agent-side method answers with, by schema definition.
+RESULT_DEFINITIONS: Final[Mapping[str, str]] = {
+    "initialize": "InitializeResponse",
+    "session/new": "NewSessionResponse",
+    "session/load": "LoadSessionResponse",
+    "session/list": "ListSessionsResponse",
+    "session/prompt": "PromptResponse",
+    "session/close": "CloseSessionResponse",
+    "session/set_config_option": "SetSessionConfigOptionResponse",
+    "session/set_mode": "SetSessionModeResponse",
+}
+#: Definitions that live only in the unstable schema, or stable ones we extend from it
+#: (``PromptResponse.usage``).
+UNSTABLE_RESULTS: Final = frozenset({"session/prompt"})
+#: Requests and notifications an agent sends to a client, by schema definition.
+OUTBOUND_DEFINITIONS: Final[Mapping[str, str]] = {
+    "session/update": "SessionNotification",
+    "session/request_permission": "RequestPermissionRequest",
+    "elicitation/create": "CreateElicitationRequest",
+}
+
+
+class SchemaViolation(AssertionError):
+    """A frame does not match the ACP schema."""
+
+
+def find_schema_dir(explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    """The ACP v1 schema directory, or ``None`` if it is not on this machine."""
+    candidates: list[Path] = []
+    if explicit is not None:
+        candidates.append(Path(explicit))
+    env = os.environ.get("ACP_SCHEMA_DIR")
+    if env:
+        candidates.append(Path(env))
+    candidates.append(Path(__file__).resolve().parents[2].parent / "shared" / "acp-schema" / "v1")
+    for candidate in candidates:
+        if (candidate / "schema.json").is_file():
+            return candidate
+    return None
+
+
+class AcpSchema:
+    """Validators for the definitions of one schema directory (stable + unstable files)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._documents = {
+            name: orjson.loads((directory / f"{name}.json").read_bytes())
+            for name in ("schema", "schema.unstable")
+        }
+        self._validators: dict[tuple[str, str], Any] = {}
+
+    def _validator(self, document: str, definition: str) -> Any:
+        key = (document, definition)
+        cached = self._validators.get(key)
+        if cached is not None:
+            return cached
+        import jsonschema  # type: ignore[import-untyped]
+
+        root = self._documents[document]
+        if definition not in root["$defs"]:
+            raise KeyError(f"{definition} is not defined in {document}.json")
+        wrapper = {"$ref": f"#/$defs/{definition}", "$defs": root["$defs"]}
+        validator_cls = jsonschema.validators.validator_for(root)
+        validator = self._validators[key] = validator_cls(wrapper)
+        return validator
+
+    def validate(self, definition: str, instance: Any, *, unstable: bool = False) -> None:
+        """Raise :class:`SchemaViolation` if ``instance`` does not match ``definition``."""
+        validator = self._validator("schema.unstable" if unstable else "schema", definition)
+        errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.path))
+        if errors:
+            first = errors[0]
+            where = "/".join(str(p) for p in first.path) or "(root)"
+            raise SchemaViolation(f"{definition} at {where}: {first.message}")
+
+    def validate_result(self, method: str, result: Any) -> None:
+        """Validate an agent's answer to ``method`` (extension methods: any JSON object)."""
+        definition = RESULT_DEFINITIONS.get(method)
+        if definition is None:
+            if not isinstance(result, dict):
+                raise SchemaViolation(f"{method} answered a non-object result")
+            return
+        self.validate(definition, result, unstable=method in UNSTABLE_RESULTS)
+
+    def validate_error(self, error: Any) -> None:
+        self.validate("Error", error)
+        message = error["message"]
+        if not message or "\n" in message or len(message) > 500:
+            raise SchemaViolation(f"error message breaks the error contract: {message!r}")
+
+    def validate_outbound(self, method: str, params: Any) -> None:
+        """Validate a request or notification an agent sends to its client."""
+        definition = OUTBOUND_DEFINITIONS.get(method)
+        if definition is None:
+            raise SchemaViolation(f"agent sent an unexpected method {method!r}")
+        self.validate(definition, params)
