@@ -495,15 +495,7 @@ class JsonRpcPeer:
                 error = self._internal_error(request.method, exc)
         if error is None and not returned:
             error = ProtocolError(REQUEST_CANCELLED, "request cancelled")
-        line: bytes | None = None
-        if error is None:
-            try:
-                line = encode_result(request.id, result)
-            except (TypeError, ValueError) as exc:
-                error = self._internal_error(request.method, exc)
-        if line is None:
-            assert error is not None
-            line = encode_error(request.id, error)
+        line = self._encode_answer(request, result, error)
         try:
             try:
                 await self._send(line)
@@ -513,6 +505,20 @@ class JsonRpcPeer:
                 await self._send(encode_error(request.id, error))
         except ConnectionClosed:
             logger.debug("answer to %r not sent: the connection ended", request.method)
+
+    @classmethod
+    def _encode_answer(cls, request: Request, result: Any, error: ProtocolError | None) -> bytes:
+        if error is None:
+            try:
+                return encode_result(request.id, result)
+            except (TypeError, ValueError) as exc:
+                error = cls._internal_error(request.method, exc)
+        try:
+            return encode_error(request.id, error)
+        except (TypeError, ValueError) as exc:
+            # The handler put something orjson cannot encode into the error's data.
+            logger.error("error answer to %r not encodable: %r", request.method, exc)
+            return encode_error(request.id, ProtocolError(error.code, error.message))
 
     @staticmethod
     def _internal_error(method: str, exc: BaseException) -> ProtocolError:

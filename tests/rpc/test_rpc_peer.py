@@ -122,6 +122,8 @@ async def echo_handler(method: str, params: Params) -> Any:
         raise ValueError("secret-token-123 leaked into the exception text")
     if method == "unencodable":
         return {"value": object()}
+    if method == "bad-data":
+        raise ProtocolError(-32602, "bad value", {"field": object()})
     if method == "forever":
         await trio.sleep_forever()
     raise method_not_found(method)
@@ -256,8 +258,15 @@ async def test_handler_crash_answers_internal_error_without_the_exception_text(
         await raw.send(request_line(2, "unencodable"))
         answer = await raw.read()
         assert (answer["id"], answer["error"]["code"]) == (2, -32603)
-        await raw.send(request_line(3, "echo", {"ok": True}))
-        assert await raw.read() == {"jsonrpc": "2.0", "id": 3, "result": {"ok": True}}
+        await raw.send(request_line(3, "bad-data"))
+        # The error stands; only its unencodable data is dropped.
+        assert await raw.read() == {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "error": {"code": -32602, "message": "bad value"},
+        }
+        await raw.send(request_line(4, "echo", {"ok": True}))
+        assert await raw.read() == {"jsonrpc": "2.0", "id": 4, "result": {"ok": True}}
     crash_records = [r for r in caplog.records if r.exc_info and r.exc_info[0] is ValueError]
     assert crash_records, "the traceback must reach the log"
 

@@ -1,0 +1,115 @@
+"""Fuzz target: the line framer and the envelope parser on arbitrary inbound bytes.
+
+Run with atheris: ``python fuzz/fuzz_frames.py -atheris_runs=N``. The test suite imports
+:func:`fuzz_one` and drives it with Hypothesis, so the target needs no atheris to be checked.
+
+Invariants: chunking never changes the lines; no line is empty, too long or holds a newline;
+parsing never raises; every error answer is a bounded single line on one frame; every valid
+message re-encodes to one line that parses back to an equal message.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+from maple_acp.rpc import (
+    ErrorResponse,
+    FrameTooLong,
+    InvalidMessage,
+    LineFramer,
+    Notification,
+    Request,
+    Response,
+    encode_error,
+    encode_message,
+    parse_message,
+)
+from maple_acp.wire._errors import INVALID_REQUEST, PARSE_ERROR
+
+#: A small cap so that the fuzzer reaches the over-long path often.
+FUZZ_LINE_CAP = 512
+
+
+def _frame(data: bytes, chunk: int) -> list[bytes] | None:
+    framer = LineFramer(max_line_bytes=FUZZ_LINE_CAP)
+    lines: list[bytes] = []
+    try:
+        for start in range(0, len(data), chunk):
+            lines.extend(framer.feed(data[start : start + chunk]))
+    except FrameTooLong:
+        return None
+    last = framer.feed_eof()
+    if last is not None:
+        lines.append(last)
+    return lines
+
+
+def _check_single_line(line: bytes) -> None:
+    assert line.endswith(b"\n")
+    assert line.count(b"\n") == 1
+
+
+def fuzz_one(data: bytes) -> None:
+    """Check every invariant above on one input. Raises AssertionError on a violation."""
+    if not data:
+        return
+    chunk = data[0] % 23 + 1
+    body = data[1:]
+    whole = _frame(body, max(len(body), 1))
+    assert _frame(body, chunk) == whole
+    if whole is None:
+        return
+    for line in whole:
+        assert line
+        assert len(line) <= FUZZ_LINE_CAP
+        assert b"\n" not in line
+        assert not line.isspace()
+        parsed = parse_message(line)
+        if isinstance(parsed, InvalidMessage):
+            reply = parsed.reply
+            assert reply.code in (PARSE_ERROR, INVALID_REQUEST)
+            assert reply.id is None or type(reply.id) in (int, str)
+            assert reply.message
+            assert "\n" not in reply.message
+            assert len(reply.message) <= 500
+            _check_single_line(encode_error(reply.id, reply.to_exception()))
+            continue
+        assert isinstance(parsed, Request | Notification | Response | ErrorResponse)
+        encoded = encode_message(parsed)
+        _check_single_line(encoded)
+        assert parse_message(encoded[:-1]) == parsed
+
+
+def _instrument_module(atheris: Any, module: types.ModuleType) -> None:
+    for value in vars(module).values():
+        if getattr(value, "__module__", None) != module.__name__:
+            continue
+        members = vars(value).values() if isinstance(value, type) else [value]
+        for member in members:
+            function = getattr(member, "__func__", member)
+            if isinstance(function, types.FunctionType):
+                atheris.instrument_func(function)
+
+
+def main() -> None:
+    try:
+        import atheris  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    except ImportError:
+        sys.exit("atheris is not installed; the test suite runs fuzz_one under Hypothesis")
+
+    # Coverage guidance needs the code under test instrumented; it is imported already.
+    for name in (
+        "maple_acp.rpc._framing",
+        "maple_acp.rpc._envelope",
+        "maple_acp.wire._errors",
+        __name__,
+    ):
+        _instrument_module(atheris, sys.modules[name])
+    atheris.Setup(sys.argv, lambda data: fuzz_one(bytes(data)))
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()
