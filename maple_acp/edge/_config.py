@@ -9,13 +9,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
 import attrs
 import orjson
+from maple_acp_connector.endpoint import UnsafeDirectory, ensure_private_dir
 
 logger = logging.getLogger(__name__)
 
@@ -151,19 +151,13 @@ class PersistedServiceState:
 
 
 def ensure_owner_only_dir(path: Path) -> None:
-    """Create ``path`` as a 0700 directory, or check that the existing one is a real directory
-    owned by this user with no group/other access."""
+    """Create ``path`` as a 0700 directory (its parents as ordinary directories), or check that
+    the existing one is a real directory owned by this user with no group/other access."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except FileExistsError as exc:
-        raise ConfigError(f"{path} exists and is not a directory") from exc
-    info = os.lstat(path)
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        raise ConfigError(f"{path} is not a real directory")
-    if info.st_uid != os.getuid():
-        raise ConfigError(f"{path} is not owned by this user")
-    if info.st_mode & 0o077:
-        raise ConfigError(f"{path} is accessible to other users")
+        ensure_private_dir(path)
+    except UnsafeDirectory as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 class ServiceStateFile:

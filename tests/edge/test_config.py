@@ -103,5 +103,5 @@ def test_state_dir_must_be_private(tmp_path: Path) -> None:
     directory = tmp_path / "state"
     directory.mkdir(mode=0o755)
     directory.chmod(0o755)
-    with pytest.raises(ConfigError, match="other users"):
+    with pytest.raises(ConfigError, match="group or others"):
         ServiceStateFile(directory).save("alice", PersistedServiceState(enabled=True))

@@ -95,7 +95,7 @@ async def test_refuses_shared_parent_directory(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
-    with pytest.raises(EndpointError, match="other users"):
+    with pytest.raises(EndpointError, match="group or others"):
         await serve_endpoint(shared / "svc.sock", _echo_once, ConnectionGate(8))
 
 

@@ -1,0 +1,74 @@
+"""Bounds applied to everything the runtime hands the edge before it crosses the protocol.
+
+Tool text, raw tool input/output and error text all come from places the client does not
+control (models, tools, MCP servers); each has a fixed ceiling so one turn cannot send an
+unbounded frame.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Final
+
+import orjson
+
+from maple_acp.wire import ToolKind
+
+#: Tool and message text per update (SPEC.md limits).
+MAX_TOOL_TEXT_CHARS: Final = 16_000
+#: Encoded size of a raw tool input or output; larger values become a truncation marker.
+MAX_RAW_BYTES: Final = 64 * 1024
+#: Marker appended to text cut at :data:`MAX_TOOL_TEXT_CHARS`.
+TRUNCATION_SUFFIX: Final = "\n… [truncated]"
+
+
+def bound_text(text: str, limit: int = MAX_TOOL_TEXT_CHARS) -> str:
+    """``text`` cut to at most ``limit`` characters, marked when cut."""
+    if len(text) <= limit:
+        return text
+    return text[: limit - len(TRUNCATION_SUFFIX)] + TRUNCATION_SUFFIX
+
+
+def bound_raw(value: Any, limit: int = MAX_RAW_BYTES) -> Any:
+    """``value`` itself if its JSON encoding fits in ``limit`` bytes, else a marker
+    ``{"truncated": true, "encodedBytes": N}`` (N = the encoded size that did not fit)."""
+    if value is None:
+        return None
+    try:
+        encoded = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return {"truncated": True, "unencodable": True}
+    if len(encoded) <= limit:
+        return value
+    return {"truncated": True, "encodedBytes": len(encoded)}
+
+
+_KIND_WORDS: Final[tuple[tuple[ToolKind, tuple[str, ...]], ...]] = (
+    ("execute", ("shell", "bash", "exec", "command", "terminal", "run")),
+    ("delete", ("delete", "remove", "unlink", "rm")),
+    ("move", ("move", "rename", "mv")),
+    ("edit", ("edit", "write", "patch", "replace", "create", "apply")),
+    ("search", ("search", "grep", "find", "glob", "list")),
+    ("read", ("read", "view", "open", "cat", "load")),
+    ("fetch", ("fetch", "http", "web", "download", "url", "mcp")),
+    ("think", ("think", "plan", "reason")),
+)
+
+
+def infer_tool_kind(name: str) -> ToolKind:
+    """A best guess of the ACP tool kind from a tool's name (``other`` when unsure).
+
+    Words are matched whole (``read_file`` -> read, ``shell`` -> execute), so that a name that
+    merely contains a short word (``thread``) is not misread.
+    """
+    words = {w for w in "".join(ch if ch.isalnum() else " " for ch in name.lower()).split()}
+    for kind, keys in _KIND_WORDS:
+        if words.intersection(keys):
+            return kind
+    return "other"
+
+
+def absolute_locations(paths: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
+    """ACP tool-call locations for the absolute paths among ``paths`` (others are dropped:
+    a relative path means nothing to a client that does not know the tool's cwd)."""
+    return [{"path": p} for p in paths if isinstance(p, str) and os.path.isabs(p)]
