@@ -47,9 +47,12 @@ exit status:
 """
 
 
+EXIT_USAGE = 2  # the other statuses live with the relay, which this module loads lazily
+
+
 def _usage_error(prog: str, message: str) -> int:
     sys.stderr.write(f"{prog}: {message}\n{prog}: try '{prog} --help'\n")
-    return 2
+    return EXIT_USAGE
 
 
 def main(argv: list[str] | None = None, *, prog: str = PROG) -> int:

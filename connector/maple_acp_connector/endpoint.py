@@ -305,5 +305,6 @@ def ensure_private_dir(path: str | os.PathLike[str]) -> None:
 
 def _reason(exc: OSError) -> str:
     """A short, lower-case, one-line reason for an OS error."""
-    text = exc.strerror or exc.__class__.__name__
+    text = exc.strerror or str(exc) or exc.__class__.__name__
+    text = " ".join(text.split())
     return text[:1].lower() + text[1:]
