@@ -60,16 +60,19 @@ class OutboundCredit:
 
     def try_acquire(self, charge: int) -> bool:
         """Take one line and ``charge`` bytes if both fit now; say whether it did."""
-        self.check_admissible(charge)
         if self._lines >= self.max_lines or self._bytes + charge > self.max_bytes:
+            self.check_admissible(charge)
             return False
         self._lines += 1
         self._bytes += charge
         return True
 
-    def release(self, charge: int) -> None:
-        """Give back one line and ``charge`` bytes taken by :meth:`try_acquire`."""
-        if self._lines < 1 or charge > self._bytes:
+    def release(self, charge: int, lines: int = 1) -> None:
+        """Give back ``lines`` lines and ``charge`` bytes in all, taken by :meth:`try_acquire`.
+
+        Releasing several at once lets a writer account for a whole batch in one call.
+        """
+        if lines < 1 or lines > self._lines or charge > self._bytes:
             raise RuntimeError("outbound credit released more than was acquired")
-        self._lines -= 1
+        self._lines -= lines
         self._bytes -= charge

@@ -176,10 +176,16 @@ def encode_request(msg_id: RequestId, method: str, params: Any = None) -> bytes:
 
 def encode_notification(method: str, params: Any = None) -> bytes:
     """One notification line, newline included. ``params`` may be an ``orjson.Fragment``."""
-    obj: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-    if params is not None:
-        obj["params"] = params
-    return _checked(orjson.dumps(obj, option=_ENCODE_OPTIONS))
+    if params is None:
+        line = orjson.dumps({"jsonrpc": "2.0", "method": method}, option=_ENCODE_OPTIONS)
+    else:
+        line = orjson.dumps(
+            {"jsonrpc": "2.0", "method": method, "params": params}, option=_ENCODE_OPTIONS
+        )
+    # The streaming hot path: the newline guard is inlined rather than a call.
+    if line.find(b"\n") != len(line) - 1:
+        raise ValueError("an outbound frame would contain a raw newline")
+    return line
 
 
 def encode_result(msg_id: RequestId, result: Any) -> bytes:

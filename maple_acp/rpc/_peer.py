@@ -21,7 +21,12 @@ from maple_acp.wire._errors import (
     ProtocolError,
 )
 
-from ._credit import MAX_OUTBOUND_BYTES, MAX_OUTBOUND_LINES, OutboundCredit
+from ._credit import (
+    FRAME_OVERHEAD_BYTES,
+    MAX_OUTBOUND_BYTES,
+    MAX_OUTBOUND_LINES,
+    OutboundCredit,
+)
 from ._envelope import (
     ErrorResponse,
     InvalidMessage,
@@ -135,6 +140,7 @@ class JsonRpcPeer:
         # (line, credit to give back once written; 0 when the sender holds it)
         self._outbox: deque[tuple[bytes, int]] = deque()
         self._writer_lot = trio.lowlevel.ParkingLot()
+        self._writer_parked = False
         self._queued = 0
         self._written = 0
         self._drain_waiters: deque[tuple[int, trio.Event]] = deque()
@@ -293,17 +299,31 @@ class JsonRpcPeer:
             raise ConnectionClosed(self._close_reason)
 
     async def _send(self, line: bytes) -> None:
-        charge = await self._acquire(len(line))
-        self._enqueue(line, charge)
-
-    async def _acquire(self, size: int) -> int:
+        # The streaming hot path: no scheduler pass while credit is available.
+        charge = len(line) + FRAME_OVERHEAD_BYTES
         if self._closed:
             raise ConnectionClosed(self._close_reason)
-        charge = OutboundCredit.charge_for(size)
-        self._credit.check_admissible(charge)
         await trio.lowlevel.checkpoint_if_cancelled()
-        if not self._credit_waiters and self._credit.try_acquire(charge):
-            return charge
+        if self._credit_waiters or not self._credit.try_acquire(charge):
+            await self._wait_for_credit(charge)
+        self._outbox.append((line, charge))
+        self._queued += 1
+        if self._writer_parked:
+            # Cleared here, not when the writer resumes: one wake-up per batch, not per line.
+            self._writer_parked = False
+            self._writer_lot.unpark()
+
+    async def _acquire(self, size: int) -> int:
+        charge = size + FRAME_OVERHEAD_BYTES
+        if self._closed:
+            raise ConnectionClosed(self._close_reason)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._credit_waiters or not self._credit.try_acquire(charge):
+            await self._wait_for_credit(charge)
+        return charge
+
+    async def _wait_for_credit(self, charge: int) -> None:
+        self._credit.check_admissible(charge)
         waiter = _CreditWaiter(charge)
         self._credit_waiters.append(waiter)
         try:
@@ -317,7 +337,6 @@ class JsonRpcPeer:
             raise
         if not waiter.granted:
             raise ConnectionClosed(self._close_reason)
-        return charge
 
     def _release(self, charge: int) -> None:
         self._credit.release(charge)
@@ -335,30 +354,37 @@ class JsonRpcPeer:
     def _enqueue(self, line: bytes, release_charge: int) -> None:
         self._outbox.append((line, release_charge))
         self._queued += 1
-        if self._writer_lot:
+        if self._writer_parked:
+            # Cleared here, not when the writer resumes: one wake-up per batch, not per line.
+            self._writer_parked = False
             self._writer_lot.unpark()
 
     async def _write_loop(self) -> None:
         outbox = self._outbox
+        popleft = outbox.popleft
         send_all = self._stream.send_all
+        credit = self._credit
         try:
             while True:
                 if not outbox:
+                    self._writer_parked = True
                     await self._writer_lot.park()
                     continue
                 lines: list[bytes] = []
-                releases: list[int] = []
                 size = 0
+                released_bytes = 0
+                released_lines = 0
                 while outbox and size < WRITE_BATCH_BYTES:
-                    line, charge = outbox.popleft()
+                    line, charge = popleft()
                     lines.append(line)
                     size += len(line)
                     if charge:
-                        releases.append(charge)
+                        released_bytes += charge
+                        released_lines += 1
                 await send_all(lines[0] if len(lines) == 1 else b"".join(lines))
                 self._written += len(lines)
-                for charge in releases:
-                    self._credit.release(charge)
+                if released_lines:
+                    credit.release(released_bytes, released_lines)
                 if self._credit_waiters:
                     self._grant_waiters()
                 drain_waiters = self._drain_waiters
