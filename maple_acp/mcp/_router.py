@@ -54,6 +54,9 @@ HTTP_READ_TIMEOUT_SECONDS: Final = CALL_TIMEOUT_SECONDS + 5.0
 #: One server-sent event may carry a whole result: twice the result limit leaves room for the
 #: JSON-RPC envelope, so a result just over the limit meets the precise size check below.
 MAX_SSE_EVENT_BYTES: Final = 2 * MAX_RESULT_BYTES
+#: One HTTP response body. The transport reads a JSON body whole, so this bounds memory against
+#: a hostile server; it is above any event a legitimate result needs.
+MAX_RESPONSE_BYTES: Final = 2 * MAX_SSE_EVENT_BYTES
 #: Server-supplied error text quoted in a call error.
 MAX_QUOTED_SERVER_TEXT: Final = 200
 #: Header values shorter than this are not redacted from server text (they would match noise).
@@ -398,6 +401,7 @@ async def _open_session(conn: _Connection) -> AsyncIterator[ClientSession]:
             pool=HTTP_POOL_TIMEOUT_SECONDS,
         ),
         event_hooks={"response": [conn.observe_response]},
+        transport=BoundedTransport(httpx2.AsyncHTTPTransport(trust_env=False)),
     )
     async with (
         http,
@@ -407,6 +411,53 @@ async def _open_session(conn: _Connection) -> AsyncIterator[ClientSession]:
         ClientSession(read_stream, write_stream, client_info=_CLIENT_INFO) as session,
     ):
         yield session
+
+
+class ResponseTooLarge(httpx2.StreamError):
+    """A response body passed :data:`MAX_RESPONSE_BYTES`.
+
+    A ``StreamError`` so that the MCP transport answers the waiting request with an error
+    instead of tearing the whole session down."""
+
+
+class _BoundedBody(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self._inner:
+            seen += len(chunk)
+            if seen > self._limit:
+                raise ResponseTooLarge(f"response body larger than {self._limit} bytes")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class BoundedTransport(httpx2.AsyncBaseTransport):
+    """Wraps a transport so that no response body can grow past ``limit`` bytes."""
+
+    def __init__(
+        self, inner: httpx2.AsyncBaseTransport, *, limit: int = MAX_RESPONSE_BYTES
+    ) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        assert isinstance(response.stream, httpx2.AsyncByteStream)
+        return httpx2.Response(
+            status_code=response.status_code,
+            headers=response.headers,
+            stream=_BoundedBody(response.stream, self._limit),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 def _dump(model: pydantic.BaseModel) -> dict[str, Any]:

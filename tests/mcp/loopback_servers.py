@@ -140,6 +140,21 @@ def main_server() -> MCPServer:
     return server
 
 
+def json_server() -> MCPServer:
+    """Answers with plain JSON bodies instead of event streams."""
+    server = MCPServer("json")
+
+    @server.tool(description="Echo the text back.")
+    def echo(text: str) -> str:
+        return text
+
+    @server.tool(description="Return a body over the response limit.", structured_output=False)
+    def flood() -> str:
+        return "x" * (17 * 1024 * 1024)
+
+    return server
+
+
 def _tool(name: str, *, description: str = "", schema: dict[str, Any] | None = None) -> types.Tool:
     return types.Tool(
         name=name,
@@ -238,6 +253,7 @@ async def serve_all() -> None:
     apps: dict[str, Any] = {
         "main": Recorder(main_server().streamable_http_app()),
         "redirect": Redirector(),
+        "json": json_server().streamable_http_app(json_response=True),
     }
     for variant in CATALOG_VARIANTS:
         apps[variant] = catalog_server(variant).streamable_http_app()

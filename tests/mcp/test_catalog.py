@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx2
 import orjson
 import pytest
 
@@ -23,6 +24,7 @@ from maple_acp.mcp._catalog import (
     sanitise_result,
     sanitise_tool,
 )
+from maple_acp.mcp._router import BoundedTransport, ResponseTooLarge
 
 
 def _tool(name: str, **extra: Any) -> dict[str, Any]:
@@ -270,3 +272,14 @@ def test_tool_definition_description_has_a_total_bound() -> None:
     assert len(definition.description) <= MAX_DEFINITION_DESCRIPTION_CHARS
     assert definition.description.endswith("their ids are in the enum.)")
     assert len(definition.input_schema["properties"]["tool"]["enum"]) == 1024
+
+
+async def test_bounded_transport_caps_every_response_body() -> None:
+    bodies = {"/fits": b"x" * 10, "/over": b"x" * 11}
+    inner = httpx2.MockTransport(
+        lambda request: httpx2.Response(200, content=bodies[request.url.path])
+    )
+    async with httpx2.AsyncClient(transport=BoundedTransport(inner, limit=10)) as client:
+        assert (await client.get("http://127.0.0.1/fits")).content == b"x" * 10
+        with pytest.raises(ResponseTooLarge, match="larger than 10 bytes"):
+            await client.get("http://127.0.0.1/over")

@@ -155,6 +155,14 @@ async def test_oversize_result_is_refused_and_router_stays_usable(
         assert (await router.call("main__echo", {"text": "ok"}))["content"][0]["text"] == "ok"
 
 
+async def test_json_responses_are_bounded_too(loopback_ports: dict[str, int], tag: str) -> None:
+    async with running(_server(loopback_ports, "json", tag)) as router:
+        assert (await router.call("json__echo", {"text": "j"}))["content"][0]["text"] == "j"
+        with pytest.raises(ExternalToolError, match="response body larger than 16777216 bytes"):
+            await router.call("json__flood", {})
+        assert (await router.call("json__echo", {"text": "k"}))["content"][0]["text"] == "k"
+
+
 async def test_server_error_is_one_bounded_line_without_header_value(
     loopback_ports: dict[str, int], tag: str
 ) -> None:
