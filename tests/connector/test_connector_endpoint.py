@@ -308,6 +308,9 @@ def test_listener_running_as_another_user_is_refused(short_dir: Path) -> None:
     finally:
         listener.kill()
         listener.wait(TIMEOUT)
+        for stream in (listener.stdin, listener.stdout):
+            if stream is not None:
+                stream.close()
 
 
 # -- no host ----------------------------------------------------------------------------------
