@@ -149,6 +149,7 @@ class JsonRpcPeer:
         self._finished = trio.Event()
         self._closed = False
         self._close_reason = ""
+        self._malformed_seen = 0
 
     # --- state ------------------------------------------------------------------------------
 
@@ -241,10 +242,16 @@ class JsonRpcPeer:
         arrives, the call is cancelled or the connection ends (a permission request must not
         let more output past it while it is open).
 
-        Raises :class:`ProtocolError` for an error answer, :class:`ConnectionClosed` if the
-        connection ends first, :class:`OutboundFrameTooLarge` if the request alone exceeds the
-        outbound budget. Cancelling the caller abandons the request: its id is forgotten and a
-        late answer is dropped.
+        Resource handling: the request's id stays in the pending table only while this call
+        waits; cancelling the caller abandons the request (the id is forgotten, a late answer
+        is dropped with a debug log, held credit is given back). Nothing is sent to the other
+        side on cancellation.
+
+        Error handling: raises :class:`ProtocolError` for an error answer (and for a malformed
+        answer to this id), :class:`ConnectionClosed` if the connection ends first (every
+        waiting request fails at that moment), :class:`OutboundFrameTooLarge` if the request
+        alone exceeds the outbound budget, and orjson's ``TypeError`` if ``params`` cannot be
+        encoded. Nothing is retried.
         """
         msg_id = self._pending.allocate_id()
         line = encode_request(msg_id, method, params)
@@ -443,7 +450,10 @@ class JsonRpcPeer:
         else:
             assert isinstance(message, InvalidMessage)
             reply = message.reply
-            logger.info("answering a malformed message: %s", reply.message)
+            self._malformed_seen += 1
+            # The first one is worth an operator's attention; a flood of them is not.
+            level = logging.INFO if self._malformed_seen == 1 else logging.DEBUG
+            logger.log(level, "answering a malformed message: %s", reply.message)
             if message.response_id is not None:
                 call = self._pending.pop(message.response_id)
                 if call is not None:

@@ -752,3 +752,86 @@ async def test_drain_fails_if_the_connection_ends_first() -> None:
             nursery.start_soon(close_soon)
             with pytest.raises(ConnectionClosed):
                 await peer.drain()
+
+
+async def test_a_cancelled_credit_wait_takes_nothing_and_lets_later_senders_through() -> None:
+    ours, theirs = lockstep_pair()
+    raw = RawEnd(theirs)
+    async with serving(JsonRpcPeer(ours, max_outbound_lines=1)) as peer:
+        await peer.notify("first")
+        await trio.testing.wait_all_tasks_blocked()
+        async with trio.open_nursery() as nursery:
+            cancelled_wait = trio.CancelScope()
+            outcomes: list[str] = []
+
+            async def second() -> None:
+                with cancelled_wait:
+                    await peer.notify("second")
+                    outcomes.append("second sent")
+                outcomes.append("second done")
+
+            async def third() -> None:
+                await peer.notify("third")
+                outcomes.append("third sent")
+
+            nursery.start_soon(second)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(third)
+            await trio.testing.wait_all_tasks_blocked()
+            assert outcomes == []
+            cancelled_wait.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert outcomes == ["second done"]
+            assert (await raw.read())["method"] == "first"
+            assert (await raw.read())["method"] == "third"
+        assert outcomes == ["second done", "third sent"]
+        await peer.drain()
+        assert peer.credit.lines_in_use == 0
+
+
+async def test_a_large_frame_at_the_head_is_not_starved_by_small_ones() -> None:
+    ours, theirs = lockstep_pair()
+    raw = RawEnd(theirs)
+    async with serving(JsonRpcPeer(ours, max_outbound_bytes=3000)) as peer:
+        await peer.notify("filler", {"t": "x" * 1500})
+        await trio.testing.wait_all_tasks_blocked()
+        order: list[str] = []
+        async with trio.open_nursery() as nursery:
+
+            async def send(name: str, size: int) -> None:
+                await peer.notify(name, {"t": "x" * size})
+                order.append(name)
+
+            nursery.start_soon(send, "large", 2000)
+            await trio.testing.wait_all_tasks_blocked()
+            # "small" fits beside "filler" but not beside "large".
+            nursery.start_soon(send, "small", 700)
+            await trio.testing.wait_all_tasks_blocked()
+            # It would fit now, but it queued behind "large".
+            assert order == []
+            methods = [(await raw.read())["method"] for _ in range(3)]
+        assert methods == ["filler", "large", "small"]
+        assert order == ["large", "small"]
+
+
+async def test_a_request_cancelled_while_waiting_for_credit_leaves_no_pending_entry() -> None:
+    ours, theirs = lockstep_pair()
+    raw = RawEnd(theirs)
+    async with serving(JsonRpcPeer(ours, max_outbound_lines=1)) as peer:
+        await peer.notify("first")
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await peer.request("never sent")
+        assert (await raw.read())["method"] == "first"
+        async with trio.open_nursery() as nursery:
+            results: list[Any] = []
+
+            async def ask() -> None:
+                results.append(await peer.request("sent"))
+
+            nursery.start_soon(ask)
+            sent = await raw.read()
+            assert sent["method"] == "sent"
+            await raw.send({"jsonrpc": "2.0", "id": sent["id"], "result": [1]})
+        assert results == [[1]]
