@@ -172,6 +172,8 @@ def bench_startup(runs: int, workdir: Path) -> None:
     commands = {
         "python -I -c pass": [PYTHON, "-I", "-c", "pass"],
         "python -c pass (how console scripts start)": [PYTHON, "-c", "pass"],
+        # -m itself imports runpy and importlib.util: the floor for any `python -m` command.
+        "python -I -m stat (does nothing)": [PYTHON, "-I", "-m", "stat"],
         "python -I -m maple_acp_connector --version": [
             PYTHON,
             "-I",
