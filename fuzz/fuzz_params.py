@@ -208,7 +208,7 @@ def _collect_tokens(value: object, tokens: set[str]) -> None:
 
 def main() -> None:
     try:
-        import atheris
+        import atheris  # type: ignore[import-untyped]
     except ImportError:
         sys.exit("atheris is not installed; the tests drive fuzz_one through Hypothesis instead")
     # The wire package is already imported: instrument what is loaded for coverage feedback.

@@ -24,7 +24,7 @@ as ``wire.SessionUpdate``); the named functions below cover the groups tests usu
 import functools
 import types
 import typing
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import attrs
 from hypothesis import strategies as st
@@ -46,8 +46,6 @@ __all__ = [
     "text_blocks",
     "texts",
 ]
-
-T = TypeVar("T")
 
 #: Small collections keep examples fast while still covering empty, one and many.
 _MAX_ITEMS = 3
@@ -98,12 +96,17 @@ def _is_union(tp: object) -> bool:
     return typing.get_origin(tp) in (typing.Union, types.UnionType)
 
 
-@functools.cache
 def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
     """Valid values of the wire type ``tp``: a wire class, a union alias or a field type."""
+    return _strategy_for(tp)
+
+
+@functools.cache
+def _strategy_for(tp: Any) -> st.SearchStrategy[Any]:
     special = _SPECIAL.get(tp)
     if special is not None:
-        return special()
+        built: st.SearchStrategy[Any] = special()
+        return built
     if isinstance(tp, type) and attrs.has(tp):
         return _build_class(tp)
     if tp is str:
@@ -130,7 +133,7 @@ def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
     raise TypeError(f"no strategy for wire type {tp!r}")
 
 
-def _build_class(cls: type[T]) -> st.SearchStrategy[T]:
+def _build_class(cls: Any) -> st.SearchStrategy[Any]:
     fields = {}
     for a in attrs.fields(cls):
         bounded = _INT_FIELDS.get((cls, a.name))

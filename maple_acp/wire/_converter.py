@@ -151,6 +151,10 @@ def _is_str_keyed_dict(tp: object) -> bool:
     return typing.get_origin(tp) is dict and len(args) == 2 and args[0] is str
 
 
+def _equals(expected: object) -> Callable[[object], bool]:
+    return lambda tp: tp == expected
+
+
 def _is_wire_class(tp: object) -> bool:
     return isinstance(tp, type) and attrs.has(tp)
 
@@ -272,7 +276,8 @@ def _configure(converter: OrjsonConverter) -> None:
     for union in _TAGGED_UNIONS:
         union.register(converter)
     for union_type, structure in _UNTAGGED_UNIONS.items():
-        converter.register_structure_hook(union_type, structure)
+        # A predicate hook, so it outranks the preconf converter's primitive-union passthrough.
+        converter.register_structure_hook_func(_equals(union_type), structure)
 
 
 # --- leniency ---------------------------------------------------------------------------------
@@ -358,7 +363,7 @@ class _TaggedUnion:
             body: dict[str, Any] = converter.get_unstructure_hook(cls)(obj)
             return body if tag is None else {key: tag, **body}
 
-        converter.register_structure_hook(self.union, structure)
+        converter.register_structure_hook_func(_equals(self.union), structure)
         converter.register_unstructure_hook(self.union, unstructure)
 
 

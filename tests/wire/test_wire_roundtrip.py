@@ -11,10 +11,9 @@ from wire_types import WIRE_CLASSES, WIRE_UNIONS
 from maple_acp import wire
 from maple_acp.testing import strategies as acp_st
 
-
 #: A tenth of the profile's examples for each of the ~100 per-type tests keeps the directory fast;
 #: the union and method-table tests below draw the same types at full count.
-PER_TYPE = settings(max_examples=max(10, settings.default.max_examples // 10))
+PER_TYPE = settings(max_examples=max(10, settings().max_examples // 10))
 
 
 def _round_trip(obj: Any, tp: Any) -> Any:
@@ -150,12 +149,14 @@ def test_all_three_mcp_transports_parse(server: dict[str, Any], cls: str) -> Non
     assert type(request.mcp_servers[0]).__name__ == cls
 
 
-@pytest.mark.parametrize("kind", ["user_message_chunk", "agent_message_chunk", "agent_thought_chunk"])
+@pytest.mark.parametrize(
+    "kind", ["user_message_chunk", "agent_message_chunk", "agent_thought_chunk"]
+)
 @given(session_id=acp_st.texts(), message_id=acp_st.texts(), text=acp_st.texts(max_size=200))
 def test_fast_text_chunk_equals_the_typed_path(
     kind: wire.ChunkKind, session_id: str, message_id: str, text: str
 ) -> None:
-    variant = {
+    variant: Any = {
         "user_message_chunk": wire.UserMessageChunk,
         "agent_message_chunk": wire.AgentMessageChunk,
         "agent_thought_chunk": wire.AgentThoughtChunk,

@@ -17,7 +17,8 @@ WIRE_CLASSES: list[type[Any]] = sorted(
     (
         getattr(wire, name)
         for name in wire.__all__
-        if isinstance(getattr(wire, name), type) and attrs.has(getattr(wire, name))
+        if isinstance(getattr(wire, name), type)
+        and attrs.has(getattr(wire, name))
         and name != "MethodSpec"
     ),
     key=lambda cls: cls.__name__,

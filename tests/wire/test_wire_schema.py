@@ -1,0 +1,256 @@
+"""What we emit validates against the official ACP schema, and our fields match it key for key."""
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import attrs
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+from wire_types import WIRE_CLASSES
+
+from maple_acp import wire
+from maple_acp.testing import strategies as acp_st
+from maple_acp.wire._naming import wire_key
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_DIR = Path(
+    os.environ.get("ACP_SCHEMA_DIR") or REPO_ROOT.parent / "shared" / "acp-schema" / "v1"
+)
+
+if not (SCHEMA_DIR / "schema.json").is_file():
+    pytest.skip(
+        f"ACP schema not found at {SCHEMA_DIR} (set ACP_SCHEMA_DIR to the directory holding "
+        "schema.json and schema.unstable.json)",
+        allow_module_level=True,
+    )
+
+STABLE_DEFS: dict[str, Any] = json.loads((SCHEMA_DIR / "schema.json").read_text())["$defs"]
+UNSTABLE_DEFS: dict[str, Any] = json.loads((SCHEMA_DIR / "schema.unstable.json").read_text())[
+    "$defs"
+]
+
+_validators: dict[tuple[str, bool], Draft202012Validator] = {}
+
+
+def validate(instance: Any, definition: str, *, unstable: bool = False) -> None:
+    key = (definition, unstable)
+    if key not in _validators:
+        defs = UNSTABLE_DEFS if unstable else STABLE_DEFS
+        schema = {"$ref": f"#/$defs/{definition}", "$defs": defs}
+        Draft202012Validator.check_schema(schema)
+        _validators[key] = Draft202012Validator(schema)
+    _validators[key].validate(instance)
+
+
+def emitted(obj: Any, as_type: Any = None) -> Any:
+    """What a peer receives: the encoded bytes, parsed back."""
+    return orjson.loads(wire.encode(obj, as_type=as_type))
+
+
+#: Schema definition of each method's params and result, where ACP defines one.
+PARAMS_DEFS = {
+    "initialize": "InitializeRequest",
+    "session/new": "NewSessionRequest",
+    "session/load": "LoadSessionRequest",
+    "session/list": "ListSessionsRequest",
+    "session/prompt": "PromptRequest",
+    "session/cancel": "CancelNotification",
+    "session/close": "CloseSessionRequest",
+    "session/set_config_option": "SetSessionConfigOptionRequest",
+    "session/set_mode": "SetSessionModeRequest",
+    "session/update": "SessionNotification",
+    "session/request_permission": "RequestPermissionRequest",
+    "elicitation/create": "CreateElicitationRequest",
+    "$/cancel_request": "CancelRequestNotification",
+}
+RESULT_DEFS = {
+    "initialize": "InitializeResponse",
+    "session/new": "NewSessionResponse",
+    "session/load": "LoadSessionResponse",
+    "session/list": "ListSessionsResponse",
+    "session/close": "CloseSessionResponse",
+    "session/set_config_option": "SetSessionConfigOptionResponse",
+    "session/set_mode": "SetSessionModeResponse",
+    "session/request_permission": "RequestPermissionResponse",
+    "elicitation/create": "CreateElicitationResponse",
+}
+
+
+@given(acp_st.agent_results())
+def test_every_agent_result_validates(call: tuple[str, Any]) -> None:
+    method, result = call
+    data = emitted(result, wire.AGENT_METHODS[method].result)
+    if method == "session/prompt":
+        # ``usage`` is defined only by the unstable schema; the stable one must accept it too.
+        validate(data, "PromptResponse", unstable=True)
+        validate(data, "PromptResponse")
+    elif method in RESULT_DEFS:
+        validate(data, RESULT_DEFS[method])
+    else:
+        assert method in {"_session/goal"}
+        assert isinstance(data, dict)
+
+
+@given(acp_st.client_requests())
+def test_every_request_we_send_to_the_client_validates(call: tuple[str, Any]) -> None:
+    method, params = call
+    validate(emitted(params, wire.CLIENT_METHODS[method].params), PARAMS_DEFS[method])
+
+
+@given(acp_st.session_updates())
+def test_every_session_update_variant_validates(update: wire.SessionUpdate) -> None:
+    validate(emitted(update, wire.SessionUpdate), "SessionUpdate")
+    notification = wire.SessionNotification(session_id="s1", update=update)
+    validate(emitted(notification), "SessionNotification")
+
+
+@given(acp_st.agent_requests())
+def test_agent_requests_a_client_would_send_validate(call: tuple[str, Any]) -> None:
+    method, params = call
+    if method in PARAMS_DEFS:
+        validate(emitted(params, wire.AGENT_METHODS[method].params), PARAMS_DEFS[method])
+
+
+@given(acp_st.client_results())
+def test_client_answers_validate(call: tuple[str, Any]) -> None:
+    method, result = call
+    validate(emitted(result, wire.CLIENT_METHODS[method].result), RESULT_DEFS[method])
+
+
+@given(
+    st.builds(
+        wire.Usage,
+        **{
+            name: st.integers(0, 2**63)
+            for name in ("input_tokens", "output_tokens", "total_tokens")
+        },
+    )
+)
+def test_prompt_response_with_usage_validates_against_unstable(usage: wire.Usage) -> None:
+    response = wire.PromptResponse(stop_reason="end_turn", usage=usage)
+    validate(emitted(response), "PromptResponse", unstable=True)
+    validate(emitted(usage), "Usage", unstable=True)
+
+
+def test_the_initialize_response_we_advertise_validates() -> None:
+    response = wire.InitializeResponse(
+        protocol_version=1,
+        agent_capabilities=wire.AgentCapabilities(
+            load_session=True,
+            prompt_capabilities=wire.PromptCapabilities(),
+            mcp_capabilities=wire.McpCapabilities(http=True, sse=False),
+            session_capabilities=wire.SessionCapabilities(
+                list=wire.SessionListCapabilities(), close=wire.SessionCloseCapabilities()
+            ),
+        ),
+        agent_info=wire.Implementation(name="maple-acp", version="0.1.0"),
+        meta=wire.goal_capability_meta(
+            wire.GoalCapability(actions=("set", "pause", "resume", "clear"))
+        ),
+    )
+    data = emitted(response)
+    validate(data, "InitializeResponse")
+    assert data["_meta"]["goal"]["actions"] == ["set", "pause", "resume", "clear"]
+    assert data["agentCapabilities"]["promptCapabilities"] == {
+        "image": False,
+        "audio": False,
+        "embeddedContext": False,
+    }
+
+
+@given(
+    st.none()
+    | st.builds(
+        wire.GoalSnapshot,
+        objective=acp_st.texts(min_size=1),
+        status=st.sampled_from(["active", "paused", "blocked", "limited", "complete"]),
+        iterations=st.none() | st.integers(0, 1000),
+        created_at=st.none() | st.integers(0, 2**45),
+        updated_at=st.none() | st.integers(0, 2**45),
+        budgets=st.none() | acp_st.json_objects(),
+    )
+)
+def test_goal_session_info_update_validates(snapshot: wire.GoalSnapshot | None) -> None:
+    update = wire.goal_info_update(snapshot, title="t")
+    validate(emitted(update, wire.SessionUpdate), "SessionUpdate")
+
+
+def test_trust_elicitation_validates() -> None:
+    request = wire.CreateElicitationRequest(
+        message="Trust this project?",
+        session_id="s1",
+        requested_schema=wire.ElicitationSchema(
+            properties={"trust": wire.BooleanPropertySchema(title="Trust", default=False)},
+            required=("trust",),
+        ),
+    )
+    data = emitted(request)
+    validate(data, "CreateElicitationRequest")
+    assert data["mode"] == "form"
+    assert data["requestedSchema"]["properties"]["trust"]["type"] == "boolean"
+
+
+# --- field by field ------------------------------------------------------------------------------
+
+#: Schema definitions whose properties together make up each class, when not its own name.
+COMPOSED = {
+    "UserMessageChunk": ["ContentChunk"],
+    "AgentMessageChunk": ["ContentChunk"],
+    "AgentThoughtChunk": ["ContentChunk"],
+    "SessionConfigSelect": ["SessionConfigOption", "SessionConfigSelect"],
+    "SessionConfigBoolean": ["SessionConfigOption", "SessionConfigBoolean"],
+    "AuthMethod": ["AuthMethodAgent"],
+    "ElicitationAccept": ["CreateElicitationResponse", "ElicitationAcceptAction"],
+    "ElicitationDecline": ["CreateElicitationResponse"],
+    "ElicitationCancel": ["CreateElicitationResponse"],
+    "CreateElicitationRequest": [
+        "CreateElicitationRequest",
+        "ElicitationFormMode",
+        "ElicitationSessionScope",
+        "ElicitationRequestScope",
+    ],
+    "CancelledPermissionOutcome": [],
+    "SetSessionConfigOptionRequest": ["SetSessionConfigOptionRequest"],
+}
+#: Keys a class carries beyond its definitions' properties: the tags in ``anyOf`` branches.
+EXTRA_KEYS = {
+    "CreateElicitationRequest": {"mode"},
+    "SetSessionConfigOptionRequest": {"type", "value"},
+}
+#: Our own extensions, which the ACP schema does not define.
+EXTENSIONS = {
+    "BridgeHello",
+    "GoalCapability",
+    "GoalSnapshot",
+    "GoalControlRequest",
+    "GoalControlResponse",
+}
+
+
+ACP_CLASSES = [cls for cls in WIRE_CLASSES if cls.__name__ not in EXTENSIONS]
+
+
+@pytest.mark.parametrize("cls", ACP_CLASSES, ids=lambda cls: cls.__name__)
+def test_fields_match_the_schema_key_for_key(cls: type) -> None:
+    parts = COMPOSED.get(cls.__name__, [cls.__name__])
+    # ``usage`` on the prompt response is the one unstable field we emit on purpose.
+    defs = {
+        **STABLE_DEFS,
+        "Usage": UNSTABLE_DEFS["Usage"],
+        "PromptResponse": UNSTABLE_DEFS["PromptResponse"],
+    }
+    schema_keys: set[str] = set()
+    required: set[str] = set()
+    for part in parts:
+        schema_keys |= set(defs[part].get("properties", {}))
+        required |= set(defs[part].get("required", []))
+    ours = {wire_key(a.name) for a in attrs.fields(cls)}
+    assert ours - EXTRA_KEYS.get(cls.__name__, set()) == schema_keys
+    if len(parts) == 1 and cls.__name__ not in EXTRA_KEYS:
+        mandatory = {wire_key(a.name) for a in attrs.fields(cls) if a.default is attrs.NOTHING}
+        assert mandatory == required
