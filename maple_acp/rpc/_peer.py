@@ -21,12 +21,7 @@ from maple_acp.wire._errors import (
     ProtocolError,
 )
 
-from ._credit import (
-    FRAME_OVERHEAD_BYTES,
-    MAX_OUTBOUND_BYTES,
-    MAX_OUTBOUND_LINES,
-    OutboundCredit,
-)
+from ._credit import MAX_OUTBOUND_BYTES, MAX_OUTBOUND_LINES, OutboundCredit
 from ._envelope import (
     ErrorResponse,
     InvalidMessage,
@@ -306,22 +301,11 @@ class JsonRpcPeer:
             raise ConnectionClosed(self._close_reason)
 
     async def _send(self, line: bytes) -> None:
-        # The streaming hot path: no scheduler pass while credit is available.
-        charge = len(line) + FRAME_OVERHEAD_BYTES
-        if self._closed:
-            raise ConnectionClosed(self._close_reason)
-        await trio.lowlevel.checkpoint_if_cancelled()
-        if self._credit_waiters or not self._credit.try_acquire(charge):
-            await self._wait_for_credit(charge)
-        self._outbox.append((line, charge))
-        self._queued += 1
-        if self._writer_parked:
-            # Cleared here, not when the writer resumes: one wake-up per batch, not per line.
-            self._writer_parked = False
-            self._writer_lot.unpark()
+        self._enqueue(line, await self._acquire(len(line)))
 
     async def _acquire(self, size: int) -> int:
-        charge = size + FRAME_OVERHEAD_BYTES
+        # The streaming hot path: no scheduler pass while credit is available.
+        charge = OutboundCredit.charge_for(size)
         if self._closed:
             raise ConnectionClosed(self._close_reason)
         await trio.lowlevel.checkpoint_if_cancelled()
