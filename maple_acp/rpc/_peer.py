@@ -229,18 +229,27 @@ class JsonRpcPeer:
 
     # --- sending ----------------------------------------------------------------------------
 
-    async def request(self, method: str, params: Any = None, *, hold_credit: bool = False) -> Any:
+    async def request(
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        hold_credit: bool = False,
+        cancel_remote: bool = False,
+    ) -> Any:
         """Send a request and return its result (``None`` for ``result: null``).
 
         ``params`` is anything orjson encodes; an ``orjson.Fragment`` carries pre-encoded
         JSON. With ``hold_credit`` the request's outbound credit stays taken until its answer
         arrives, the call is cancelled or the connection ends (a permission request must not
-        let more output past it while it is open).
+        let more output past it while it is open). With ``cancel_remote``, abandoning the call
+        also tells the other side with ``$/cancel_request``; that notice is queued at once,
+        without waiting for credit, because the caller is being cancelled and cannot wait.
 
         Resource handling: the request's id stays in the pending table only while this call
         waits; cancelling the caller abandons the request (the id is forgotten, a late answer
         is dropped with a debug log, held credit is given back). Nothing is sent to the other
-        side on cancellation.
+        side on cancellation unless ``cancel_remote`` is set.
 
         Error handling: raises :class:`ProtocolError` for an error answer (and for a malformed
         answer to this id), :class:`ConnectionClosed` if the connection ends first (every
@@ -259,6 +268,9 @@ class JsonRpcPeer:
         finally:
             if self._pending.pop(msg_id) is not None:
                 logger.debug("abandoned outgoing request %d (%s)", msg_id, method)
+                if cancel_remote and not self._closed:
+                    notice = encode_notification(CANCEL_REQUEST_METHOD, {"requestId": msg_id})
+                    self._enqueue(notice, 0)
             if hold_credit:
                 self._release(charge)
         if call.error is not None:

@@ -10,6 +10,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import orjson
@@ -837,3 +838,54 @@ async def test_a_request_cancelled_while_waiting_for_credit_leaves_no_pending_en
             assert sent["method"] == "sent"
             await raw.send({"jsonrpc": "2.0", "id": sent["id"], "result": [1]})
         assert results == [[1]]
+
+
+async def test_an_abandoned_request_can_tell_the_other_side(
+    make_pair: Callable[[], StreamPair],
+) -> None:
+    async with peer_and_raw(make_pair) as (peer, raw):
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+
+                async def ask() -> None:
+                    await peer.request("slow", cancel_remote=True)
+
+                nursery.start_soon(ask)
+                sent = await raw.read()
+                scope.cancel()
+        notice = await raw.read()
+        assert notice == {
+            "jsonrpc": "2.0",
+            "method": "$/cancel_request",
+            "params": {"requestId": sent["id"]},
+        }
+        # Credit was not taken for the notice, and the request's own was given back.
+        await peer.drain()
+        assert peer.credit.lines_in_use == 0
+
+
+async def test_two_peers_cancel_across_the_wire() -> None:
+    started = trio.Event()
+    handler_cancelled = trio.Event()
+
+    async def slow(method: str, params: Params) -> Any:
+        started.set()
+        try:
+            await trio.sleep_forever()
+        finally:
+            handler_cancelled.set()
+
+    left_stream, right_stream = socket_pair()
+    left = JsonRpcPeer(left_stream)
+    right = JsonRpcPeer(right_stream, on_request=slow)
+    async with serving(left), serving(right):
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(partial(left.request, "work", cancel_remote=True))
+                await started.wait()
+                scope.cancel()
+        await handler_cancelled.wait()
+        # Its -32800 answer reaches a caller that is gone and is dropped; both stay usable.
+        with pytest.raises(ProtocolError) as unknown:
+            await right.request("anything")
+        assert unknown.value.code == -32601
