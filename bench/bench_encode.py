@@ -138,6 +138,10 @@ def peer_writer(count: int, *, pre_encoded: bool) -> Callable[[trio.SocketStream
     return produce
 
 
+def row(label: str, value: str) -> None:
+    print(f"  {label:<34}{value:>18}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=200_000)
@@ -148,18 +152,18 @@ def main() -> None:
     baseline = best_rate(count, plain_orjson)
     ours = best_rate(count, rpc_encode_and_frame)
     print(f"frame: {len(line)} bytes, text {len(TEXT)} bytes, {count} lines x {ROUNDS} rounds")
-    print(f"orjson.dumps of the dict:           {baseline:>12,.0f} lines/s")
-    print(f"rpc encode_notification (framed): {ours:>12,.0f} lines/s")
-    print(f"ratio rpc / orjson:                 {ours / baseline:>12.2f}")
+    row("orjson.dumps of the dict", f"{baseline:,.0f} lines/s")
+    row("rpc encode_notification (framed)", f"{ours:,.0f} lines/s")
+    row("ratio rpc / orjson.dumps", f"{ours / baseline:.2f}")
     peer_count = count // 2
     floor = over_socketpair(peer_count, inline_writer(peer_count))
     notify = over_socketpair(peer_count, peer_writer(peer_count, pre_encoded=False))
     encoded = over_socketpair(peer_count, peer_writer(peer_count, pre_encoded=True))
-    print(f"socketpair to a discarding reader, {peer_count} lines each:")
-    print(f"  inline dumps + 64 KiB send_all: {floor:>12,.0f} lines/s")
-    print(f"  peer.notify:                    {notify:>12,.0f} lines/s")
-    print(f"  peer.notify_encoded:            {encoded:>12,.0f} lines/s")
-    print(f"  ratio notify / inline writer:   {notify / floor:>12.2f}")
+    print(f"socketpair to a discarding reader process, {peer_count} lines each:")
+    row("inline dumps + 64 KiB send_all", f"{floor:,.0f} lines/s")
+    row("peer.notify", f"{notify:,.0f} lines/s")
+    row("peer.notify_encoded", f"{encoded:,.0f} lines/s")
+    row("ratio peer.notify / inline", f"{notify / floor:.2f}")
 
 
 if __name__ == "__main__":
