@@ -24,7 +24,6 @@ from maple_acp.wire._errors import (
 from ._credit import MAX_OUTBOUND_BYTES, MAX_OUTBOUND_LINES, OutboundCredit
 from ._envelope import (
     ErrorResponse,
-    InvalidMessage,
     Notification,
     Params,
     Request,
@@ -144,7 +143,7 @@ class JsonRpcPeer:
         self._finished = trio.Event()
         self._closed = False
         self._close_reason = ""
-        self._malformed_seen = 0
+        self._peer_faults = 0
 
     # --- state ------------------------------------------------------------------------------
 
@@ -426,47 +425,40 @@ class JsonRpcPeer:
 
     async def _dispatch(self, line: bytes, nursery: trio.Nursery) -> None:
         message = parse_message(line)
-        kind = type(message)
-        if kind is Notification:
-            assert isinstance(message, Notification)
+        if isinstance(message, Notification):
             await self._handle_notification(message)
-        elif kind is Request:
-            assert isinstance(message, Request)
+        elif isinstance(message, Request):
             await self._start_request(message, nursery)
-        elif kind is Response:
-            assert isinstance(message, Response)
+        elif isinstance(message, Response):
             call = self._pending.pop(message.id)
             if call is None:
                 logger.debug("dropping an answer for unknown or abandoned id %r", message.id)
             else:
                 call.finish(result=message.result)
-        elif kind is ErrorResponse:
-            assert isinstance(message, ErrorResponse)
-            self._handle_error_response(message)
+        elif isinstance(message, ErrorResponse):
+            if message.id is None:
+                self._log_peer_fault(
+                    "the other side reported an error: %d %s", message.code, message.message
+                )
+                return
+            call = self._pending.pop(message.id)
+            if call is None:
+                logger.debug("dropping an error answer for unknown or abandoned id %r", message.id)
+            else:
+                call.finish(error=message.to_exception())
         else:
-            assert isinstance(message, InvalidMessage)
             reply = message.reply
-            self._malformed_seen += 1
-            # The first one is worth an operator's attention; a flood of them is not.
-            level = logging.INFO if self._malformed_seen == 1 else logging.DEBUG
-            logger.log(level, "answering a malformed message: %s", reply.message)
+            self._log_peer_fault("answering a malformed message: %s", reply.message)
             if message.response_id is not None:
                 call = self._pending.pop(message.response_id)
                 if call is not None:
                     call.finish(error=reply.to_exception())
             await self._send(encode_error(reply.id, reply.to_exception()))
 
-    def _handle_error_response(self, message: ErrorResponse) -> None:
-        if message.id is None:
-            logger.warning(
-                "the other side reported an error with no id: %d %s", message.code, message.message
-            )
-            return
-        call = self._pending.pop(message.id)
-        if call is None:
-            logger.debug("dropping an error answer for unknown or abandoned id %r", message.id)
-        else:
-            call.finish(error=message.to_exception())
+    def _log_peer_fault(self, text: str, *args: object) -> None:
+        # The first one is worth an operator's attention; a flood of them is not.
+        self._peer_faults += 1
+        logger.log(logging.INFO if self._peer_faults == 1 else logging.DEBUG, text, *args)
 
     async def _handle_notification(self, message: Notification) -> None:
         if message.method == CANCEL_REQUEST_METHOD:
