@@ -889,3 +889,15 @@ async def test_two_peers_cancel_across_the_wire() -> None:
         with pytest.raises(ProtocolError) as unknown:
             await right.request("anything")
         assert unknown.value.code == -32601
+
+
+async def test_answers_nobody_asked_for_get_no_reply(make_pair: Callable[[], StreamPair]) -> None:
+    async with peer_and_raw(make_pair, on_request=echo_handler) as (peer, raw):
+        # An error about our own output, answers to ids never sent, or sent as strings:
+        # none of them may provoke a reply, or two peers could echo errors forever.
+        await raw.send({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "x"}})
+        await raw.send({"jsonrpc": "2.0", "id": 999, "result": None})
+        await raw.send({"jsonrpc": "2.0", "id": "1", "error": {"code": 1, "message": "m"}})
+        await raw.send(request_line(5, "echo", ["next"]))
+        assert await raw.read() == {"jsonrpc": "2.0", "id": 5, "result": ["next"]}
+        assert not peer.closed
