@@ -143,6 +143,7 @@ class JsonRpcPeer:
         self._finished = trio.Event()
         self._closed = False
         self._close_reason = ""
+        self._frames_received = 0
         self._peer_faults = 0
 
     # --- state ------------------------------------------------------------------------------
@@ -155,6 +156,12 @@ class JsonRpcPeer:
     def close_reason(self) -> str:
         """Why the connection ended; empty while it is open."""
         return self._close_reason
+
+    @property
+    def frames_received(self) -> int:
+        """Inbound lines dispatched so far, the current one included (a handler can tell
+        whether its message was the first frame of the connection)."""
+        return self._frames_received
 
     @property
     def credit(self) -> OutboundCredit:
@@ -424,6 +431,7 @@ class JsonRpcPeer:
         self._end(reason)
 
     async def _dispatch(self, line: bytes, nursery: trio.Nursery) -> None:
+        self._frames_received += 1
         message = parse_message(line)
         if isinstance(message, Notification):
             await self._handle_notification(message)

@@ -1,0 +1,35 @@
+"""The inbound frame counter a handler uses to tell whether its message came first."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from maple_acp.rpc import JsonRpcPeer, Params
+
+
+async def test_counter_sees_request_before_a_later_notification() -> None:
+    """A request's handler task starts after the reader has moved on, so arrival order can
+    only be read from the counter taken at dispatch time."""
+    seen: list[tuple[str, int]] = []
+    near, far = trio.testing.memory_stream_pair()
+
+    async def on_request(method: str, params: Params) -> None:
+        return None
+
+    async def on_notification(method: str, params: Params) -> None:
+        seen.append((method, peer.frames_received))
+
+    peer = JsonRpcPeer(near, on_request=on_request, on_notification=on_notification)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(peer.serve)
+        assert peer.frames_received == 0
+        await far.send_all(
+            b'{"jsonrpc":"2.0","method":"first/note"}\n'
+            b'{"jsonrpc":"2.0","id":1,"method":"work"}\n'
+            b"\n"
+            b'{"jsonrpc":"2.0","method":"later/note"}\n'
+        )
+        await trio.testing.wait_all_tasks_blocked()
+        assert seen == [("first/note", 1), ("later/note", 3)]
+        await peer.aclose()
