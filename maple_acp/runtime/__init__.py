@@ -1,1 +1,234 @@
-"""runtime."""
+"""The transport-neutral runtime facade: tasks, runs, events, permissions, models, leases,
+project trust and goals. Nothing here knows ACP; the ACP edge and a host's own UI are sibling
+callers of this API.
+
+Lifecycle
+    ``service = AgentService(store=..., backend=..., catalog=..., policy=...)`` then
+    ``await nursery.start(service.serve)`` (or ``async with service:``). ``serve`` sweeps
+    stranded provisional tasks before it reports ready, then sweeps expired ones periodically.
+    ``service.sign_in(account)`` / ``sign_out()``: a new account starts a new *generation*;
+    every lease of the old one is revoked and every operation captured before is refused with
+    ``RuntimeRejection(ACCOUNT_CHANGED)``. ``await service.drain()`` stops admitting
+    (``SHUTTING_DOWN``) and cancels runs within ``DRAIN_BOUND_S``. ``service.status()`` counts
+    leases and active runs.
+
+Rejections
+    Every refusal is ``RuntimeRejection`` with ``.kind`` (a ``RejectionKind``) and a safe,
+    bounded, one-line ``.message``. A caller maps each kind to one answer. For JSON-RPC:
+    ``INVALID_CWD``, ``INVALID_RELAY``, ``INVALID_CURSOR``, ``INVALID_GOAL``, ``UNKNOWN_MODEL``,
+    ``MODEL_LOCKED``, ``MODEL_RETIRED`` are bad params; ``RUN_ACTIVE``, ``TASK_LEASED``,
+    ``WRONG_POLICY``, ``GOAL_STATE``, ``TRUST_BUSY``, ``LEASE_REVOKED`` are state conflicts;
+    ``TASK_NOT_FOUND``, ``WRONG_ACCOUNT``, ``ROOT_MISMATCH`` mean an unknown or not-owned task;
+    ``NOT_SIGNED_IN``, ``ACCOUNT_CHANGED``, ``SHUTTING_DOWN`` mean the runtime cannot serve.
+
+Leases
+    A ``SessionLease`` is one caller's exclusive, revocable hold on one task, served in the
+    caller's nursery: ``lease = await nursery.start(service.serve_new_task, cwd, relay=...,
+    router_factory=...)`` creates a provisional task; ``await nursery.start(service.serve_task,
+    task_id, cwd, ...)`` attaches to an existing one (refusals in order: ``TASK_NOT_FOUND``,
+    ``WRONG_ACCOUNT``, ``ROOT_MISMATCH``, ``WRONG_POLICY``, ``RUN_ACTIVE``, ``TASK_LEASED``,
+    ``MODEL_RETIRED``). ``router_factory(nursery)`` runs inside the lease's own nursery before
+    the lease is handed out, so a lease-scoped ``ExternalToolRouter`` is connected before
+    ownership is committed. The lease's ``ToolContext`` holds the relay values (allow-listed,
+    bounded; they reach only children started by ``ToolContext.run_shell``) and the router.
+    ``lease.revoke()`` is synchronous: the run is cancelled, permissions deny, relay values and
+    router are dropped, child process groups get SIGTERM. ``await lease.drain()`` is the
+    operation barrier; ``await lease.release(close=True|False)`` finishes cleanup (SIGKILL of
+    what is left; a close deletes this lease's own never-prompted task if its row is unchanged,
+    a disconnect starts the provisional grace period). A revoked lease blocks the task for
+    others until its cleanup ends. A caller with a deadline (the ACP close rule) wraps
+    cancel + drain + release in one ``trio.move_on_at``; cleanup goes on without it.
+
+Tasks
+    ``service.list_tasks(cwd=..., cursor=...)`` pages (≤ 100, opaque cursor) through the
+    account's caller-mediated, non-provisional tasks, newest first. ``lease.history()`` (or
+    ``service.task_history``) gives the ordered history ready for replay: an ended tool row's
+    ``text`` is its terminal output text.
+
+Runs and events
+    ``run = await lease.start_run(text)`` admits the user message durably, then starts the
+    backend turn (one active run per task; ``RUN_ACTIVE`` otherwise; a running goal cycle is
+    cancelled first). ``async for event in run.events()`` yields ``TextChunk``/``ThoughtChunk``
+    (stable ``message_id``), ``ToolRow`` (``first`` for the first row of a tool id),
+    ``PermissionRequest``, ``UsageUpdate``, ``TitleChanged``, ``RunNotice`` and, last,
+    ``RunEnded``. A failed run's text arrives as a terminal ``RunNotice`` before ``RunEnded``.
+    ``run.cancel()``; ``await run.wait()`` gives the retained ``RunOutcome`` (state, failure
+    text ≤ 500 chars, this run's usage only).
+
+    Backpressure: a run's queue holds ``RUN_EVENT_QUEUE`` (256) events. The backend's awaited
+    sends wait for room, so a slow reader slows the backend with bounded memory. A producer that
+    cannot wait (``Turn.send_text_nowait``, for host callbacks) that finds the queue full
+    cancels that exact run: a terminal ``RunNotice`` tells why, nothing is silently dropped.
+
+Permissions
+    The host's ``PermissionPolicy`` classifies each tool request as allow or ask;
+    ``external_mcp`` is always ask. An ask becomes a ``PermissionRequest`` with an opaque
+    single-use ``responder``; answer ``responder.answer("allow_once"|"deny_once")`` (or
+    ``run.answer(id, ...)``). An unknown id, a second answer, another run's id, an unknown
+    option or an answer after cancel/revoke denies every pending request of the run and
+    cancels it. Cancelling a run denies what is pending; the wait lives in the run's scope.
+
+Models
+    ``await service.model_choices(refresh=...)``: the host ``ModelCatalog`` read with one 30 s
+    bound, account generation re-checked after, chat models only, host default first and still
+    offered if a refresh fails. ``service.cached_model_choices()`` never waits (for creating
+    sessions). ``lease.set_model(id)`` works until the first admitted message, then raises
+    ``MODEL_LOCKED`` for any other model.
+
+Trust
+    ``await lease.trust_status()`` before the first prompt: ``decision_needed`` when the
+    project has a real, non-symlinked ``.agents/skills/**/SKILL.md`` and no saved decision.
+    ``await lease.decide_trust(trusted)`` saves it (per account and canonical directory) and
+    rebuilds ``lease.skills``; only a trusted project's skills reach the backend.
+
+Goals
+    ``lease.set_goal(objective)`` / ``pause_goal()`` / ``resume_goal()`` / ``clear_goal()``.
+    While the goal is active and the task quiescent, the lease runs autonomous cycles through
+    the backend. ``lease.session_events()`` is the stream outside any prompt: ``GoalChanged``
+    (snapshot or ``None``), ``CycleStarted(run)`` (read its events like a prompt's) and
+    ``LeaseRevoked``.
+"""
+
+from maple_acp.runtime._backend import AgentBackend, GoalProgress, TurnFailed
+from maple_acp.runtime._errors import (
+    MAX_MESSAGE_CHARS,
+    RejectionKind,
+    RuntimeRejection,
+    bounded_text,
+)
+from maple_acp.runtime._events import (
+    CycleStarted,
+    GoalChanged,
+    LeaseRevoked,
+    PermissionRequest,
+    RunEnded,
+    RunEvent,
+    RunKind,
+    RunNotice,
+    RunOutcome,
+    RunState,
+    SessionEvent,
+    TextChunk,
+    ThoughtChunk,
+    TitleChanged,
+    ToolRow,
+    UsageUpdate,
+)
+from maple_acp.runtime._goals import MAX_GOAL_ITERATIONS, MAX_GOAL_OBJECTIVE_CHARS
+from maple_acp.runtime._lease import (
+    LEASE_CLEANUP_BOUND_S,
+    SESSION_EVENT_QUEUE,
+    RouterFactory,
+    SessionEvents,
+    SessionLease,
+    TrustStatus,
+)
+from maple_acp.runtime._models import (
+    MODEL_CACHE_TTL_S,
+    MODEL_DISCOVERY_BOUND_S,
+    ModelCatalog,
+    ModelChoices,
+    ModelInfo,
+    StaticModelCatalog,
+)
+from maple_acp.runtime._permissions import (
+    EXTERNAL_MCP_TOOL,
+    AskForTools,
+    PermissionAnswer,
+    PermissionClass,
+    PermissionPolicy,
+    PermissionResponder,
+    ToolRequest,
+)
+from maple_acp.runtime._run import RUN_EVENT_QUEUE, Run, Turn
+from maple_acp.runtime._service import (
+    DEFAULT_PROVISIONAL_GRACE_S,
+    DRAIN_BOUND_S,
+    MAX_LIST_PAGE,
+    PROVISIONAL_SWEEP_INTERVAL_S,
+    AgentService,
+    ServiceStatus,
+    TaskListing,
+    canonical_directory,
+)
+from maple_acp.runtime._tools import (
+    MAX_RELAY_TOTAL_BYTES,
+    MAX_RELAY_VALUE_BYTES,
+    MAX_RELAY_VALUES,
+    ExternalToolDefinition,
+    ExternalToolRouter,
+    ShellResult,
+    ToolContext,
+    ToolUnavailable,
+    validate_relay_values,
+)
+from maple_acp.runtime._trust import SkillInfo, find_project_skills
+
+__all__ = [
+    "DEFAULT_PROVISIONAL_GRACE_S",
+    "DRAIN_BOUND_S",
+    "EXTERNAL_MCP_TOOL",
+    "LEASE_CLEANUP_BOUND_S",
+    "MAX_GOAL_ITERATIONS",
+    "MAX_GOAL_OBJECTIVE_CHARS",
+    "MAX_LIST_PAGE",
+    "MAX_MESSAGE_CHARS",
+    "MAX_RELAY_TOTAL_BYTES",
+    "MAX_RELAY_VALUES",
+    "MAX_RELAY_VALUE_BYTES",
+    "MODEL_CACHE_TTL_S",
+    "MODEL_DISCOVERY_BOUND_S",
+    "PROVISIONAL_SWEEP_INTERVAL_S",
+    "RUN_EVENT_QUEUE",
+    "SESSION_EVENT_QUEUE",
+    "AgentBackend",
+    "AgentService",
+    "AskForTools",
+    "CycleStarted",
+    "ExternalToolDefinition",
+    "ExternalToolRouter",
+    "GoalChanged",
+    "GoalProgress",
+    "LeaseRevoked",
+    "ModelCatalog",
+    "ModelChoices",
+    "ModelInfo",
+    "PermissionAnswer",
+    "PermissionClass",
+    "PermissionPolicy",
+    "PermissionRequest",
+    "PermissionResponder",
+    "RejectionKind",
+    "RouterFactory",
+    "Run",
+    "RunEnded",
+    "RunEvent",
+    "RunKind",
+    "RunNotice",
+    "RunOutcome",
+    "RunState",
+    "RuntimeRejection",
+    "ServiceStatus",
+    "SessionEvent",
+    "SessionEvents",
+    "SessionLease",
+    "ShellResult",
+    "SkillInfo",
+    "StaticModelCatalog",
+    "TaskListing",
+    "TextChunk",
+    "ThoughtChunk",
+    "TitleChanged",
+    "ToolContext",
+    "ToolRequest",
+    "ToolRow",
+    "ToolUnavailable",
+    "TrustStatus",
+    "Turn",
+    "TurnFailed",
+    "UsageUpdate",
+    "bounded_text",
+    "canonical_directory",
+    "find_project_skills",
+    "validate_relay_values",
+]

@@ -1,0 +1,39 @@
+"""The ``AgentBackend`` protocol: the host's agent engine, driven one turn at a time."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+import attrs
+
+from maple_acp.store import GoalStatus
+
+if TYPE_CHECKING:
+    from maple_acp.runtime._run import Turn
+
+
+class TurnFailed(Exception):
+    """Raised by a backend to end its turn as failed. ``str(exc)`` becomes the run's failure
+    text (bounded to one line of 500 characters), so it must be safe to show."""
+
+
+@attrs.frozen(kw_only=True)
+class GoalProgress:
+    """What one autonomous goal cycle concluded. ``ACTIVE`` asks for another cycle."""
+
+    status: GoalStatus = GoalStatus.ACTIVE
+    reason: str = ""
+
+
+class AgentBackend(Protocol):
+    """The host's agent engine.
+
+    ``run_turn`` is called once per run, inside the run's cancel scope: for a prompt (whose user
+    message is already durably admitted) or for an autonomous goal cycle (``turn.kind``). It
+    reports everything through ``turn`` and returns when the turn is over. Raising
+    ``TurnFailed`` fails the run with that text; any other exception fails it with a generic
+    text. Cancellation (``session/cancel``, revocation, a prompt preempting a goal cycle) arrives
+    as ``trio.Cancelled`` at the backend's next checkpoint.
+    """
+
+    async def run_turn(self, turn: Turn) -> None: ...

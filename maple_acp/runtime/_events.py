@@ -1,0 +1,153 @@
+"""What a run and a lease report: run events (one ordered stream per run) and session events
+(one stream per lease, outside any prompt)."""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, TypeAlias
+
+import attrs
+
+from maple_acp.store import GoalRecord, ToolState, Usage
+
+if TYPE_CHECKING:
+    from maple_acp.runtime._permissions import PermissionResponder, ToolRequest
+    from maple_acp.runtime._run import Run
+
+
+class RunState(enum.Enum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+class RunKind(enum.Enum):
+    #: A turn started by a caller's prompt (its user message was admitted first).
+    PROMPT = "prompt"
+    #: An autonomous goal cycle started by the runtime while the task was quiescent.
+    GOAL_CYCLE = "goal_cycle"
+
+
+@attrs.frozen(kw_only=True)
+class RunOutcome:
+    """The retained terminal state of one run."""
+
+    state: RunState
+    #: For a failed run: one bounded line (≤ 500 chars) saying why; else ``None``.
+    failure: str | None = None
+    #: Token usage of exactly this run (never cumulative across runs).
+    usage: Usage = attrs.field(factory=Usage)
+    #: The run was cancelled because its event queue overflowed.
+    overflowed: bool = False
+
+
+@attrs.frozen
+class TextChunk:
+    """A piece of agent message text; chunks of one message share ``message_id``, which is also
+    the message's id in the task history."""
+
+    run_id: str
+    message_id: str
+    text: str
+
+
+@attrs.frozen
+class ThoughtChunk:
+    """A piece of agent reasoning text, with the same id rules as ``TextChunk``."""
+
+    run_id: str
+    message_id: str
+    text: str
+
+
+@attrs.frozen
+class ToolRow:
+    """One state of a tool call. ``first`` is true for the first row of ``tool_id`` in this
+    run; later rows of the same id carry the updated state."""
+
+    run_id: str
+    tool_id: str
+    first: bool
+    tool: ToolState
+
+
+@attrs.frozen
+class PermissionRequest:
+    """The run waits for its caller's decision on ``request``: answer through ``responder``
+    (or ``Run.answer`` with ``responder.id``). Only allow-once and deny-once exist."""
+
+    run_id: str
+    responder: PermissionResponder
+    request: ToolRequest
+
+
+@attrs.frozen
+class UsageUpdate:
+    """Token usage of this run so far."""
+
+    run_id: str
+    usage: Usage
+
+
+@attrs.frozen
+class TitleChanged:
+    run_id: str
+    title: str
+
+
+@attrs.frozen
+class RunNotice:
+    """A message for the caller about the run itself (not agent text). ``terminal`` notices
+    come right before ``RunEnded``: the failure text of a failed run, or the overflow notice."""
+
+    run_id: str
+    text: str
+    terminal: bool = False
+
+
+@attrs.frozen
+class RunEnded:
+    """Always the last event of a run."""
+
+    run_id: str
+    outcome: RunOutcome
+
+
+RunEvent: TypeAlias = (
+    TextChunk
+    | ThoughtChunk
+    | ToolRow
+    | PermissionRequest
+    | UsageUpdate
+    | TitleChanged
+    | RunNotice
+    | RunEnded
+)
+
+
+@attrs.frozen
+class GoalChanged:
+    """The task's goal changed; ``goal`` is the new snapshot, ``None`` when cleared."""
+
+    task_id: str
+    goal: GoalRecord | None
+
+
+@attrs.frozen
+class CycleStarted:
+    """The runtime started an autonomous goal cycle. Consume ``run.events()`` exactly as for
+    a prompt's run; nobody else will."""
+
+    run: Run
+
+
+@attrs.frozen
+class LeaseRevoked:
+    """The lease lost its capabilities (sign-out, account change, drain or revocation). Its
+    holder should release it."""
+
+    reason: str
+
+
+SessionEvent: TypeAlias = GoalChanged | CycleStarted | LeaseRevoked

@@ -1,0 +1,165 @@
+"""Tool permissions: the host's policy, and exact-run responders that fail closed."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import secrets
+from collections.abc import Callable, Collection
+from typing import Any, Protocol
+
+import attrs
+import trio
+
+logger = logging.getLogger(__name__)
+
+#: The one static tool through which a lease's external MCP tools are reached. Always ask-before,
+#: whatever the policy or a server's metadata says: the servers are supplied by the caller.
+EXTERNAL_MCP_TOOL = "external_mcp"
+
+
+class PermissionAnswer(enum.StrEnum):
+    """The only two answers a caller can give; there is no "always"."""
+
+    ALLOW_ONCE = "allow_once"
+    DENY_ONCE = "deny_once"
+
+
+class PermissionClass(enum.Enum):
+    #: The host's own classifier covers the request; the run proceeds without asking.
+    ALLOW = "allow"
+    #: The run's caller decides.
+    ASK = "ask"
+
+
+@attrs.frozen(kw_only=True)
+class ToolRequest:
+    """A tool call the backend wants to make, as the policy and the caller see it."""
+
+    tool_id: str
+    name: str
+    title: str = ""
+    #: JSON-ready arguments of the call.
+    raw_input: Any = None
+
+
+class PermissionPolicy(Protocol):
+    """Host-supplied classifier of tool requests. ``external_mcp`` is asked whatever this
+    returns."""
+
+    def classify(self, request: ToolRequest) -> PermissionClass: ...
+
+
+@attrs.frozen
+class AskForTools:
+    """A policy that asks for the named tools and allows every other one."""
+
+    names: frozenset[str]
+
+    def classify(self, request: ToolRequest) -> PermissionClass:
+        return PermissionClass.ASK if request.name in self.names else PermissionClass.ALLOW
+
+
+def classify(policy: PermissionPolicy, request: ToolRequest) -> PermissionClass:
+    if request.name == EXTERNAL_MCP_TOOL:
+        return PermissionClass.ASK
+    return policy.classify(request)
+
+
+class PermissionResponder:
+    """The opaque, single-use handle that answers one permission request of one run."""
+
+    __slots__ = ("_broker", "id", "run_id")
+
+    def __init__(self, broker: PermissionBroker, responder_id: str) -> None:
+        self._broker = broker
+        self.id = responder_id
+        self.run_id = broker.run_id
+
+    def answer(self, answer: str) -> bool:
+        """Answer this request. True if the answer was accepted; any invalid form (an unknown
+        option, a second answer, an answer after the run was cancelled) denies every pending
+        request of the run and cancels it, and returns False."""
+        return self._broker.answer(self.id, answer)
+
+    def __repr__(self) -> str:
+        return f"PermissionResponder(run={self.run_id})"
+
+
+class _Pending:
+    __slots__ = ("allowed", "done")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.allowed = False
+
+
+class PermissionBroker:
+    """Every permission wait of one run. Not shared across runs, so an answer addressed to a
+    run can only resolve that run's own requests."""
+
+    def __init__(self, run_id: str, cancel_run: Callable[[], None]) -> None:
+        self.run_id = run_id
+        self._cancel_run = cancel_run
+        self._pending: dict[str, _Pending] = {}
+        self._used: set[str] = set()
+        self._closed = False
+
+    def open_request(self) -> PermissionResponder:
+        responder_id = secrets.token_urlsafe(16)
+        self._pending[responder_id] = _Pending()
+        return PermissionResponder(self, responder_id)
+
+    async def wait(self, responder: PermissionResponder) -> bool:
+        """Wait (in the caller's cancel scope, which is the run's) for the answer. A
+        cancellation resolves the request as denied before it propagates."""
+        pending = self._pending.get(responder.id)
+        if pending is None:
+            return False
+        try:
+            await pending.done.wait()
+            return pending.allowed
+        finally:
+            if not pending.done.is_set():
+                self._resolve(responder.id, allowed=False)
+
+    def answer(self, responder_id: str, answer: str) -> bool:
+        pending = self._pending.get(responder_id)
+        valid = (
+            not self._closed
+            and pending is not None
+            and not pending.done.is_set()
+            and answer in (PermissionAnswer.ALLOW_ONCE.value, PermissionAnswer.DENY_ONCE.value)
+        )
+        if not valid:
+            logger.info("fail-closed permission answer for run %s", self.run_id)
+            self.fail_closed()
+            return False
+        self._resolve(responder_id, allowed=answer == PermissionAnswer.ALLOW_ONCE.value)
+        return True
+
+    def fail_closed(self) -> None:
+        """Deny every pending request and cancel the run."""
+        self.deny_all()
+        self._cancel_run()
+
+    def deny_all(self) -> None:
+        for responder_id in list(self._pending):
+            self._resolve(responder_id, allowed=False)
+
+    def close(self) -> None:
+        """The run ended or was cancelled: deny what is pending, refuse every later answer."""
+        self._closed = True
+        self.deny_all()
+
+    @property
+    def pending_ids(self) -> Collection[str]:
+        return tuple(self._pending)
+
+    def _resolve(self, responder_id: str, *, allowed: bool) -> None:
+        pending = self._pending.pop(responder_id, None)
+        self._used.add(responder_id)
+        if pending is None or pending.done.is_set():
+            return
+        pending.allowed = allowed and not self._closed
+        pending.done.set()

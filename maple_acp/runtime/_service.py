@@ -1,0 +1,544 @@
+"""``AgentService``: the transport-neutral runtime facade."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Collection, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Self
+
+import attrs
+import trio
+
+from maple_acp.runtime._backend import AgentBackend
+from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
+from maple_acp.runtime._lease import RouterFactory, SessionLease, replay_view
+from maple_acp.runtime._models import ModelCatalog, ModelCatalogCache, ModelChoices
+from maple_acp.runtime._permissions import PermissionPolicy
+from maple_acp.runtime._tools import ToolContext, validate_relay_values
+from maple_acp.runtime._trust import find_project_skills_async
+from maple_acp.store import (
+    InvalidCursor,
+    TaskPolicy,
+    TaskQuery,
+    TaskRecord,
+    TaskStore,
+    TaskSurface,
+    TimelineItem,
+)
+
+logger = logging.getLogger(__name__)
+
+#: How long a provisional task released without a close stays loadable by id: clients split
+#: "create" and "prompt" across processes.
+DEFAULT_PROVISIONAL_GRACE_S = 600.0
+#: How often expired, untouched provisional tasks are swept.
+PROVISIONAL_SWEEP_INTERVAL_S = 60.0
+#: ``drain`` waits this long for cancelled runs to end.
+DRAIN_BOUND_S = 5.0
+#: A task list page, at most.
+MAX_LIST_PAGE = 100
+
+
+@attrs.frozen(kw_only=True)
+class ServiceStatus:
+    ready: bool
+    account: str | None
+    generation: int
+    draining: bool
+    #: Leases not yet released (revoked ones still cleaning up included).
+    leases: int
+    active_runs: int
+
+
+@attrs.frozen(kw_only=True)
+class TaskListing:
+    tasks: tuple[TaskRecord, ...]
+    #: Opaque; pass it back for the next page. ``None`` on the last page.
+    next_cursor: str | None
+
+
+def _canonical_directory_sync(path: str) -> str:
+    def reject(message: str) -> RuntimeRejection:
+        return RuntimeRejection(RejectionKind.INVALID_CWD, message)
+
+    if not isinstance(path, str) or not path or "\x00" in path:
+        raise reject("the working directory must be a non-empty path")
+    if not os.path.isabs(path):
+        raise reject("the working directory must be an absolute path")
+    try:
+        canonical = os.path.realpath(path, strict=True)
+    except OSError as exc:
+        raise reject("the working directory does not exist or is not accessible") from exc
+    if not os.path.isdir(canonical):
+        raise reject("the working directory is not a directory")
+    if not os.access(canonical, os.R_OK | os.X_OK):
+        raise reject("the working directory is not accessible")
+    return canonical
+
+
+async def canonical_directory(path: str) -> str:
+    """The canonical form of an absolute, accessible directory (symlinks resolved). Raises
+    ``RuntimeRejection(INVALID_CWD)``."""
+    return await trio.to_thread.run_sync(_canonical_directory_sync, path)
+
+
+def _within(root: str, allowed: str) -> bool:
+    return root == allowed or root.startswith(allowed.rstrip(os.sep) + os.sep)
+
+
+class AgentService:
+    """The runtime facade. See the package docstring for a tour.
+
+    Resource handling: ``serve`` (or ``async with service``) runs the start-up sweep of stranded
+    provisional tasks, reports ready, then sweeps expired provisional tasks periodically until
+    cancelled. The service does not own the store (the host closes it) nor the leases' tasks,
+    which run in whatever nursery the caller starts ``serve_new_task``/``serve_task`` in.
+
+    Error handling: refusals are ``RuntimeRejection`` with a ``RejectionKind``; store failures
+    surface as ``maple_acp.store.StoreError``. A failing periodic sweep is logged and retried at
+    the next interval.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: TaskStore,
+        backend: AgentBackend,
+        catalog: ModelCatalog,
+        policy: PermissionPolicy,
+        installation_id: str = "default",
+        provisional_grace_s: float = DEFAULT_PROVISIONAL_GRACE_S,
+        relay_allow_list: Collection[str] = (),
+        allowed_roots: Sequence[str] = (),
+    ) -> None:
+        if provisional_grace_s < 0:
+            raise ValueError("the provisional grace period cannot be negative")
+        self.store = store
+        self.backend = backend
+        self.policy = policy
+        self.installation_id = installation_id
+        self.provisional_grace_ms = int(provisional_grace_s * 1000)
+        self.relay_allow_list = frozenset(relay_allow_list)
+        self._allowed_roots = tuple(allowed_roots)
+        self._models = ModelCatalogCache(catalog)
+        self._account: str | None = None
+        self._generation = 0
+        self._ready = False
+        self._draining = False
+        self._leases: dict[str, SessionLease] = {}
+        self._sweep_lock = trio.Lock()
+        self._wall_anchor_ms = 0
+        self._trio_anchor = 0.0
+        self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._nursery: trio.Nursery | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        """Unix milliseconds, advanced by trio's clock from the moment ``serve`` started (so a
+        test's mock clock moves the runtime's timestamps and grace periods)."""
+        return self._wall_anchor_ms + int((trio.current_time() - self._trio_anchor) * 1000)
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Sweep stranded provisional tasks, report ready, then sweep expired ones every
+        ``PROVISIONAL_SWEEP_INTERVAL_S`` until cancelled."""
+        self._wall_anchor_ms = time.time_ns() // 1_000_000
+        self._trio_anchor = trio.current_time()
+        self._allowed_roots = tuple(
+            [await canonical_directory(root) for root in self._allowed_roots]
+        )
+        deleted = await self.store.sweep_provisional(now_ms=self.now_ms(), stranded=True)
+        if deleted:
+            logger.info("start-up sweep deleted %d stranded provisional tasks", len(deleted))
+        self._ready = True
+        task_status.started()
+        try:
+            while True:
+                await trio.sleep(PROVISIONAL_SWEEP_INTERVAL_S)
+                try:
+                    await self.sweep_provisional()
+                except Exception:
+                    logger.warning("provisional sweep failed", exc_info=True)
+        finally:
+            self._ready = False
+
+    async def __aenter__(self) -> Self:
+        """``async with service:`` runs ``serve`` in a nursery of its own until the block
+        ends."""
+        nursery_cm = trio.open_nursery()
+        nursery = await nursery_cm.__aenter__()
+        self._nursery_cm, self._nursery = nursery_cm, nursery
+        try:
+            await nursery.start(self.serve)
+        except BaseException as exc:
+            nursery.cancel_scope.cancel()
+            self._nursery_cm = self._nursery = None
+            if not await nursery_cm.__aexit__(type(exc), exc, exc.__traceback__):
+                raise
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        nursery_cm, nursery = self._nursery_cm, self._nursery
+        assert nursery_cm is not None
+        assert nursery is not None
+        self._nursery_cm = self._nursery = None
+        nursery.cancel_scope.cancel()
+        return await nursery_cm.__aexit__(exc_type, exc, tb)
+
+    def sign_in(self, account: str) -> int:
+        """Make ``account`` the active one. A different account starts a new generation:
+        every lease of the previous one is revoked and operations captured before are rejected.
+        Returns the generation."""
+        if not account:
+            raise ValueError("an account id must be non-empty")
+        if account != self._account:
+            self._new_generation(account, "the account changed")
+        return self._generation
+
+    def sign_out(self) -> None:
+        """Revoke every lease and reject every operation captured before."""
+        if self._account is not None:
+            self._new_generation(None, "the account signed out")
+
+    def _new_generation(self, account: str | None, reason: str) -> None:
+        self._generation += 1
+        self._account = account
+        for lease in list(self._leases.values()):
+            lease.revoke(reason)
+
+    @property
+    def account(self) -> str | None:
+        return self._account
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    async def drain(self) -> bool:
+        """Stop admitting work (every later operation is ``SHUTTING_DOWN``), cancel every
+        active run, and wait up to ``DRAIN_BOUND_S`` for them to end. True if they all did."""
+        self._draining = True
+        for lease in list(self._leases.values()):
+            lease.cancel_run()
+        with trio.move_on_after(DRAIN_BOUND_S):
+            for lease in list(self._leases.values()):
+                run = lease.active_run
+                if run is not None:
+                    await run.wait()
+            return True
+        return False
+
+    def status(self) -> ServiceStatus:
+        return ServiceStatus(
+            ready=self._ready,
+            account=self._account,
+            generation=self._generation,
+            draining=self._draining,
+            leases=len(self._leases),
+            active_runs=sum(1 for lease in self._leases.values() if lease.active_run),
+        )
+
+    # -- admission ---------------------------------------------------------------------------
+
+    def _admits(self, generation: int) -> bool:
+        return (
+            self._ready
+            and not self._draining
+            and self._account is not None
+            and generation == self._generation
+        )
+
+    def _admit(self, generation: int | None = None) -> int:
+        """The current generation, if work may be admitted under ``generation`` (default: the
+        current one)."""
+        if self._draining or not self._ready:
+            raise RuntimeRejection(RejectionKind.SHUTTING_DOWN, "the agent runtime is not serving")
+        if generation is not None and generation != self._generation:
+            raise RuntimeRejection(
+                RejectionKind.ACCOUNT_CHANGED, "the account changed since the operation began"
+            )
+        if self._account is None:
+            raise RuntimeRejection(RejectionKind.NOT_SIGNED_IN, "no account is signed in")
+        return self._generation
+
+    def _active_account(self, generation: int) -> str:
+        self._admit(generation)
+        assert self._account is not None
+        return self._account
+
+    async def _admitted_root(self, cwd: str) -> str:
+        root = await canonical_directory(cwd)
+        if self._allowed_roots and not any(_within(root, a) for a in self._allowed_roots):
+            raise RuntimeRejection(
+                RejectionKind.INVALID_CWD, "the working directory is outside the allowed roots"
+            )
+        return root
+
+    def _unregister(self, lease: SessionLease) -> None:
+        if self._leases.get(lease.task_id) is lease:
+            del self._leases[lease.task_id]
+
+    def lease_of(self, task_id: str) -> SessionLease | None:
+        """The lease holding ``task_id`` (revoked ones still cleaning up included)."""
+        return self._leases.get(task_id)
+
+    # -- models ------------------------------------------------------------------------------
+
+    async def model_choices(self, *, refresh: bool = False) -> ModelChoices:
+        """The chat models offered to the signed-in account, host default first. Reuses a
+        recent listing unless ``refresh``; a listing takes at most 30 s, and when it fails or
+        times out the previous listing (or only the default) is offered with
+        ``refreshed=False``. ``ACCOUNT_CHANGED`` if the account changed meanwhile."""
+        return await self._model_choices(self._admit(), refresh=refresh)
+
+    def cached_model_choices(self) -> ModelChoices:
+        """The last listing for this account, or only the host default: never waits."""
+        generation = self._admit()
+        assert self._account is not None
+        cached = self._models.cached(self._account, generation)
+        return cached if cached is not None else self._models.default_choices(self._account)
+
+    async def _model_choices(self, generation: int, *, refresh: bool) -> ModelChoices:
+        account = self._active_account(generation)
+        return await self._models.choices(
+            account, generation, lambda: self._generation, refresh=refresh
+        )
+
+    # -- leases ------------------------------------------------------------------------------
+
+    def _tool_context(self, relay: Mapping[str, str] | None) -> ToolContext:
+        return ToolContext(validate_relay_values(relay or {}, self.relay_allow_list))
+
+    async def serve_new_task(
+        self,
+        cwd: str,
+        *,
+        relay: Mapping[str, str] | None = None,
+        router_factory: RouterFactory | None = None,
+        model: str | None = None,
+        surface: TaskSurface = TaskSurface.EXTERNAL,
+        task_status: trio.TaskStatus[SessionLease] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Create a task in ``cwd`` and hold a lease on it until the lease is released:
+        ``lease = await nursery.start(service.serve_new_task, cwd, ...)``.
+
+        The task is provisional (hidden from lists) for an external surface until its first
+        admitted message. Its model is ``model`` or the catalog's default (taken from the
+        cached listing: creating a task never waits for the catalog unless ``model`` is
+        given). ``router_factory`` runs inside the lease's nursery before the lease is
+        returned. Raises ``INVALID_CWD``, ``INVALID_RELAY``, ``UNKNOWN_MODEL`` and the
+        admission kinds before anything is created.
+        """
+        generation = self._admit()
+        tools = self._tool_context(relay)
+        root = await self._admitted_root(cwd)
+        if model is None:
+            model = self.cached_model_choices().default
+        elif model not in await self._model_choices(generation, refresh=False):
+            raise RuntimeRejection(RejectionKind.UNKNOWN_MODEL, "the model is not in the catalog")
+        account = self._active_account(generation)
+        now = self.now_ms()
+        record = TaskRecord(
+            id=uuid.uuid4().hex,
+            account=account,
+            root=root,
+            created_ms=now,
+            updated_ms=now,
+            policy=TaskPolicy.CALLER_MEDIATED,
+            surface=surface,
+            model=model,
+            provisional=surface is TaskSurface.EXTERNAL,
+        )
+        await self.store.create_task(record)
+        lease = SessionLease(
+            self,
+            task=record,
+            generation=generation,
+            installation_id=self.installation_id,
+            created_here=True,
+            tools=tools,
+            goal=None,
+            skills=(),
+        )
+        self._leases[record.id] = lease
+        # serve() cleans up (and deletes the untouched row) if the lease is never handed out.
+        await lease.serve(router_factory, task_status=task_status)
+
+    async def serve_task(
+        self,
+        task_id: str,
+        cwd: str,
+        *,
+        relay: Mapping[str, str] | None = None,
+        router_factory: RouterFactory | None = None,
+        task_status: trio.TaskStatus[SessionLease] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Attach a lease to an existing task and hold it until released:
+        ``lease = await nursery.start(service.serve_task, task_id, cwd, ...)``.
+
+        Refusals, checked in this order, each before the lease exists: ``INVALID_CWD``,
+        ``INVALID_RELAY``, ``TASK_NOT_FOUND``, ``WRONG_ACCOUNT``, ``ROOT_MISMATCH`` (``cwd``
+        is not the task's canonical root), ``WRONG_POLICY`` (not caller-mediated),
+        ``RUN_ACTIVE``, ``TASK_LEASED``, ``MODEL_RETIRED`` (the persisted model left the
+        catalog; never substituted), and the admission kinds. ``router_factory`` runs inside
+        the lease's nursery after the checks and before the lease is returned; if it raises,
+        the lease is cleaned up and its exception propagates.
+        """
+        generation = self._admit()
+        tools = self._tool_context(relay)
+        root = await self._admitted_root(cwd)
+        async with self._sweep_lock:
+            task = await self.store.get_task(task_id)
+            account = self._active_account(generation)
+            _check_attachable(task, account=account, root=root)
+            assert task is not None
+            holder = self._leases.get(task_id)
+            if holder is not None:
+                if holder.active_run is not None:
+                    raise RuntimeRejection(RejectionKind.RUN_ACTIVE, "the task has an active run")
+                raise RuntimeRejection(RejectionKind.TASK_LEASED, "the task is held by a session")
+            lease = SessionLease(
+                self,
+                task=task,
+                generation=generation,
+                installation_id=self.installation_id,
+                created_here=False,
+                tools=tools,
+                goal=None,
+                skills=(),
+            )
+            self._leases[task_id] = lease
+            try:
+                if task.provisional and task.provisional_expires_ms is not None:
+                    # Held now: the grace sweep must not take it.
+                    cleared = await self.store.set_provisional_expiry(task_id, None)
+                    lease._task = cleared or task
+            except BaseException:
+                self._unregister(lease)
+                raise
+        try:
+            if task.model is not None:
+                choices = await self._model_choices(generation, refresh=False)
+                if task.model not in choices:
+                    raise RuntimeRejection(
+                        RejectionKind.MODEL_RETIRED, "the task's model is no longer offered"
+                    )
+            lease._goal = await self.store.get_goal(task_id)
+            if await self.store.get_trust(account, root):
+                lease._skills = await find_project_skills_async(root)
+            self._admit(generation)
+        except BaseException:
+            lease.revoke()
+            with trio.CancelScope(shield=True):
+                if task.provisional and task.provisional_expires_ms is not None:
+                    await self.store.set_provisional_expiry(task_id, task.provisional_expires_ms)
+            self._unregister(lease)
+            raise
+        await lease.serve(router_factory, task_status=task_status)
+
+    # -- tasks -------------------------------------------------------------------------------
+
+    async def list_tasks(
+        self, *, cwd: str | None = None, cursor: str | None = None, limit: int = MAX_LIST_PAGE
+    ) -> TaskListing:
+        """The signed-in account's caller-mediated, non-provisional tasks, newest first, at
+        most 100 per page; ``cwd`` filters by exact canonical root. ``INVALID_CURSOR`` for a
+        cursor this service did not issue (for this query)."""
+        generation = self._admit()
+        root = await self._admitted_root(cwd) if cwd is not None else None
+        account = self._active_account(generation)
+        query = TaskQuery(
+            account=account,
+            root=root,
+            policy=TaskPolicy.CALLER_MEDIATED,
+            cursor=cursor,
+            limit=max(1, min(limit, MAX_LIST_PAGE)),
+        )
+        try:
+            page = await self.store.list_tasks(query)
+        except InvalidCursor as exc:
+            raise RuntimeRejection(RejectionKind.INVALID_CURSOR, "the cursor is not valid") from exc
+        self._admit(generation)
+        tasks = page.tasks
+        if self._allowed_roots:
+            tasks = tuple(t for t in tasks if any(_within(t.root, a) for a in self._allowed_roots))
+        return TaskListing(tasks=tasks, next_cursor=page.next_cursor)
+
+    async def task_history(self, task_id: str) -> list[TimelineItem]:
+        """A task's history for a viewer without a lease (same rules as
+        ``SessionLease.history``)."""
+        generation = self._admit()
+        task = await self.store.get_task(task_id)
+        account = self._active_account(generation)
+        if task is None:
+            raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such task")
+        if task.account != account:
+            raise RuntimeRejection(RejectionKind.WRONG_ACCOUNT, "the task is another account's")
+        items = await self.store.history(task_id)
+        self._admit(generation)
+        return replay_view(items)
+
+    async def sweep_provisional(self) -> list[str]:
+        """Delete provisional tasks whose grace expired and that are still untouched."""
+        async with self._sweep_lock:
+            return await self.store.sweep_provisional(now_ms=self.now_ms(), stranded=False)
+
+    # -- trust -------------------------------------------------------------------------------
+
+    async def project_trust(self, cwd: str) -> bool | None:
+        generation = self._admit()
+        root = await canonical_directory(cwd)
+        account = self._active_account(generation)
+        return await self.store.get_trust(account, root)
+
+    async def set_project_trust(self, cwd: str, trusted: bool | None) -> None:
+        """Save (or, with ``None``, forget) the account's decision for a project.
+        ``TRUST_BUSY`` while a task of that project is leased or running."""
+        generation = self._admit()
+        root = await canonical_directory(cwd)
+        await self._set_trust(generation, root, trusted, allow_lease=None)
+
+    async def _set_trust(
+        self,
+        generation: int,
+        root: str,
+        trusted: bool | None,
+        *,
+        allow_lease: SessionLease | None,
+    ) -> None:
+        account = self._active_account(generation)
+        for lease in self._leases.values():
+            if lease.task.root != root:
+                continue
+            if lease.active_run is not None or (allow_lease is None and not lease.revoked):
+                raise RuntimeRejection(
+                    RejectionKind.TRUST_BUSY, "a task of this project is running or in use"
+                )
+        await self.store.set_trust(account, root, trusted, now_ms=self.now_ms())
+        self._admit(generation)
+
+
+def _check_attachable(task: TaskRecord | None, *, account: str, root: str) -> None:
+    if task is None:
+        raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such task")
+    if task.account != account:
+        raise RuntimeRejection(RejectionKind.WRONG_ACCOUNT, "the task is another account's")
+    if task.root != root:
+        raise RuntimeRejection(
+            RejectionKind.ROOT_MISMATCH, "the working directory is not the task's project root"
+        )
+    if task.policy is not TaskPolicy.CALLER_MEDIATED:
+        raise RuntimeRejection(
+            RejectionKind.WRONG_POLICY, "the task is not in the caller-mediated mode"
+        )

@@ -1,0 +1,293 @@
+"""A lease's transient tool context: relay values, the external tool router slot, and the
+process groups of the credential-bearing children started on the lease's behalf."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Collection, Mapping
+from typing import Any, Protocol
+
+import attrs
+import trio
+
+from maple_acp.runtime._errors import RejectionKind, RuntimeRejection, bounded_text
+
+logger = logging.getLogger(__name__)
+
+#: Relay values are credentials handed over by a local connector; these bounds keep one
+#: connection from parking unbounded data in the host's memory and children's environments.
+MAX_RELAY_VALUES = 16
+#: Per value, in UTF-8 bytes.
+MAX_RELAY_VALUE_BYTES = 16 * 1024
+#: All values together, in UTF-8 bytes.
+MAX_RELAY_TOTAL_BYTES = 32 * 1024
+#: A child's output kept for the tool result; the rest is read and dropped so the child never
+#: blocks on a full pipe.
+MAX_SHELL_OUTPUT_BYTES = 64 * 1024
+#: Between SIGTERM and SIGKILL of a credential-bearing process group.
+CHILD_TERM_GRACE_S = 2.0
+#: After a child exits, how long its output pipe may stay open (a background grandchild holds
+#: it) before reading stops.
+SHELL_OUTPUT_DRAIN_S = 1.0
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def validate_relay_values(values: Mapping[str, str], allowed: Collection[str]) -> dict[str, str]:
+    """Check relay values against the host's allow-list and the limits; returns a private copy.
+    Raises ``RuntimeRejection(INVALID_RELAY)``; the message names a variable, never a value."""
+
+    def reject(message: str) -> RuntimeRejection:
+        return RuntimeRejection(RejectionKind.INVALID_RELAY, message)
+
+    if len(values) > MAX_RELAY_VALUES:
+        raise reject(f"at most {MAX_RELAY_VALUES} relay values are accepted")
+    total = 0
+    checked: dict[str, str] = {}
+    for name, value in values.items():
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            raise reject("a relay value has an invalid name")
+        if name not in allowed:
+            raise reject(f"relay value {name} is not allowed by the host")
+        if not isinstance(value, str) or "\x00" in value:
+            raise reject(f"relay value {name} is not a string without NUL")
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if size > MAX_RELAY_VALUE_BYTES:
+            raise reject(f"relay value {name} exceeds {MAX_RELAY_VALUE_BYTES} bytes")
+        total += size
+        checked[name] = value
+    if total > MAX_RELAY_TOTAL_BYTES:
+        raise reject(f"relay values exceed {MAX_RELAY_TOTAL_BYTES} bytes in all")
+    return checked
+
+
+class ExternalToolDefinition(Protocol):
+    """The one static tool a router exposes to the model."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def input_schema(self) -> Mapping[str, Any]: ...
+
+
+class ExternalToolRouter(Protocol):
+    """A lease-scoped router of caller-supplied tools (the transient MCP router fits it)."""
+
+    def tool_definition(self) -> ExternalToolDefinition: ...
+
+    async def call(self, tool_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Call one exact tool id. Raises an exception whose ``str`` is one safe line."""
+        ...
+
+    def revoke(self) -> None:
+        """Cancel in-flight calls and drop connections and credentials. Synchronous."""
+        ...
+
+
+class ToolUnavailable(Exception):
+    """A tool cannot be used in this context (no router, lease revoked). The message is safe."""
+
+
+@attrs.frozen(kw_only=True)
+class ShellResult:
+    exit_code: int | None
+    #: Combined stdout and stderr, at most ``MAX_SHELL_OUTPUT_BYTES`` of it.
+    output: str
+    truncated: bool
+
+
+def _signal_group(pgid: int, signum: int) -> bool:
+    """Signal a process group; False when it no longer exists."""
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        logger.warning("not allowed to signal process group %d", pgid)
+        return False
+    return True
+
+
+async def _terminate_group(process: trio.Process) -> None:
+    try:
+        _signal_group(process.pid, signal.SIGTERM)
+        await trio.sleep(CHILD_TERM_GRACE_S)
+    finally:
+        # Also reached when the leader exits early: its descendants in the group may not have.
+        _signal_group(process.pid, signal.SIGKILL)
+
+
+class ToolContext:
+    """What a lease lends its runs' tools. Cleared by ``revoke``; nothing in it is persisted."""
+
+    def __init__(self, relay: Mapping[str, str] | None = None) -> None:
+        self._relay: dict[str, str] = dict(relay or {})
+        self._router: ExternalToolRouter | None = None
+        self._groups: set[int] = set()
+        self._revoked = False
+
+    @property
+    def revoked(self) -> bool:
+        return self._revoked
+
+    @property
+    def relay_names(self) -> frozenset[str]:
+        return frozenset(self._relay)
+
+    @property
+    def router(self) -> ExternalToolRouter | None:
+        return self._router
+
+    @property
+    def live_process_groups(self) -> frozenset[int]:
+        """Process groups started here that still exist."""
+        self._prune_groups()
+        return frozenset(self._groups)
+
+    def install_router(self, router: ExternalToolRouter | None) -> None:
+        if self._revoked:
+            if router is not None:
+                router.revoke()
+            raise ToolUnavailable("the session was revoked")
+        self._router = router
+
+    def child_environment(self) -> dict[str, str]:
+        """The host's environment plus this lease's relay values (and no other lease's)."""
+        env = dict(os.environ)
+        env.update(self._relay)
+        return env
+
+    async def call_external(self, tool_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        router = self._router
+        if self._revoked:
+            raise ToolUnavailable("the session was revoked")
+        if router is None:
+            raise ToolUnavailable("no external MCP servers are connected to this session")
+        return await router.call(tool_id, arguments)
+
+    async def run_shell(self, command: str, *, cwd: str) -> ShellResult:
+        """Run ``command`` with ``/bin/sh`` in a new process group whose environment is
+        ``child_environment()``. Cancellation terminates the whole group (SIGTERM, then SIGKILL
+        after ``CHILD_TERM_GRACE_S``); so does ``revoke``."""
+        if self._revoked:
+            raise ToolUnavailable("the session was revoked")
+        chunks: list[bytes | bytearray] = []
+        kept = 0
+        truncated = False
+        reader_done = trio.Event()
+        self._prune_groups()
+        async with trio.open_nursery() as nursery:
+            process: trio.Process = await nursery.start(
+                functools.partial(
+                    trio.run_process,
+                    command,
+                    shell=True,
+                    cwd=cwd,
+                    env=self.child_environment(),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    check=False,
+                    deliver_cancel=_terminate_group,
+                )
+            )
+            self._groups.add(process.pid)
+            if self._revoked:
+                # Revoked while the child was starting: it must not outlive the lease.
+                _signal_group(process.pid, signal.SIGKILL)
+            stdout = process.stdout
+            assert stdout is not None
+
+            async def read_output() -> None:
+                nonlocal kept, truncated
+                try:
+                    while chunk := await stdout.receive_some(65536):
+                        room = MAX_SHELL_OUTPUT_BYTES - kept
+                        if room > 0:
+                            chunks.append(chunk[:room])
+                            kept += min(room, len(chunk))
+                        if len(chunk) > room:
+                            truncated = True
+                finally:
+                    reader_done.set()
+
+            with trio.CancelScope() as reader_scope:
+                nursery.start_soon(read_output)
+                await process.wait()
+                with trio.move_on_after(SHELL_OUTPUT_DRAIN_S):
+                    await reader_done.wait()
+            reader_scope.cancel()
+            nursery.cancel_scope.cancel()
+        output = b"".join(chunks).decode("utf-8", "replace")
+        return ShellResult(exit_code=process.returncode, output=output, truncated=truncated)
+
+    def revoke(self) -> None:
+        """Synchronously drop the relay values and the router, and send SIGTERM to every live
+        process group started here. ``reap`` sends the SIGKILL."""
+        self._revoked = True
+        self._relay.clear()
+        router, self._router = self._router, None
+        if router is not None:
+            try:
+                router.revoke()
+            except Exception:
+                logger.warning("external tool router failed to revoke", exc_info=True)
+        for pgid in list(self._groups):
+            if not _signal_group(pgid, signal.SIGTERM):
+                self._groups.discard(pgid)
+
+    async def reap(self) -> None:
+        """After ``revoke``: give the groups their grace, then SIGKILL what is left."""
+        self._prune_groups()
+        if self._groups:
+            with trio.move_on_after(CHILD_TERM_GRACE_S):
+                while self._groups:
+                    await trio.sleep(0.05)
+                    self._prune_groups()
+        for pgid in list(self._groups):
+            _signal_group(pgid, signal.SIGKILL)
+        self._groups.clear()
+
+    def _prune_groups(self) -> None:
+        for pgid in list(self._groups):
+            if not _group_alive(pgid):
+                self._groups.discard(pgid)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any non-zombie process is in the group. ``killpg(pgid, 0)`` alone counts
+    zombies, which a container's init may never reap."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        # Fields after the command name: state, ppid, pgrp, ...
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def safe_error(exc: BaseException) -> str:
+    return bounded_text(str(exc) or type(exc).__name__)

@@ -1,0 +1,74 @@
+"""Project trust: finding a project's real skill files without following a symlink."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import attrs
+import trio
+
+#: Where project-provided skills live, relative to the project root.
+SKILLS_DIR = (".agents", "skills")
+SKILL_FILE = "SKILL.md"
+#: A project's skill tree is untrusted input; the walk stops after this many entries...
+MAX_SKILL_SCAN_ENTRIES = 10_000
+#: ...and below this depth under the skills directory.
+MAX_SKILL_SCAN_DEPTH = 16
+
+
+@attrs.frozen(kw_only=True)
+class SkillInfo:
+    """One project skill: its name (the directory path under the skills directory) and the
+    absolute path of its ``SKILL.md``."""
+
+    name: str
+    path: str
+
+
+def _is_real_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def find_project_skills(root: str) -> tuple[SkillInfo, ...]:
+    """Every regular, non-symlinked ``SKILL.md`` under ``root/.agents/skills``, reached without
+    following a symlinked directory at any level. Blocking; call it on a worker thread."""
+    base = root
+    for part in SKILLS_DIR:
+        base = os.path.join(base, part)
+        if not _is_real_dir(base):
+            return ()
+    found: list[SkillInfo] = []
+    budget = MAX_SKILL_SCAN_ENTRIES
+    stack: list[tuple[str, int]] = [(base, 0)]
+    while stack and budget > 0:
+        directory, depth = stack.pop()
+        try:
+            with os.scandir(directory) as entries:
+                listing = sorted(entries, key=lambda entry: entry.name)
+        except OSError:
+            continue
+        for entry in listing:
+            budget -= 1
+            if budget <= 0:
+                break
+            try:
+                if entry.is_symlink():
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    if depth + 1 < MAX_SKILL_SCAN_DEPTH:
+                        stack.append((entry.path, depth + 1))
+                elif entry.name == SKILL_FILE and entry.is_file(follow_symlinks=False):
+                    name = os.path.relpath(directory, base)
+                    found.append(SkillInfo(name=name, path=entry.path))
+            except OSError:
+                continue
+    found.sort(key=lambda skill: skill.path)
+    return tuple(found)
+
+
+async def find_project_skills_async(root: str) -> tuple[SkillInfo, ...]:
+    return await trio.to_thread.run_sync(find_project_skills, root)
