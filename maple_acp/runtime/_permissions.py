@@ -69,10 +69,11 @@ def classify(policy: PermissionPolicy, request: ToolRequest) -> PermissionClass:
 class PermissionResponder:
     """The opaque, single-use handle that answers one permission request of one run."""
 
-    __slots__ = ("_broker", "id", "run_id")
+    __slots__ = ("_broker", "_pending", "id", "run_id")
 
-    def __init__(self, broker: PermissionBroker, responder_id: str) -> None:
+    def __init__(self, broker: PermissionBroker, responder_id: str, pending: _Pending) -> None:
         self._broker = broker
+        self._pending = pending
         self.id = responder_id
         self.run_id = broker.run_id
 
@@ -107,15 +108,14 @@ class PermissionBroker:
 
     def open_request(self) -> PermissionResponder:
         responder_id = secrets.token_urlsafe(16)
-        self._pending[responder_id] = _Pending()
-        return PermissionResponder(self, responder_id)
+        pending = self._pending[responder_id] = _Pending()
+        return PermissionResponder(self, responder_id, pending)
 
     async def wait(self, responder: PermissionResponder) -> bool:
         """Wait (in the caller's cancel scope, which is the run's) for the answer. A
         cancellation resolves the request as denied before it propagates."""
-        pending = self._pending.get(responder.id)
-        if pending is None:
-            return False
+        # Held by the responder: the answer may arrive before this wait begins.
+        pending = responder._pending
         try:
             await pending.done.wait()
             return pending.allowed

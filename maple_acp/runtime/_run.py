@@ -216,6 +216,7 @@ class Run:
         self._ids = 0
         self._messages: dict[str, _Message] = {}
         self._tools: dict[str, ToolState] = {}
+        self._emitted: dict[str, ToolState] = {}
         self._item_order: list[str] = []
         self._dirty: set[str] = set()
         self._current: tuple[ItemKind, str] | None = None
@@ -324,7 +325,7 @@ class Run:
         }[state]
         for tool_id, tool in list(self._tools.items()):
             if not tool.status.terminal:
-                closed = ToolState(
+                tool = ToolState(
                     name=tool.name,
                     status=closing,
                     title=tool.title,
@@ -332,9 +333,13 @@ class Run:
                     output_text=failure or f"the tool call ended {closing.value}",
                     locations=tool.locations,
                 )
-                self._tools[tool_id] = closed
+                self._tools[tool_id] = tool
                 self._dirty.add(tool_id)
-                self._tail.append(ToolRow(self.id, tool_id, False, closed))
+            if self._emitted.get(tool_id) is not tool:
+                # The caller must see every tool's final state, even when the run was
+                # cancelled between writing that state and sending it.
+                first = tool_id not in self._emitted
+                self._tail.append(ToolRow(self.id, tool_id, first, tool))
         try:
             await self._flush()
             if self._usage != Usage() or self.kind is RunKind.PROMPT:
@@ -385,8 +390,8 @@ class Run:
             pass
 
     async def _tool_row(self, tool_id: str, tool: ToolState) -> None:
-        first = tool_id not in self._tools
-        if first:
+        first = tool_id not in self._emitted
+        if tool_id not in self._tools:
             self._item_order.append(tool_id)
         self._tools[tool_id] = tool
         self._dirty.add(tool_id)
@@ -394,6 +399,7 @@ class Run:
         # Written at once, with the text before it, so a crash keeps the history ordered.
         await self._flush()
         await self._emit(ToolRow(self.id, tool_id, first, tool))
+        self._emitted[tool_id] = tool
 
     async def _ask_permission(self, request: ToolRequest) -> bool:
         if classify(self._hooks.policy, request) is PermissionClass.ALLOW:

@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 
 from maple_acp.runtime import AgentService
 from maple_acp.testing.demo import demo_service
@@ -25,3 +27,12 @@ async def service(tmp_path: Path) -> AsyncIterator[AgentService]:
     data.mkdir()
     async with demo_service(data, relay_allow_list=("MAPLE_TOKEN", "PATH")) as svc:
         yield svc
+
+
+@pytest.fixture
+def virtual_clock() -> trio.testing.MockClock:
+    """Virtual time for deadline tests that also touch the SQLite store. The store answers on
+    a worker thread, which leaves the trio loop idle; with a zero threshold the clock would
+    jump to the next deadline while a write is still in flight. A short real idle threshold
+    keeps virtual time still until the thread answers, and still skips every long wait."""
+    return trio.testing.MockClock(autojump_threshold=0.05)
