@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TypeVar
 
 from maple_acp.runtime import RunEvent
@@ -20,3 +22,8 @@ async def next_event(events: AsyncIterator[RunEvent], kind: type[E]) -> E:
 
 def of_type(events: list[RunEvent], kind: type[E]) -> list[E]:
     return [event for event in events if isinstance(event, kind)]
+
+
+def exists(path: Path) -> bool:
+    """Whether ``path`` exists (a sync helper: the tests check files between awaits)."""
+    return os.path.exists(path)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import trio
-from runtime_helpers import next_event, of_type
+from runtime_helpers import exists, next_event, of_type
 
 from maple_acp.runtime import (
     EXTERNAL_MCP_TOOL,
@@ -48,7 +48,7 @@ async def test_allow_once_runs_the_tool(service: AgentService, project: Path) ->
         assert request.responder.answer("allow_once")
         rest = [event async for event in events]
         assert (await run.wait()).state is RunState.COMPLETED
-        assert marker.exists()
+        assert exists(marker)
         assert of_type(rest, ToolRow)[-1].tool.status is ToolStatus.COMPLETED
         await lease.release(close=True)
 
@@ -65,7 +65,7 @@ async def test_deny_once_skips_the_tool_and_the_run_goes_on(
         assert run.answer(request.responder.id, "deny_once")
         rest = [event async for event in events]
         assert (await run.wait()).state is RunState.COMPLETED
-        assert not marker.exists()
+        assert not exists(marker)
         assert of_type(rest, ToolRow)[-1].tool.status is ToolStatus.FAILED
         await lease.release(close=True)
 
@@ -82,7 +82,7 @@ async def _assert_failed_closed(run, events, marker: Path) -> None:  # type: ign
     rest = [event async for event in events]
     outcome = await run.wait()
     assert outcome.state is RunState.CANCELLED
-    assert not marker.exists()
+    assert not exists(marker)
     final = of_type(rest, ToolRow)[-1].tool.status
     assert final in (ToolStatus.CANCELLED, ToolStatus.FAILED)
     assert run.pending_permissions == ()
@@ -119,7 +119,7 @@ async def test_reused_answer_fails_closed(service: AgentService, project: Path) 
         # The first responder again, while the second request waits: deny all, cancel.
         assert not first.responder.answer("allow_once")
         await _assert_failed_closed(run, events, marker)
-        assert not first_marker.exists()
+        assert not exists(first_marker)
         await lease.release(close=True)
 
 
@@ -128,11 +128,11 @@ async def test_duplicate_answer_fails_closed_and_never_allows(
 ) -> None:
     marker = project / "ran"
     async with trio.open_nursery() as nursery:
-        lease, run, events, request = await _pending(service, project, nursery, marker)
+        lease, _run, events, request = await _pending(service, project, nursery, marker)
         assert request.responder.answer("deny_once")
         assert not request.responder.answer("allow_once")
         [event async for event in events]
-        assert not marker.exists()
+        assert not exists(marker)
         await lease.release(close=True)
 
 
@@ -151,7 +151,7 @@ async def test_answer_for_another_run_fails_closed_on_the_addressed_run(
         assert request_a.responder.answer("allow_once")
         [event async for event in events_a]
         assert (await run_a.wait()).state is RunState.COMPLETED
-        assert marker_a.exists()
+        assert exists(marker_a)
         await lease_a.release(close=True)
         await lease_b.release(close=True)
 
