@@ -564,6 +564,8 @@ class SqliteTaskStore:
             raise ValueError("only a user item can be admitted as a user message")
         encoded = _item_params(item)
 
+        # An item id that is already stored (a retried admission) is replaced in place, as
+        # in ``upsert_items``, so a retry never duplicates the message.
         def change(conn: sqlite3.Connection) -> TaskRecord:
             rows = conn.execute(
                 "UPDATE tasks SET provisional = 0, provisional_expires_ms = NULL, "
@@ -735,8 +737,22 @@ class SqliteTaskStore:
         return deleted
 
 
+def _create_private(path: str) -> None:
+    """Create a missing store file readable by its owner only: it holds whole conversations.
+    SQLite gives the -wal and -shm files the main file's mode. An existing file keeps the
+    mode its owner chose."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot create the task store ({type(exc).__name__})") from exc
+    os.close(fd)
+
+
 def _connect(path: str) -> sqlite3.Connection:
     """Open the file, set the connection up and migrate it (on a worker thread)."""
+    _create_private(path)
     try:
         # isolation_level=None: the module never opens transactions behind our back; every
         # write is an explicit BEGIN IMMEDIATE ... COMMIT.

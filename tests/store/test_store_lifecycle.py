@@ -284,3 +284,33 @@ async def test_a_cancelled_call_finishes_its_transaction(store_path: Path, tmp_p
         assert outcome == ["waiting cancelled", "running returned"]
         assert await store.get_task("running") == task_record(id="running")
         assert await store.get_task("waiting") is None
+
+
+async def test_a_new_store_file_is_private_to_its_owner(store_path: Path, tmp_path: Path) -> None:
+    async with temp_store(tmp_path) as store:
+        await store.create_task(task_record(id="t"))
+        wal = store_path.with_name(store_path.name + "-wal")
+        for path in (store_path, wal):
+            assert (await trio.Path(path).stat()).st_mode & 0o077 == 0, path
+
+
+async def test_an_existing_file_keeps_its_mode(store_path: Path, tmp_path: Path) -> None:
+    async with temp_store(tmp_path):
+        pass
+    await trio.Path(store_path).chmod(0o640)
+    async with temp_store(tmp_path):
+        pass
+    assert (await trio.Path(store_path).stat()).st_mode & 0o777 == 0o640
+
+
+async def test_a_retried_admission_does_not_duplicate_the_message(
+    store: SqliteTaskStore,
+) -> None:
+    await store.create_task(task_record(id="t"))
+    message = TimelineItem(item_id="m", kind=ItemKind.USER, created_ms=1, text="hi")
+    await store.admit_user_message("t", message, now_ms=2)
+    await store.upsert_items(
+        "t", [TimelineItem(item_id="a", kind=ItemKind.ASSISTANT, created_ms=3)], now_ms=3
+    )
+    await store.admit_user_message("t", message, now_ms=4)
+    assert [(i.item_id, i.seq) for i in await store.history("t")] == [("m", 1), ("a", 2)]
