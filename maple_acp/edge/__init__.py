@@ -1,1 +1,44 @@
-"""edge."""
+"""The ACP edge: the only place where the Agent Client Protocol meets the runtime.
+
+``AcpService(runtime, config)`` serves ACP over the owner-only Unix socket
+(:meth:`AcpService.serve_unix`), stdio (:meth:`AcpService.serve_stdio`) or any Trio stream
+(:meth:`AcpService.serve_stream`). :class:`HostLifecycle` stops it before the runtime.
+"""
+
+from maple_acp.edge._bounds import MAX_RAW_BYTES, MAX_TOOL_TEXT_CHARS
+from maple_acp.edge._config import (
+    MAX_CONNECTIONS_LIMIT,
+    AcpServiceConfig,
+    ConfigError,
+    PersistedServiceState,
+    ServiceStateFile,
+)
+from maple_acp.edge._connection import (
+    CLOSE_DEADLINE_S,
+    DISCONNECT_CLEANUP_S,
+    PROTOCOL_VERSION,
+    STATUS_METHOD,
+)
+from maple_acp.edge._lifecycle import HostLifecycle, ShutdownReport
+from maple_acp.edge._listener import EndpointError, EndpointInUse
+from maple_acp.edge._service import AcpService, AcpServiceStatus
+
+__all__ = [
+    "CLOSE_DEADLINE_S",
+    "DISCONNECT_CLEANUP_S",
+    "MAX_CONNECTIONS_LIMIT",
+    "MAX_RAW_BYTES",
+    "MAX_TOOL_TEXT_CHARS",
+    "PROTOCOL_VERSION",
+    "STATUS_METHOD",
+    "AcpService",
+    "AcpServiceConfig",
+    "AcpServiceStatus",
+    "ConfigError",
+    "EndpointError",
+    "EndpointInUse",
+    "HostLifecycle",
+    "PersistedServiceState",
+    "ServiceStateFile",
+    "ShutdownReport",
+]

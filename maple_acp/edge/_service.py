@@ -1,0 +1,193 @@
+"""``AcpService``: the ACP edge over a Unix socket, stdio, or any stream."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+from maple_acp_connector._version import __version__
+
+from maple_acp.edge._config import (
+    AcpServiceConfig,
+    ConfigError,
+    PersistedServiceState,
+    ServiceStateFile,
+)
+from maple_acp.edge._connection import AcpConnection, initialize_result
+from maple_acp.edge._listener import ConnectionGate, serve_endpoint
+from maple_acp.runtime import AgentService
+
+logger = logging.getLogger(__name__)
+
+
+@attrs.frozen(kw_only=True)
+class AcpServiceStatus:
+    running: bool
+    endpoint: str | None
+    connections: int
+    sessions: int
+    active_runs: int
+
+
+class AcpService:
+    """Exposes an :class:`~maple_acp.runtime.AgentService` to ACP clients.
+
+    Serve it one of three ways: :meth:`serve_unix` (the owner-only socket the connector
+    reaches), :meth:`serve_stdio` (this process's stdin/stdout as one connection) or
+    :meth:`serve_stream` (any Trio stream: tests, custom transports). :meth:`start` /
+    :meth:`stop` / :meth:`restore_enabled` add the host-facing lifecycle, with the
+    enabled/disabled choice persisted per account when ``state_dir`` is given.
+    """
+
+    def __init__(
+        self,
+        runtime: AgentService,
+        config: AcpServiceConfig | None = None,
+        *,
+        state_dir: Path | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self._config = config or AcpServiceConfig()
+        self._state = ServiceStateFile(state_dir) if state_dir is not None else None
+        self._connections: set[AcpConnection] = set()
+        self._endpoint: Path | None = None
+        self._listener_scope: trio.CancelScope | None = None
+        self._stopped: trio.Event | None = None
+        self._initialize_result = initialize_result(
+            self._config.agent_name, self._config.agent_title, __version__
+        )
+
+    # -- configuration -----------------------------------------------------------------------
+
+    @property
+    def config(self) -> AcpServiceConfig:
+        return self._config
+
+    @property
+    def running(self) -> bool:
+        return self._listener_scope is not None
+
+    def set_config(self, config: AcpServiceConfig) -> None:
+        """Change the policy. Refused while the listener runs: stop, change, start."""
+        if self.running:
+            raise ConfigError("stop the ACP service before changing its policy")
+        self._config = config
+        self._initialize_result = initialize_result(
+            config.agent_name, config.agent_title, __version__
+        )
+
+    def initialize_result(self) -> dict[str, Any]:
+        return self._initialize_result
+
+    def status(self) -> AcpServiceStatus:
+        return AcpServiceStatus(
+            running=self.running,
+            endpoint=str(self._endpoint) if self._endpoint is not None else None,
+            connections=len(self._connections),
+            sessions=sum(len(c.sessions) for c in self._connections),
+            active_runs=sum(c.active_runs for c in self._connections),
+        )
+
+    # -- serving -----------------------------------------------------------------------------
+
+    async def serve_stream(self, stream: trio.abc.Stream) -> None:
+        """Serve one ACP connection over ``stream`` until it ends.
+
+        Resource handling: the stream is closed when this returns; every lease the connection
+        took is revoked and released (bounded) before it returns.
+        """
+        connection = AcpConnection(self, stream)
+        self._connections.add(connection)
+        try:
+            await connection.run()
+        finally:
+            self._connections.discard(connection)
+
+    async def serve_stdio(self) -> None:
+        """Serve this process's stdin/stdout as one connection (logs must go to stderr)."""
+        stdin = trio.lowlevel.FdStream(os.dup(0))
+        stdout = trio.lowlevel.FdStream(os.dup(1))
+        await self.serve_stream(trio.StapledStream(stdout, stdin))
+
+    async def serve_unix(
+        self, path: Path, *, task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Listen on the owner-only Unix socket at ``path`` until cancelled or :meth:`stop`.
+
+        Resource handling: the socket file exists exactly while this runs (a stale one is
+        replaced, ours is removed on exit); every connection ends when this returns.
+
+        Error handling: :class:`~maple_acp.edge.EndpointError` before ``task_status.started``
+        when the endpoint rules refuse the path (a symlink, a non-socket, a shared directory,
+        a live service already there). Connections beyond ``max_connections`` are closed at
+        accept and logged.
+        """
+        if self.running:
+            raise RuntimeError("the ACP service is already running")
+        gate = ConnectionGate(self._config.max_connections)
+        self._stopped = trio.Event()
+        try:
+            with trio.CancelScope() as scope:
+                self._listener_scope = scope
+                self._endpoint = path
+                await serve_endpoint(path, self.serve_stream, gate, task_status=task_status)
+        finally:
+            self._listener_scope = None
+            self._endpoint = None
+            self._stopped.set()
+
+    # -- host lifecycle ----------------------------------------------------------------------
+
+    def _persist(self, enabled: bool) -> None:
+        account = self.runtime.account
+        if self._state is None or account is None:
+            return
+        self._state.save(
+            account,
+            PersistedServiceState(
+                enabled=enabled,
+                allowed_roots=self._config.allowed_roots,
+                max_connections=self._config.max_connections,
+            ),
+        )
+
+    async def start(self, nursery: trio.Nursery, path: Path) -> Path:
+        """Start listening in ``nursery`` and persist "enabled" for the signed-in account."""
+        endpoint: Path = await nursery.start(self.serve_unix, path)
+        self._persist(True)
+        return endpoint
+
+    async def stop(self, *, persist: bool = True) -> None:
+        """Stop listening and end every connection; with ``persist`` (a user's choice), save
+        "disabled" so the next sign-in does not restore the listener."""
+        scope, stopped = self._listener_scope, self._stopped
+        if scope is not None and stopped is not None:
+            scope.cancel()
+            await stopped.wait()
+        for connection in list(self._connections):
+            await connection.aclose()
+        if persist:
+            self._persist(False)
+
+    async def restore_enabled(self, nursery: trio.Nursery, path: Path) -> bool:
+        """After sign-in: start the listener if the account left it enabled, with the policy
+        saved for that account. True if it was started."""
+        account = self.runtime.account
+        if self._state is None or account is None or self.running:
+            return False
+        saved = self._state.load(account)
+        if not saved.enabled:
+            return False
+        self.set_config(
+            attrs.evolve(
+                self._config,
+                allowed_roots=saved.allowed_roots,
+                max_connections=saved.max_connections,
+            )
+        )
+        await nursery.start(self.serve_unix, path)
+        return True

@@ -1,0 +1,132 @@
+"""One ACP session on one connection: the runtime lease plus what the edge tracks about it.
+
+State rules live here as plain attributes and methods (no I/O), so the connection code only
+decides *when* to call them:
+
+- at most one prompt at a time (``begin_prompt`` / ``end_prompt``);
+- every task that may send a ``session/update`` for the session runs inside a cancel scope
+  registered with :meth:`EdgeSession.update_scope`; :meth:`EdgeSession.stop_updates` cancels
+  them all and refuses new ones, which is how "no update after the close response" holds;
+- an operation counter with an idle event is the edge's half of the close barrier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import trio
+
+from maple_acp.edge._projection import SessionProjector
+from maple_acp.runtime import ModelChoices, SessionLease
+
+
+class SessionClosed(Exception):
+    """The session stopped publishing updates (closed, or its connection ended)."""
+
+
+class EdgeSession:
+    def __init__(self, lease: SessionLease, choices: ModelChoices) -> None:
+        self.lease = lease
+        self.id = lease.task_id
+        self.projector = SessionProjector(self.id)
+        self.choices = choices
+        #: Set once the close started; a second close or any new operation is refused.
+        self.closing = False
+        self._prompting = False
+        self._stopped = False
+        self._scopes: set[trio.CancelScope] = set()
+        self._abortable: set[trio.CancelScope] = set()
+        self._ops = 0
+        self._idle = trio.Event()
+        self._idle.set()
+        #: Whether the trust question has been settled for this session's first prompt.
+        self.trust_settled = False
+
+    # -- the one prompt ----------------------------------------------------------------------
+
+    @property
+    def prompting(self) -> bool:
+        return self._prompting
+
+    def begin_prompt(self) -> bool:
+        """Claim the session's prompt slot; False if a prompt is already running."""
+        if self._prompting:
+            return False
+        self._prompting = True
+        return True
+
+    def end_prompt(self) -> None:
+        self._prompting = False
+
+    @property
+    def model_locked(self) -> bool:
+        # A task leaves the provisional state with its first admitted message, which is also
+        # what locks its model.
+        return not self.lease.task.provisional
+
+    @property
+    def current_model(self) -> str:
+        return self.lease.task.model or self.choices.default
+
+    @contextmanager
+    def abortable(self) -> Iterator[trio.CancelScope]:
+        """A cancel scope that a close cancels at once: for work before a run exists (the
+        trust question), which the run's cancellation cannot reach. Check
+        ``cancelled_caught`` after the block."""
+        with trio.CancelScope() as scope:
+            if self.closing:
+                scope.cancel()
+            self._abortable.add(scope)
+            try:
+                yield scope
+            finally:
+                self._abortable.discard(scope)
+
+    def begin_close(self) -> None:
+        self.closing = True
+        for scope in self._abortable:
+            scope.cancel()
+
+    # -- updates -----------------------------------------------------------------------------
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    @contextmanager
+    def update_scope(self) -> Iterator[trio.CancelScope]:
+        """A cancel scope for work that sends updates of this session. Raises
+        :class:`SessionClosed` if updates were already stopped."""
+        if self._stopped:
+            raise SessionClosed(self.id)
+        with trio.CancelScope() as scope:
+            self._scopes.add(scope)
+            try:
+                yield scope
+            finally:
+                self._scopes.discard(scope)
+
+    def stop_updates(self) -> None:
+        """Synchronously end every task sending updates for this session (they are cancelled
+        at their next checkpoint, before anything more is queued) and refuse new ones."""
+        self._stopped = True
+        for scope in self._scopes:
+            scope.cancel()
+
+    # -- the operation barrier ---------------------------------------------------------------
+
+    @contextmanager
+    def operation(self) -> Iterator[None]:
+        self._ops += 1
+        if self._idle.is_set():
+            self._idle = trio.Event()
+        try:
+            yield
+        finally:
+            self._ops -= 1
+            if self._ops == 0:
+                self._idle.set()
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
