@@ -10,7 +10,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import orjson
 import trio
@@ -30,7 +30,7 @@ from maple_acp.store._model import (
     ToolStatus,
     Usage,
 )
-from maple_acp.store._protocol import InvalidCursor, StoreError
+from maple_acp.store._protocol import InvalidCursor, StoreError, TaskStore
 
 logger = logging.getLogger(__name__)
 
@@ -294,6 +294,20 @@ def _write(conn: sqlite3.Connection, change: Callable[[sqlite3.Connection], _T])
     return result
 
 
+#: Positions within ``_item_params``' tuple, which follows ``_ITEM_COLUMNS`` without ``seq``.
+_PARAM_ITEM_ID = _ITEM_COLUMNS.index("item_id") - 1
+_PARAM_TOOL_NAME = _ITEM_COLUMNS.index("tool_name") - 1
+_PARAM_RAW_INPUT = _ITEM_COLUMNS.index("raw_input") - 1
+_INSERT_ITEM = (
+    f"INSERT INTO items (task_id, seq, {', '.join(_ITEM_COLUMNS[1:])}) "
+    f"VALUES (?, ?, {', '.join('?' * (len(_ITEM_COLUMNS) - 1))})"
+)
+_REPLACE_ITEM = (
+    f"UPDATE items SET {', '.join(f'{name} = ?' for name in _ITEM_COLUMNS[1:])} "
+    "WHERE task_id = ? AND seq = ?"
+)
+
+
 def _upsert_items_locked(
     conn: sqlite3.Connection, task_id: str, encoded: Sequence[tuple[Any, ...]]
 ) -> None:
@@ -301,31 +315,25 @@ def _upsert_items_locked(
     row = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM items WHERE task_id = ?", (task_id,))
     next_seq = int(row.fetchone()[0]) + 1
     for params in encoded:
-        item_id = params[0]
         stored = conn.execute(
             "SELECT seq, tool_name, raw_input FROM items WHERE task_id = ? AND item_id = ?",
-            (task_id, item_id),
+            (task_id, params[_PARAM_ITEM_ID]),
         ).fetchone()
         if stored is None:
-            conn.execute(
-                f"INSERT INTO items (task_id, seq, {', '.join(_ITEM_COLUMNS[1:])}) "
-                f"VALUES (?, ?, {', '.join('?' * (len(_ITEM_COLUMNS) - 1))})",
-                (task_id, next_seq, *params),
-            )
+            conn.execute(_INSERT_ITEM, (task_id, next_seq, *params))
             next_seq += 1
             continue
-        seq, stored_tool, stored_raw_input = stored
+        seq, stored_tool_name, stored_raw_input = stored
         values = list(params)
         # A later update of a tool call often carries only the result; the request that was
         # recorded first must survive it (history replays the request next to the result).
-        raw_input_at = _ITEM_COLUMNS.index("raw_input") - 1
-        if values[6] is not None and values[raw_input_at] is None and stored_tool is not None:
-            values[raw_input_at] = stored_raw_input
-        assignments = ", ".join(f"{name} = ?" for name in _ITEM_COLUMNS[2:])
-        conn.execute(
-            f"UPDATE items SET {assignments} WHERE task_id = ? AND seq = ?",
-            (*values[1:], task_id, seq),
-        )
+        if (
+            values[_PARAM_TOOL_NAME] is not None
+            and values[_PARAM_RAW_INPUT] is None
+            and stored_tool_name is not None
+        ):
+            values[_PARAM_RAW_INPUT] = stored_raw_input
+        conn.execute(_REPLACE_ITEM, (*values, task_id, seq))
 
 
 def list_sql(query: TaskQuery) -> tuple[str, list[Any], int]:
@@ -780,3 +788,9 @@ def _connect(path: str) -> sqlite3.Connection:
             raise StoreError(f"cannot open the task store ({type(exc).__name__})") from exc
         raise
     return conn
+
+
+if TYPE_CHECKING:
+    # mypy proves here that the class satisfies the protocol the runtime is written against.
+    def _satisfies_protocol(store: SqliteTaskStore) -> TaskStore:
+        return store
