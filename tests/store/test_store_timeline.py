@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from maple_acp.store import (
@@ -188,3 +189,38 @@ async def test_a_batch_failing_half_way_is_rolled_back_whole(store: SqliteTaskSt
     task = await store.get_task("t")
     assert task is not None
     assert task.updated_ms == 2
+
+
+async def test_a_text_replacement_of_a_tool_row_drops_the_tool(store: SqliteTaskStore) -> None:
+    await store.create_task(task_record(id="t"))
+    await store.upsert_items(
+        "t", [tool("x", ToolStatus.PENDING, raw_input={"command": "ls"})], now_ms=2
+    )
+    await store.upsert_items("t", [text("x", body="now text")], now_ms=3)
+    [stored] = await store.history("t")
+    assert (stored.kind, stored.text, stored.tool, stored.seq) == (
+        ItemKind.ASSISTANT,
+        "now text",
+        None,
+        1,
+    )
+    # A tool row replacing a text row has no stored input to keep.
+    await store.upsert_items("t", [tool("x", ToolStatus.COMPLETED)], now_ms=4)
+    [again] = await store.history("t")
+    assert again.tool == ToolState(name="shell", status=ToolStatus.COMPLETED)
+
+
+@pytest.mark.parametrize("status", list(ToolStatus))
+async def test_every_tool_status_and_item_kind_round_trips(
+    store: SqliteTaskStore, status: ToolStatus
+) -> None:
+    await store.create_task(task_record(id="t"))
+    items = [
+        TimelineItem(item_id=kind.value, kind=kind, created_ms=7, run_id=None, text=kind.value)
+        for kind in ItemKind
+        if kind is not ItemKind.TOOL
+    ]
+    items.append(tool("call", status, title="t", output_text="", locations=()))
+    await store.upsert_items("t", items, now_ms=2)
+    stored = await store.history("t")
+    assert [attrs.evolve(i, seq=0) for i in stored] == items
