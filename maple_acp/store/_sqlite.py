@@ -779,6 +779,9 @@ def _connect(path: str) -> sqlite3.Connection:
         # needs, at a fraction of FULL's cost per write.
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
+        # Deleting a task relies on cascades; a build without foreign keys would leave orphans.
+        if conn.execute("PRAGMA foreign_keys").fetchone()[0] != 1:
+            raise StoreError("this SQLite build cannot enforce foreign keys")
         found = migrate(conn)
         if found != SCHEMA_VERSION:
             logger.info("task store schema migrated from %d to %d", found, SCHEMA_VERSION)
