@@ -55,7 +55,11 @@ class Recorder:
             await _json(send, "ok")
             return
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        self.records.append({"method": scope["method"], "path": path, "headers": headers})
+        record: dict[str, Any] = {"method": scope["method"], "path": path, "headers": headers}
+        if scope["method"] == "POST":
+            body, receive = await _buffered(receive)
+            record.update(_rpc_summary(body))
+        self.records.append(record)
         if headers.get("x-test-tag") in self.dropped:
             rewritten = [
                 (k, b"never-issued" if k.lower() == b"mcp-session-id" else v)
@@ -63,6 +67,45 @@ class Recorder:
             ]
             scope = {**scope, "headers": rewritten}
         await self.app(scope, receive, send)
+
+
+async def _buffered(receive: Any) -> tuple[bytes, Any]:
+    """Read a whole request body; return it with a ``receive`` that replays it to the app."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = b"".join(chunks)
+    replayed = False
+
+    async def replay() -> Any:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return body, replay
+
+
+def _rpc_summary(body: bytes) -> dict[str, Any]:
+    """The JSON-RPC method of a POST body, and for ``tools/call`` the tool and its arguments."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return {"rpc": None}
+    if not isinstance(message, dict):
+        return {"rpc": None}
+    summary: dict[str, Any] = {"rpc": message.get("method")}
+    params = message.get("params")
+    if message.get("method") == "tools/call" and isinstance(params, dict):
+        summary["tool"] = params.get("name")
+        summary["arguments"] = params.get("arguments")
+    return summary
 
 
 async def _json(send: Any, body: Any) -> None:

@@ -1,0 +1,302 @@
+"""Transient MCP servers end to end through the ACP edge: a real ACP service over the demo
+runtime and a real SQLite file, real MCP servers on loopback (see loopback_servers.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from acp_support import AcpHarness, Loopback, acp_http_server, running_acp
+
+from maple_acp.testing.client import AcpTestClient, reject
+from maple_acp.testing.schema import AcpSchema, find_schema_dir
+from maple_acp.wire import INVALID_PARAMS, ProtocolError
+
+
+@pytest.fixture(scope="session")
+def acp_schema() -> AcpSchema:
+    directory = find_schema_dir()
+    if directory is None:
+        pytest.skip("ACP schema not found: set ACP_SCHEMA_DIR to the acp-schema/v1 directory")
+    return AcpSchema(directory)
+
+
+@pytest.fixture
+def loopback(loopback_ports: dict[str, int]) -> Loopback:
+    return Loopback(loopback_ports)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    directory = tmp_path / "project"
+    directory.mkdir()
+    return directory
+
+
+def tool_calls(client: AcpTestClient, sid: str) -> dict[str, list[dict[str, Any]]]:
+    """Every tool call's updates, by tool call id, in arrival order."""
+    calls: dict[str, list[dict[str, Any]]] = {}
+    for update in client.updates(sid):
+        if update.get("sessionUpdate") in ("tool_call", "tool_call_update"):
+            calls.setdefault(update["toolCallId"], []).append(update)
+    return calls
+
+
+def only_call(client: AcpTestClient, sid: str) -> list[dict[str, Any]]:
+    calls = tool_calls(client, sid)
+    assert len(calls) == 1, calls
+    return next(iter(calls.values()))
+
+
+def shown_text(update: dict[str, Any]) -> str:
+    return "".join(part["content"]["text"] for part in update.get("content", []))
+
+
+# -- a full session ----------------------------------------------------------------------------
+
+
+async def test_allowed_call_reaches_the_server_and_its_result_the_client(
+    tmp_path: Path, project: Path, loopback: Loopback, tag: str, acp_schema: AcpSchema
+) -> None:
+    async with running_acp(tmp_path) as acp, acp.connect() as client:
+        server = acp_http_server(loopback.url(), tag=tag)
+        sid = (await client.new_session(str(project), mcp_servers=[server]))["sessionId"]
+        answer = await client.prompt(sid, '/mcp main__add {"a": 2, "b": 40}')
+        assert answer["stopReason"] == "end_turn"
+
+        [request] = client.permission_requests
+        assert request["sessionId"] == sid
+        assert request["toolCall"]["rawInput"] == {
+            "tool": "main__add",
+            "arguments": {"a": 2, "b": 40},
+        }
+        updates = only_call(client, sid)
+        assert updates[0]["sessionUpdate"] == "tool_call"
+        assert updates[0]["status"] == "pending"
+        final = updates[-1]
+        assert final["status"] == "completed"
+        assert final["rawOutput"] == {
+            "content": [{"type": "text", "text": "42"}],
+            "isError": False,
+            "structuredContent": {"result": 42},
+        }
+        assert '"text":"42"' in shown_text(final)
+
+        calls = [r for r in await loopback.records(tag) if r.get("rpc") == "tools/call"]
+        assert [(r["tool"], r["arguments"]) for r in calls] == [("add", {"a": 2, "b": 40})]
+        assert client.validate(acp_schema) > 0
+
+
+async def test_rejected_call_never_reaches_the_server(
+    tmp_path: Path, project: Path, loopback: Loopback, tag: str, acp_schema: AcpSchema
+) -> None:
+    async with running_acp(tmp_path) as acp, acp.connect(permission=reject) as client:
+        server = acp_http_server(loopback.url(), tag=tag)
+        sid = (await client.new_session(str(project), mcp_servers=[server]))["sessionId"]
+        answer = await client.prompt(sid, '/mcp main__echo {"text": "no"}')
+        assert answer["stopReason"] == "end_turn"
+        assert len(client.permission_requests) == 1
+        final = only_call(client, sid)[-1]
+        assert final["status"] == "failed"
+        assert shown_text(final) == "permission denied"
+        rpcs = [r.get("rpc") for r in await loopback.records(tag)]
+        assert "tools/list" in rpcs  # the session was connected ...
+        assert "tools/call" not in rpcs  # ... and the call was not sent
+        client.validate(acp_schema)
+
+
+async def test_every_call_asks(
+    tmp_path: Path, project: Path, loopback: Loopback, tag: str, acp_schema: AcpSchema
+) -> None:
+    async with running_acp(tmp_path) as acp, acp.connect() as client:
+        server = acp_http_server(loopback.url(), tag=tag)
+        sid = (await client.new_session(str(project), mcp_servers=[server]))["sessionId"]
+        script = '/mcp main__echo {"text": "one"}\n/mcp main__echo {"text": "one"}'
+        await client.prompt(sid, script)
+        await client.prompt(sid, '/mcp main__echo {"text": "one"}')
+        # The same call three times: an allow is never remembered.
+        assert len(client.permission_requests) == 3
+        ids = {r["toolCall"]["toolCallId"] for r in client.permission_requests}
+        assert len(ids) == 3
+        calls = tool_calls(client, sid)
+        assert [updates[-1]["status"] for updates in calls.values()] == ["completed"] * 3
+        sent = [r for r in await loopback.records(tag) if r.get("rpc") == "tools/call"]
+        assert len(sent) == 3
+        client.validate(acp_schema)
+
+
+async def test_unknown_id_fails_before_any_network_call(
+    tmp_path: Path, project: Path, loopback: Loopback, tag: str, acp_schema: AcpSchema
+) -> None:
+    async with running_acp(tmp_path) as acp, acp.connect() as client:
+        server = acp_http_server(loopback.url(), tag=tag)
+        sid = (await client.new_session(str(project), mcp_servers=[server]))["sessionId"]
+        before = await loopback.records(tag)
+        answer = await client.prompt(sid, '/mcp main__nope {"text": "x"}')
+        assert answer["stopReason"] == "end_turn"
+        final = only_call(client, sid)[-1]
+        assert final["status"] == "failed"
+        assert shown_text(final) == "unknown external MCP tool id"
+        assert await loopback.records(tag) == before
+        # The router is still usable.
+        await client.prompt(sid, '/mcp main__echo {"text": "still"}')
+        sent = [r for r in await loopback.records(tag) if r.get("rpc") == "tools/call"]
+        assert [r["arguments"] for r in sent] == [{"text": "still"}]
+        client.validate(acp_schema)
+
+
+# -- validation at the ACP level ---------------------------------------------------------------
+
+#: Appears in every bad definition's header values and URL credentials; never in an answer.
+SECRET = "SECRET-c0ffee5e7a1d"
+URL = "http://127.0.0.1:9/mcp"
+
+
+def _http(url: str = URL, name: str = "main", *headers: tuple[str, str]) -> dict[str, Any]:
+    pairs = [("Authorization", f"Bearer {SECRET}"), *headers]
+    return {
+        "type": "http",
+        "name": name,
+        "url": url,
+        "headers": [{"name": key, "value": value} for key, value in pairs],
+    }
+
+
+BAD_DEFINITIONS: list[Any] = [
+    pytest.param(
+        [
+            {
+                "name": "local",
+                "command": "/bin/true",
+                "args": [SECRET],
+                "env": [{"name": "TOKEN", "value": SECRET}],
+            }
+        ],
+        "stdio MCP servers are not supported",
+        id="stdio",
+    ),
+    pytest.param([{**_http(), "type": "sse"}], "SSE MCP servers are not supported", id="sse"),
+    pytest.param(
+        [_http("https://127.0.0.1:9/mcp")], "URL must be plain http:// to localhost", id="https"
+    ),
+    pytest.param(
+        [_http("http://example.com/mcp")], "URL must be plain http:// to localhost", id="remote"
+    ),
+    pytest.param(
+        [_http("http://10.0.0.1:80/mcp")], "URL must be plain http:// to localhost", id="lan-ip"
+    ),
+    pytest.param(
+        [_http(f"http://user:{SECRET}@127.0.0.1:9/mcp")],
+        "URL must not contain credentials",
+        id="userinfo",
+    ),
+    pytest.param(
+        [_http(f"http://127.0.0.1:9/mcp?token={SECRET}#part")],
+        "URL must not have a fragment",
+        id="fragment",
+    ),
+    pytest.param(
+        [_http(URL, "main", ("Host", SECRET))], "uses the reserved name 'host'", id="reserved"
+    ),
+    pytest.param(
+        [_http(URL, "main", ("X-Forwarded-For", SECRET))],
+        "uses the reserved prefix 'x-forwarded-'",
+        id="reserved-prefix",
+    ),
+    pytest.param(
+        [_http(URL, "main", ("AUTHORIZATION", SECRET))],
+        "header #1 repeats an earlier header name",
+        id="duplicate-header",
+    ),
+    pytest.param(
+        [_http(URL, "main", ("X-Token", f"{SECRET}\r\nX-Injected: 1"))],
+        "header #1 value contains CR, LF or NUL",
+        id="crlf",
+    ),
+    pytest.param(
+        [_http(URL, "main", ("X-Token", f"{SECRET}\x00"))],
+        "header #1 value contains CR, LF or NUL",
+        id="nul",
+    ),
+    pytest.param(
+        [_http(URL, "main", ("X-Token", SECRET * (16 * 1024 // len(SECRET) + 1)))],
+        "header #1 value is larger than 16384 bytes",
+        id="oversize-value",
+    ),
+    pytest.param(
+        [
+            _http(URL, "main", *((f"X-Token-{i}", SECRET * 700) for i in range(6))),
+        ],
+        "headers are larger than 65536 bytes in total",
+        id="oversize-headers",
+    ),
+    pytest.param(
+        [_http(URL, f"server{i}") for i in range(17)],
+        "at most 16 MCP servers are allowed per session",
+        id="17-servers",
+    ),
+    pytest.param(
+        [_http(URL, "Main Server"), _http(URL, "mainserver")],
+        "MCP server #1 ('mainserver'): name 'mainserver' is not unique after normalisation",
+        id="duplicate-names",
+    ),
+    pytest.param([_http(URL, "")], "name must be 1 to 64 characters", id="empty-name"),
+]
+
+
+async def _assert_nothing_created(acp: AcpHarness, client: AcpTestClient) -> None:
+    assert (await client.list_sessions())["sessions"] == []
+    assert tuple((await acp.runtime.list_tasks()).tasks) == ()
+    assert acp.stored_task_ids() == []
+
+
+def _assert_refused(client: AcpTestClient, info: pytest.ExceptionInfo[ProtocolError]) -> None:
+    assert info.value.code == INVALID_PARAMS
+    # The whole error frame the client received, not just the parsed message.
+    [frame] = [
+        f.raw
+        for f in client.frames
+        if f.direction == "in" and isinstance(f.message, dict) and "error" in f.message
+    ]
+    assert SECRET.encode() not in frame
+    assert b"user:" not in frame
+
+
+@pytest.mark.parametrize(("servers", "expected"), BAD_DEFINITIONS)
+async def test_bad_definitions_are_refused_on_new_and_nothing_is_created(
+    tmp_path: Path, project: Path, servers: list[Any], expected: str, acp_schema: AcpSchema
+) -> None:
+    async with running_acp(tmp_path) as acp, acp.connect() as client:
+        with pytest.raises(ProtocolError) as info:
+            await client.new_session(str(project), mcp_servers=servers)
+        assert expected in info.value.message
+        _assert_refused(client, info)
+        await _assert_nothing_created(acp, client)
+        # The connection is still usable.
+        sid = (await client.new_session(str(project)))["sessionId"]
+        assert (await client.prompt(sid, "/echo fine"))["stopReason"] == "end_turn"
+        assert client.text(sid) == "fine"
+        client.validate(acp_schema)
+
+
+@pytest.mark.parametrize(
+    ("servers", "expected"),
+    [p for p in BAD_DEFINITIONS if p.id in ("userinfo", "crlf", "17-servers")],
+)
+async def test_bad_definitions_are_refused_on_load_and_the_task_stays_free(
+    tmp_path: Path, project: Path, servers: list[Any], expected: str, acp_schema: AcpSchema
+) -> None:
+    async with running_acp(tmp_path) as acp:
+        async with acp.connect() as first:
+            sid = (await first.new_session(str(project)))["sessionId"]
+            await first.prompt(sid, "/echo kept")
+        async with acp.connect() as client:
+            with pytest.raises(ProtocolError) as info:
+                await client.load_session(sid, str(project), mcp_servers=servers)
+            assert expected in info.value.message
+            _assert_refused(client, info)
+            assert client.updates(sid) == []  # no history was replayed
+            await client.load_session(sid, str(project))
+            assert client.text(sid) == "kept"
+            client.validate(acp_schema)
