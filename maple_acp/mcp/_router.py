@@ -389,6 +389,7 @@ async def _open_session(conn: _Connection) -> AsyncIterator[ClientSession]:
     server = conn.server
     if server is None:
         raise McpSetupError(f"{conn.where}: setup was cancelled")
+    stand_in = stand_in_url(server.index)
     http = httpx2.AsyncClient(
         headers=list(server.headers),
         trust_env=False,
@@ -401,16 +402,56 @@ async def _open_session(conn: _Connection) -> AsyncIterator[ClientSession]:
             pool=HTTP_POOL_TIMEOUT_SECONDS,
         ),
         event_hooks={"response": [conn.observe_response]},
-        transport=BoundedTransport(httpx2.AsyncHTTPTransport(trust_env=False)),
+        transport=HiddenTargetTransport(
+            BoundedTransport(httpx2.AsyncHTTPTransport(trust_env=False)),
+            stand_in=stand_in,
+            target=server.url,
+        ),
     )
     async with (
         http,
         streamable_http_client(
-            server.url, http_client=http, max_sse_event_size=MAX_SSE_EVENT_BYTES
+            stand_in, http_client=http, max_sse_event_size=MAX_SSE_EVENT_BYTES
         ) as (read_stream, write_stream),
         ClientSession(read_stream, write_stream, client_info=_CLIENT_INFO) as session,
     ):
         yield session
+
+
+def stand_in_url(index: int) -> str:
+    """The URL the MCP SDK and the HTTP client see (and log) for server ``index``.
+
+    Both log the URL of every request (the SDK at DEBUG, httpx at INFO), and a URL may carry a
+    credential in its path or query; only :class:`HiddenTargetTransport` knows the real one."""
+    return f"http://transient-mcp-{index}.invalid/mcp"
+
+
+class HiddenTargetTransport(httpx2.AsyncBaseTransport):
+    """Sends every request for ``stand_in`` to ``target`` instead, so the real URL is never in
+    a request object that anything else logs. Any other URL is refused without traffic."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, *, stand_in: str, target: str) -> None:
+        self._inner = inner
+        self._stand_in = httpx2.URL(stand_in)
+        self._target = httpx2.URL(target)
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.url != self._stand_in:
+            raise httpx2.UnsupportedProtocol("request outside the MCP server's endpoint")
+        headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"host"]
+        headers.insert(0, (b"Host", self._target.netloc))
+        # A new request object: the client logs the one it built, which keeps the stand-in.
+        sent = httpx2.Request(
+            request.method,
+            self._target,
+            headers=headers,
+            stream=request.stream,
+            extensions=request.extensions,
+        )
+        return await self._inner.handle_async_request(sent)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 class ResponseTooLarge(httpx2.StreamError):
