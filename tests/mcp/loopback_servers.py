@@ -55,7 +55,12 @@ class Recorder:
             await _json(send, "ok")
             return
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        record: dict[str, Any] = {"method": scope["method"], "path": path, "headers": headers}
+        record: dict[str, Any] = {
+            "method": scope["method"],
+            "path": path,
+            "query": scope.get("query_string", b"").decode(),
+            "headers": headers,
+        }
         if scope["method"] == "POST":
             body, receive = await _buffered(receive)
             record.update(_rpc_summary(body))

@@ -3,12 +3,17 @@ runtime and a real SQLite file, real MCP servers on loopback (see loopback_serve
 
 from __future__ import annotations
 
+import logging
+import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from acp_support import AcpHarness, Loopback, acp_http_server, running_acp
 
+from maple_acp.rpc import ConnectionClosed
 from maple_acp.testing.client import AcpTestClient, reject
 from maple_acp.testing.schema import AcpSchema, find_schema_dir
 from maple_acp.wire import INVALID_PARAMS, ProtocolError
@@ -300,3 +305,133 @@ async def test_bad_definitions_are_refused_on_load_and_the_task_stays_free(
             await client.load_session(sid, str(project))
             assert client.text(sid) == "kept"
             client.validate(acp_schema)
+
+
+# -- secrets -----------------------------------------------------------------------------------
+
+
+async def test_header_and_url_query_never_leave_the_router(
+    tmp_path: Path,
+    project: Path,
+    loopback: Loopback,
+    tag: str,
+    acp_schema: AcpSchema,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    header_secret = f"SECRET-7f3a9c{uuid.uuid4().hex}"
+    query_secret = f"QUERY-51d0e2{uuid.uuid4().hex}"
+    secrets = (header_secret.encode(), query_secret.encode())
+    decisions = iter(["allow", "allow", "reject", "allow"])
+
+    def policy(params: Mapping[str, Any]) -> str:
+        return next(decisions)
+
+    async with running_acp(tmp_path) as acp:
+        async with acp.connect(permission=policy) as client:
+            server = acp_http_server(
+                loopback.url(query=f"sig={query_secret}"),
+                tag=tag,
+                Authorization=f"Bearer {header_secret}",
+            )
+            sid = (await client.new_session(str(project), mcp_servers=[server]))["sessionId"]
+            script = "\n".join(
+                [
+                    '/mcp main__echo {"text": "hello"}',
+                    '/mcp main__add {"a": "not a number", "b": 1}',  # a server-side error
+                    '/mcp main__echo {"text": "rejected"}',
+                    "/mcp main__nope {}",
+                ]
+            )
+            assert (await client.prompt(sid, script))["stopReason"] == "end_turn"
+            statuses = [u[-1]["status"] for u in tool_calls(client, sid).values()]
+            assert statuses == ["completed", "completed", "failed", "failed"]
+            while_running = acp.store_bytes()
+            assert await client.close_session(sid) == {}
+            client.validate(acp_schema)
+        frames = [f.raw for f in client.frames if f.direction == "in"]
+    after_shutdown = acp.store_bytes()
+
+    # The server did receive both, so the searches below look for values that really flowed.
+    records = await loopback.records(tag)
+    assert records
+    assert {r["headers"]["authorization"] for r in records} == {f"Bearer {header_secret}"}
+    assert {r["query"] for r in records} == {f"sig={query_secret}"}
+
+    assert b"main__echo" in after_shutdown  # the store does hold the session's tool rows
+    assert caplog.records
+    for secret in secrets:
+        assert secret not in while_running
+        assert secret not in after_shutdown
+        assert not [frame for frame in frames if secret in frame]
+        assert secret.decode() not in caplog.text
+        for record in caplog.records:
+            assert secret.decode() not in record.getMessage()
+            assert secret.decode() not in (record.exc_text or "")
+
+
+# -- revocation --------------------------------------------------------------------------------
+
+
+async def test_close_mid_call_cancels_it_and_ends_the_server_session(
+    tmp_path: Path, project: Path, loopback: Loopback, tag: str, acp_schema: AcpSchema
+) -> None:
+    async with running_acp(tmp_path) as acp, acp.connect() as client:
+        server = acp_http_server(loopback.url(), tag=tag)
+        sid = (await client.new_session(str(project), mcp_servers=[server]))["sessionId"]
+        answers: list[Any] = []
+
+        async def prompt() -> None:
+            answers.append(await client.prompt(sid, f'/mcp main__slow {{"key": "{tag}"}}'))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(prompt)
+            await loopback.wait_for_event(tag, "started")
+            assert "DELETE" not in await loopback.methods(tag)
+            assert await client.close_session(sid) == {}
+        assert [a["stopReason"] for a in answers] == ["cancelled"]
+        await loopback.wait_for_event(tag, "cancelled")
+        await loopback.wait_for_method(tag, "DELETE")
+        assert (await loopback.methods(tag)).count("DELETE") == 1
+
+        # A later session without servers has no external tools at all.
+        other = (await client.new_session(str(project)))["sessionId"]
+        assert (await client.prompt(other, '/mcp main__echo {"text": "x"}'))[
+            "stopReason"
+        ] == "end_turn"
+        final = only_call(client, other)[-1]
+        assert final["status"] == "failed"
+        assert shown_text(final) == "no external MCP servers are connected to this session"
+        assert [r for r in await loopback.records(tag) if r.get("rpc") == "tools/call"] == [
+            r for r in await loopback.records(tag) if r.get("tool") == "slow"
+        ]
+        client.validate(acp_schema)
+
+
+async def test_disconnect_mid_call_cancels_it_and_ends_the_server_session(
+    tmp_path: Path, project: Path, loopback: Loopback, tag: str
+) -> None:
+    async with running_acp(tmp_path) as acp:
+        async with acp.connect() as client:
+            server = acp_http_server(loopback.url(), tag=tag)
+            sid = (await client.new_session(str(project), mcp_servers=[server]))["sessionId"]
+            async with trio.open_nursery() as nursery:
+
+                async def prompt() -> None:
+                    with pytest.raises(ConnectionClosed):
+                        await client.prompt(sid, f'/mcp main__slow {{"key": "{tag}"}}')
+
+                nursery.start_soon(prompt)
+                await loopback.wait_for_event(tag, "started")
+                await client.peer.aclose()
+        # connect() returned once the service finished the disconnect's cleanup.
+        await loopback.wait_for_event(tag, "cancelled")
+        await loopback.wait_for_method(tag, "DELETE")
+        assert (await loopback.methods(tag)).count("DELETE") == 1
+        # The lease is gone: another connection can load the task (and gets no tools).
+        async with acp.connect() as again:
+            await again.load_session(sid, str(project))
+            await again.prompt(sid, '/mcp main__echo {"text": "x"}')
+            calls = tool_calls(again, sid)
+            final = list(calls.values())[-1][-1]
+            assert shown_text(final) == "no external MCP servers are connected to this session"
