@@ -1,0 +1,133 @@
+"""A whole session life through ``maple-acp serve`` and real connector processes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from maple_acp.testing.schema import AcpSchema
+
+from .conftest import DEADLINE, assert_only_protocol_lines, connector_client, running_host
+
+
+def _kinds(updates: list[dict[str, Any]]) -> list[str]:
+    return [u["sessionUpdate"] for u in updates]
+
+
+async def test_full_session_life(short_dir: Path, project: Path, acp_schema: AcpSchema) -> None:
+    decisions: list[str] = []
+
+    def permission(params: Mapping[str, Any]) -> str:
+        return decisions.pop(0)
+
+    with trio.fail_after(DEADLINE):
+        async with running_host(short_dir) as host:
+            async with connector_client(host.socket, permission=permission) as first:
+                client = first.client
+                init = await client.initialize()
+                assert init["protocolVersion"] == 1
+                assert init["agentCapabilities"]["loadSession"] is True
+                session_id = (await client.new_session(os.fspath(project)))["sessionId"]
+
+                # A streamed reply: many chunks of one message, a thought, usage of this turn.
+                answer = await client.prompt(
+                    session_id, "/think planning\nhello there\n/stream 50 10\n/usage 3 4"
+                )
+                assert answer["stopReason"] == "end_turn"
+                assert answer["usage"]["inputTokens"] == 3
+                assert client.text(session_id) == "hello there" + "x" * 500
+                assert client.text(session_id, "agent_thought_chunk") == "planning"
+                chunks = [
+                    u
+                    for u in client.updates(session_id)
+                    if u["sessionUpdate"] == "agent_message_chunk"
+                ]
+                assert len(chunks) == 51
+                assert len({c["messageId"] for c in chunks[1:]}) == 1
+
+                # A tool allowed: the command really runs on the host.
+                decisions.append("allow")
+                before = len(client.updates(session_id))
+                answer = await client.prompt(session_id, '/tool shell {"command": "echo hi"}')
+                assert answer["stopReason"] == "end_turn"
+                rows = client.updates(session_id)[before:]
+                assert _kinds(rows)[0] == "tool_call"
+                assert rows[-1]["status"] == "completed"
+                assert "hi" in rows[-1]["content"][0]["content"]["text"]
+                request = client.permission_requests[-1]
+                assert [o["kind"] for o in request["options"]] == ["allow_once", "reject_once"]
+
+                # A tool rejected: it never runs and ends failed.
+                decisions.append("reject")
+                marker = project / "must-not-exist"
+                before = len(client.updates(session_id))
+                answer = await client.prompt(
+                    session_id, f'/tool shell {{"command": "touch {marker}"}}'
+                )
+                assert answer["stopReason"] == "end_turn"
+                rows = client.updates(session_id)[before:]
+                assert rows[-1]["status"] == "failed"
+                assert not marker.exists()
+                assert len(client.permission_requests) == 2
+
+                # A prompt that hangs until cancelled.
+                result: dict[str, Any] = {}
+
+                async def hang() -> None:
+                    result.update(await client.prompt(session_id, "/echo waiting\n/hang"))
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(hang)
+                    await client.wait_until(lambda: client.text(session_id).endswith("waiting"))
+                    await client.cancel(session_id)
+                assert result["stopReason"] == "cancelled"
+
+                listing = await client.list_sessions(cwd=os.fspath(project))
+                assert [s["sessionId"] for s in listing["sessions"]] == [session_id]
+
+                assert await client.close_session(session_id) == {}
+                assert client.validate(acp_schema) > 60
+                assert_only_protocol_lines(client)
+            assert first.process.returncode == 0
+            assert first.stderr.lines == []
+
+            # Another process loads the session: history is replayed before the answer.
+            async with connector_client(host.socket) as second:
+                client = second.client
+                await client.initialize()
+                await client.load_session(session_id, os.fspath(project))
+                replay = client.updates(session_id)
+                response_index = next(
+                    i
+                    for i, frame in enumerate(client.frames)
+                    if frame.direction == "in"
+                    and isinstance(frame.message, dict)
+                    and frame.message.get("id") == 2
+                )
+                last_update_index = max(
+                    i
+                    for i, frame in enumerate(client.frames)
+                    if frame.direction == "in"
+                    and isinstance(frame.message, dict)
+                    and frame.message.get("method") == "session/update"
+                )
+                assert last_update_index < response_index
+                kinds = _kinds(replay)
+                assert kinds.count("user_message_chunk") == 4
+                assert "agent_thought_chunk" in kinds
+                assert "tool_call" in kinds
+                assert client.text(session_id).startswith("hello there")
+                answer = await client.prompt(session_id, "/echo again")
+                assert answer["stopReason"] == "end_turn"
+                assert await client.close_session(session_id) == {}
+                client.validate(acp_schema)
+                assert_only_protocol_lines(client)
+            assert second.process.returncode == 0
+
+            status = await host.status()
+            assert status["leases"] == 0
+            assert status["activeRuns"] == 0
