@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from acp_support import AcpHarness, Loopback, acp_http_server, running_acp
+from acp_support import EVENT_WAIT_S, AcpHarness, Loopback, acp_http_server, running_acp
 
 from maple_acp.rpc import ConnectionClosed
 from maple_acp.testing.client import AcpTestClient, reject
 from maple_acp.testing.schema import AcpSchema, find_schema_dir
-from maple_acp.wire import INVALID_PARAMS, ProtocolError
+from maple_acp.wire import INVALID_PARAMS, RESOURCE_NOT_FOUND, ProtocolError
 
 
 @pytest.fixture(scope="session")
@@ -435,3 +436,123 @@ async def test_disconnect_mid_call_cancels_it_and_ends_the_server_session(
             calls = tool_calls(again, sid)
             final = list(calls.values())[-1][-1]
             assert shown_text(final) == "no external MCP servers are connected to this session"
+
+
+# -- setup failures: session/load connects before ownership, session/new leaves nothing ----------
+
+
+async def _closed_port_url() -> str:
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    await listeners[0].aclose()
+    return f"http://127.0.0.1:{port}/mcp"
+
+
+@asynccontextmanager
+async def silent_server() -> AsyncIterator[tuple[str, trio.Event]]:
+    """A TCP listener on loopback that accepts and never answers; the event is set at the
+    first accepted connection."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    held: list[trio.SocketStream] = []
+    accepted = trio.Event()
+
+    async def accept_forever() -> None:
+        while True:
+            held.append(await listeners[0].accept())
+            accepted.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(accept_forever)
+        try:
+            yield f"http://127.0.0.1:{port}/mcp", accepted
+        finally:
+            nursery.cancel_scope.cancel()
+            for stream in held:
+                await stream.aclose()
+            await listeners[0].aclose()
+
+
+async def _prompted_task(acp: AcpHarness, project: Path) -> str:
+    async with acp.connect() as client:
+        sid: str = (await client.new_session(str(project)))["sessionId"]
+        await client.prompt(sid, "/echo kept")
+    return sid
+
+
+async def _assert_loadable_without_servers(acp: AcpHarness, sid: str, project: Path) -> None:
+    async with acp.connect() as client:
+        await client.load_session(sid, str(project))
+        assert client.text(sid) == "kept"
+
+
+async def test_load_with_an_unreachable_server_fails_and_leaves_the_task_free(
+    tmp_path: Path, project: Path, acp_schema: AcpSchema
+) -> None:
+    async with running_acp(tmp_path) as acp:
+        sid = await _prompted_task(acp, project)
+        url = await _closed_port_url()
+        async with acp.connect() as client:
+            with pytest.raises(ProtocolError) as info:
+                await client.load_session(
+                    sid, str(project), mcp_servers=[acp_http_server(url, "gone")]
+                )
+            assert info.value.code == INVALID_PARAMS
+            assert info.value.message == "MCP server #0 ('gone'): could not connect"
+            assert client.updates(sid) == []  # refused before any history was replayed
+            # The same connection can load it at once: the failed load held nothing.
+            await client.load_session(sid, str(project))
+            assert client.text(sid) == "kept"
+            client.validate(acp_schema)
+
+
+async def test_load_takes_no_ownership_while_its_servers_connect(
+    tmp_path: Path, project: Path
+) -> None:
+    # The router's 30 s setup deadline itself is tested on a virtual clock at the router
+    # level; here the store's worker threads would let a virtual clock cut the run short.
+    async with running_acp(tmp_path) as acp:
+        sid = await _prompted_task(acp, project)
+        async with (
+            silent_server() as (url, accepted),
+            acp.connect() as client,
+            trio.open_nursery() as nursery,
+        ):
+
+            async def load() -> None:
+                with pytest.raises(ConnectionClosed):
+                    await client.load_session(
+                        sid, str(project), mcp_servers=[acp_http_server(url, "silent")]
+                    )
+
+            nursery.start_soon(load)
+            with trio.fail_after(EVENT_WAIT_S):
+                await accepted.wait()
+            # Still connecting: the session is not this connection's, nothing replayed.
+            with pytest.raises(ProtocolError) as early:
+                await client.prompt(sid, "/echo too early")
+            assert early.value.code == RESOURCE_NOT_FOUND
+            assert client.updates(sid) == []
+            # Disconnect in the middle of the setup.
+            await client.peer.aclose()
+        # The abandoned setup held nothing: the task loads at once, without servers.
+        await _assert_loadable_without_servers(acp, sid, project)
+
+
+async def test_invalid_catalog_fails_new_and_leaves_no_task(
+    tmp_path: Path, project: Path, loopback: Loopback, tag: str, acp_schema: AcpSchema
+) -> None:
+    async with running_acp(tmp_path) as acp, acp.connect() as client:
+        good = acp_http_server(loopback.url(), tag=tag)
+        bad = acp_http_server(loopback.url("badname"), "badname", tag=tag)
+        with pytest.raises(ProtocolError) as info:
+            await client.new_session(str(project), mcp_servers=[good, bad])
+        assert info.value.code == INVALID_PARAMS
+        assert info.value.message.startswith("MCP server #1 ('badname'): tool #1 has a name")
+        await _assert_nothing_created(acp, client)
+        # The good server's session was ended too.
+        await loopback.wait_for_method(tag, "DELETE")
+        sid = (await client.new_session(str(project), mcp_servers=[good]))["sessionId"]
+        await client.prompt(sid, '/mcp main__echo {"text": "ok"}')
+        assert only_call(client, sid)[-1]["status"] == "completed"
+        client.validate(acp_schema)
