@@ -374,39 +374,51 @@ async def test_header_and_url_query_never_leave_the_router(
 # -- revocation --------------------------------------------------------------------------------
 
 
+async def _replayed_calls(acp: AcpHarness, sid: str, project: Path) -> list[dict[str, Any]]:
+    async with acp.connect() as client:
+        await client.load_session(sid, str(project))
+        return [u for updates in tool_calls(client, sid).values() for u in updates]
+
+
 async def test_close_mid_call_cancels_it_and_ends_the_server_session(
     tmp_path: Path, project: Path, loopback: Loopback, tag: str, acp_schema: AcpSchema
 ) -> None:
-    async with running_acp(tmp_path) as acp, acp.connect() as client:
-        server = acp_http_server(loopback.url(), tag=tag)
-        sid = (await client.new_session(str(project), mcp_servers=[server]))["sessionId"]
-        answers: list[Any] = []
+    async with running_acp(tmp_path) as acp:
+        async with acp.connect() as client:
+            server = acp_http_server(loopback.url(), tag=tag)
+            sid = (await client.new_session(str(project), mcp_servers=[server]))["sessionId"]
+            answers: list[Any] = []
 
-        async def prompt() -> None:
-            answers.append(await client.prompt(sid, f'/mcp main__slow {{"key": "{tag}"}}'))
+            async def prompt() -> None:
+                answers.append(await client.prompt(sid, f'/mcp main__slow {{"key": "{tag}"}}'))
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(prompt)
-            await loopback.wait_for_event(tag, "started")
-            assert "DELETE" not in await loopback.methods(tag)
-            assert await client.close_session(sid) == {}
-        assert [a["stopReason"] for a in answers] == ["cancelled"]
-        await loopback.wait_for_event(tag, "cancelled")
-        await loopback.wait_for_method(tag, "DELETE")
-        assert (await loopback.methods(tag)).count("DELETE") == 1
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(prompt)
+                await loopback.wait_for_event(tag, "started")
+                assert "DELETE" not in await loopback.methods(tag)
+                assert await client.close_session(sid) == {}
+            assert [a["stopReason"] for a in answers] == ["cancelled"]
+            await loopback.wait_for_event(tag, "cancelled")
+            await loopback.wait_for_method(tag, "DELETE")
+            assert (await loopback.methods(tag)).count("DELETE") == 1
 
-        # A later session without servers has no external tools at all.
-        other = (await client.new_session(str(project)))["sessionId"]
-        assert (await client.prompt(other, '/mcp main__echo {"text": "x"}'))[
-            "stopReason"
-        ] == "end_turn"
-        final = only_call(client, other)[-1]
-        assert final["status"] == "failed"
-        assert shown_text(final) == "no external MCP servers are connected to this session"
-        assert [r for r in await loopback.records(tag) if r.get("rpc") == "tools/call"] == [
-            r for r in await loopback.records(tag) if r.get("tool") == "slow"
-        ]
-        client.validate(acp_schema)
+            # A later session without servers has no external tools at all.
+            other = (await client.new_session(str(project)))["sessionId"]
+            assert (await client.prompt(other, '/mcp main__echo {"text": "x"}'))[
+                "stopReason"
+            ] == "end_turn"
+            final = only_call(client, other)[-1]
+            assert final["status"] == "failed"
+            assert shown_text(final) == "no external MCP servers are connected to this session"
+            assert [r for r in await loopback.records(tag) if r.get("rpc") == "tools/call"] == [
+                r for r in await loopback.records(tag) if r.get("tool") == "slow"
+            ]
+            client.validate(acp_schema)
+        # The cancelled call is stored as ended, not left pending.
+        [row] = await _replayed_calls(acp, sid, project)
+        assert row["title"] == "external_mcp: main__slow"
+        assert row["status"] == "failed"
+        assert shown_text(row) == "the tool call ended cancelled"
 
 
 async def test_disconnect_mid_call_cancels_it_and_ends_the_server_session(
