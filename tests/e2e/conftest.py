@@ -203,8 +203,11 @@ class Connector:
 
 
 @asynccontextmanager
-async def connector_client(socket: Path, **client_options: Any) -> AsyncIterator[Connector]:
-    """A real connector subprocess bridged to ``socket``, driven by an AcpTestClient.
+async def connector_client(
+    socket: Path, *, env: dict[str, str] | None = None, **client_options: Any
+) -> AsyncIterator[Connector]:
+    """A real connector subprocess bridged to ``socket``, driven by an AcpTestClient; ``env``
+    adds to the connector's environment.
 
     Leaving the block closes the connector's stdin and stdout and waits for it to exit.
     """
@@ -217,7 +220,7 @@ async def connector_client(socket: Path, **client_options: Any) -> AsyncIterator
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 check=False,
-                env=clean_env(),
+                env=clean_env(**(env or {})),
             )
         )
         assert process.stdin is not None

@@ -131,3 +131,24 @@ async def test_full_session_life(short_dir: Path, project: Path, acp_schema: Acp
             status = await host.status()
             assert status["leases"] == 0
             assert status["activeRuns"] == 0
+
+
+async def test_relayed_environment_reaches_the_shell_tool_only_when_allowed(
+    short_dir: Path, project: Path
+) -> None:
+    # OTHER is in the connector's environment but not in its relay list: it stays behind.
+    relay = {"MAPLE_ACP_RELAY_ENV": "RELAY_TOKEN", "RELAY_TOKEN": "t0k", "OTHER": "no"}
+    command = '/tool shell {"command": "printf \'%s|%s\' \\"$RELAY_TOKEN\\" \\"$OTHER\\""}'
+    with trio.fail_after(DEADLINE):
+        async with (
+            running_host(short_dir, "--relay-allow", "RELAY_TOKEN") as host,
+            connector_client(host.socket, env=relay) as connector,
+        ):
+            client = connector.client
+            await client.initialize()
+            session_id = (await client.new_session(os.fspath(project)))["sessionId"]
+            await client.prompt(session_id, command)
+            final = client.updates(session_id)[-1]
+            assert final["status"] == "completed"
+            # Only the relayed name arrived; the host never had either in its own environment.
+            assert final["content"][0]["content"]["text"] == "t0k|"
