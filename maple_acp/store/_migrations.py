@@ -86,10 +86,13 @@ CREATE TABLE goals (
 #: stops after ``limit + 1`` matching rows, so its cost does not grow with the number of tasks.
 #: The two partial indexes hold only listable rows (not provisional, not archived) keyed by
 #: policy: an external caller's page (one policy, hidden rows hidden) is a pure range scan.
-#: Other queries walk the full indexes and skip the few rows the filters reject.
+#: Other queries walk the full indexes; their trailing filter columns let a rejected row be
+#: skipped from the index entry alone, without reading the table row.
 _INDEXES = """
-CREATE INDEX tasks_by_account ON tasks (account, updated_ms DESC, id DESC);
-CREATE INDEX tasks_by_account_root ON tasks (account, root, updated_ms DESC, id DESC);
+CREATE INDEX tasks_by_account
+    ON tasks (account, updated_ms DESC, id DESC, policy, provisional, archived);
+CREATE INDEX tasks_by_account_root
+    ON tasks (account, root, updated_ms DESC, id DESC, policy, provisional, archived);
 CREATE INDEX tasks_visible_by_account_policy
     ON tasks (account, policy, updated_ms DESC, id DESC)
     WHERE provisional = 0 AND archived = 0;
