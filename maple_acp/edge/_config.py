@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import attrs
 import orjson
+
 from maple_acp_connector.endpoint import UnsafeDirectory, ensure_private_dir
 
 logger = logging.getLogger(__name__)
@@ -23,8 +24,6 @@ logger = logging.getLogger(__name__)
 MAX_CONNECTIONS_LIMIT: Final = 8
 #: Inbound frames longer than this end the connection; configurable lower only.
 MAX_LINE_BYTES_LIMIT: Final = 10 * 1024 * 1024
-#: A relay allow-list longer than the number of values a hello may carry is meaningless.
-MAX_RELAY_NAMES: Final = 16
 #: The persisted file is tiny; anything larger is not ours.
 MAX_PERSISTED_BYTES: Final = 64 * 1024
 
@@ -68,20 +67,6 @@ def _check_max_line(_: object, __: attrs.Attribute[int], value: int) -> None:
         raise ConfigError(f"max line bytes must be between 1024 and {MAX_LINE_BYTES_LIMIT}")
 
 
-def _relay_names(names: Iterable[str]) -> frozenset[str]:
-    if isinstance(names, str):
-        raise ConfigError("relay names must be a collection of names, not one string")
-    return frozenset(names)
-
-
-def _check_relay(_: object, __: attrs.Attribute[frozenset[str]], value: frozenset[str]) -> None:
-    if len(value) > MAX_RELAY_NAMES:
-        raise ConfigError(f"at most {MAX_RELAY_NAMES} relay names may be allowed")
-    for name in value:
-        if not name or not all(ch.isalnum() or ch == "_" for ch in name) or not name.isascii():
-            raise ConfigError("relay names must be environment variable names")
-
-
 @attrs.frozen(kw_only=True)
 class AcpServiceConfig:
     """How an :class:`~maple_acp.edge.AcpService` admits connections and sessions.
@@ -94,10 +79,6 @@ class AcpServiceConfig:
     allowed_roots: tuple[str, ...] = attrs.field(default=(), converter=_roots_converter)
     max_connections: int = attrs.field(
         default=MAX_CONNECTIONS_LIMIT, validator=_check_max_connections
-    )
-    #: Environment names a connector may relay in ``_maple/bridge/hello``.
-    relay_allowlist: frozenset[str] = attrs.field(
-        default=frozenset(), converter=_relay_names, validator=_check_relay
     )
     max_line_bytes: int = attrs.field(default=MAX_LINE_BYTES_LIMIT, validator=_check_max_line)
     agent_name: str = "maple-acp"

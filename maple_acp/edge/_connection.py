@@ -34,7 +34,13 @@ from maple_acp.mcp import (
     ValidatedServer,
     validate_servers,
 )
-from maple_acp.rpc import ConnectionClosed, JsonRpcPeer, OutboundFrameTooLarge, method_not_found
+from maple_acp.rpc import (
+    ConnectionClosed,
+    JsonRpcPeer,
+    OutboundFrameTooLarge,
+    method_not_found,
+    request_arrival,
+)
 from maple_acp.runtime import (
     CycleStarted,
     GoalChanged,
@@ -236,7 +242,7 @@ class AcpConnection:
             request = structure_params(params, CancelNotification)
             session = self.sessions.get(request.session_id)
             if session is not None:
-                session.lease.cancel_run()
+                session.cancel_prompt(self.peer.frames_received)
         elif method == BRIDGE_HELLO:
             self._hello(params)
         else:
@@ -246,13 +252,19 @@ class AcpConnection:
         if self.peer.frames_received != 1:
             logger.warning("ignoring a bridge hello that was not the connection's first frame")
             return
+        allowed = self.runtime.relay_allow_list
         try:
             hello = structure_params(params, BridgeHello)
-            self.relay = validate_relay_values(hello.environment, self.config.relay_allowlist)
+            # A connector may offer more than this host allows: keep only allowed names.
+            offered = {k: v for k, v in hello.environment.items() if k in allowed}
+            self.relay = validate_relay_values(offered, allowed)
         except (ProtocolError, RuntimeRejection) as exc:
             logger.warning("ignoring a bridge hello: %s", getattr(exc, "message", exc))
             return
-        logger.debug("relay values accepted for %d names", len(self.relay))
+        dropped = len(hello.environment) - len(offered)
+        logger.debug(
+            "relay values accepted for %d names (%d not allowed)", len(self.relay), dropped
+        )
 
     def _session(self, session_id: str) -> EdgeSession:
         session = self.sessions.get(session_id)
@@ -303,6 +315,8 @@ class AcpConnection:
         session = EdgeSession(lease, self.runtime.cached_model_choices())
         self.sessions[session.id] = session
         self._nursery.start_soon(self._pump_session_events, session)
+        # The catalog listing is cached by the runtime (one bounded discovery, then warm).
+        session.choices = await lease.model_choices()
         return session
 
     def _session_result(self, session: EdgeSession) -> dict[str, Any]:
@@ -445,9 +459,21 @@ class AcpConnection:
                     elif isinstance(event, CycleStarted):
                         await self._pump_run(session, event.run)
                     elif isinstance(event, LeaseRevoked):
-                        return
+                        break
         except (SessionClosed, ConnectionClosed):
             return
+        self._forget(session)
+
+    def _forget(self, session: EdgeSession) -> None:
+        """The runtime revoked the lease on its own (sign-out, account change, drain): the
+        session is gone for this connection; its cleanup goes on in the background."""
+        if session.closing or self.sessions.get(session.id) is not session:
+            return
+        logger.info("session %s was revoked by the runtime", session.id)
+        session.stop_updates()
+        del self.sessions[session.id]
+        assert self._nursery is not None
+        self._nursery.start_soon(partial(session.lease.release, close=False))
 
     # -- prompt ------------------------------------------------------------------------------
 
@@ -461,7 +487,7 @@ class AcpConnection:
             with session.operation():
                 try:
                     with session.update_scope():
-                        return await self._run_prompt(session, text)
+                        return await self._run_prompt(session, text, request_arrival())
                 except SessionClosed:
                     return {"stopReason": "cancelled"}
                 # A closed session's pump is cancelled from outside; the turn ends cancelled.
@@ -469,9 +495,11 @@ class AcpConnection:
         finally:
             session.end_prompt()
 
-    async def _run_prompt(self, session: EdgeSession, text: str) -> Any:
+    async def _run_prompt(self, session: EdgeSession, text: str, arrival: int) -> Any:
         lease = session.lease
         with session.abortable() as before_run:
+            if session.cancelled_since(arrival):
+                before_run.cancel()
             if not session.trust_settled and not session.model_locked:
                 status = await lease.trust_status()
                 if status.decision_needed:
@@ -481,12 +509,12 @@ class AcpConnection:
                         return {"stopReason": "cancelled"}
                     await lease.decide_trust(decision)
             session.trust_settled = True
-        if before_run.cancelled_caught:
+        if before_run.cancelled_caught or session.cancelled_since(arrival):
             return {"stopReason": "cancelled"}
         was_locked = session.model_locked
         run = await lease.start_run(text)
-        if session.closing:
-            # The close began while the run was being admitted; its cancel missed this run.
+        if session.cancelled_since(arrival):
+            # A cancel or close arrived while the run was being admitted; it found no run.
             run.cancel()
         try:
             if not was_locked:

@@ -9,7 +9,6 @@ from typing import Any
 
 import attrs
 import trio
-from maple_acp_connector._version import __version__
 
 from maple_acp.edge._config import (
     AcpServiceConfig,
@@ -20,6 +19,7 @@ from maple_acp.edge._config import (
 from maple_acp.edge._connection import AcpConnection, initialize_result
 from maple_acp.edge._listener import ConnectionGate, serve_endpoint
 from maple_acp.runtime import AgentService
+from maple_acp_connector._version import __version__
 
 logger = logging.getLogger(__name__)
 

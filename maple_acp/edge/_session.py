@@ -40,6 +40,9 @@ class EdgeSession:
         self._ops = 0
         self._idle = trio.Event()
         self._idle.set()
+        #: Inbound frame index of the latest ``session/cancel`` for this session: a prompt that
+        #: arrived before it is cancelled even if its run did not exist yet.
+        self.cancelled_at = 0
         #: Whether the trust question has been settled for this session's first prompt.
         self.trust_settled = False
 
@@ -85,6 +88,20 @@ class EdgeSession:
 
     def begin_close(self) -> None:
         self.closing = True
+        self._abort()
+
+    def cancel_prompt(self, arrival: int) -> None:
+        """A ``session/cancel`` arrived as inbound frame ``arrival``: it ends the prompt that
+        arrived before it, whatever stage that prompt has reached."""
+        self.cancelled_at = arrival
+        self._abort()
+        self.lease.cancel_run()
+
+    def cancelled_since(self, arrival: int) -> bool:
+        """Whether a cancel or a close arrived after the prompt that arrived at ``arrival``."""
+        return self.closing or self.cancelled_at > arrival
+
+    def _abort(self) -> None:
         for scope in self._abortable:
             scope.cancel()
 

@@ -38,6 +38,7 @@ from ._peer import (
     NotificationHandler,
     RequestHandler,
     method_not_found,
+    request_arrival,
 )
 from ._pending import PendingRequests
 
@@ -75,4 +76,5 @@ __all__ = [
     "encode_result",
     "method_not_found",
     "parse_message",
+    "request_arrival",
 ]

@@ -6,6 +6,7 @@ modules beside this one; this module only moves bytes and wakes tasks.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -52,6 +53,20 @@ WRITE_BATCH_BYTES: Final = 64 * 1024
 MAX_CONCURRENT_REQUESTS: Final = 256
 #: The notification that cancels one in-flight inbound request (ACP ``$/cancel_request``).
 CANCEL_REQUEST_METHOD: Final = "$/cancel_request"
+
+#: The inbound frame index (see ``JsonRpcPeer.frames_received``) of the request whose handler
+#: is running in the current task.
+_ARRIVAL: contextvars.ContextVar[int] = contextvars.ContextVar("maple_acp_rpc_arrival", default=0)
+
+
+def request_arrival() -> int:
+    """In a request handler: the inbound frame index at which its request arrived.
+
+    Handlers start as tasks after the reader has moved on, so a notification that arrived
+    later may already have been handled; comparing its ``frames_received`` with this index
+    tells which came first."""
+    return _ARRIVAL.get()
+
 
 RequestHandler: TypeAlias = Callable[[str, Params], Awaitable[Any]]
 NotificationHandler: TypeAlias = Callable[[str, Params], Awaitable[None]]
@@ -506,9 +521,10 @@ class JsonRpcPeer:
         # finds it; a scope cancelled before it is entered cancels the handler at once.
         scope = trio.CancelScope()
         self._inflight[request.id] = scope
-        nursery.start_soon(self._run_request, request, scope)
+        nursery.start_soon(self._run_request, request, scope, self._frames_received)
 
-    async def _run_request(self, request: Request, scope: trio.CancelScope) -> None:
+    async def _run_request(self, request: Request, scope: trio.CancelScope, arrival: int) -> None:
+        _ARRIVAL.set(arrival)
         error: ProtocolError | None = None
         result: Any = None
         returned = False

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from connector_harness import TIMEOUT, Host, connector_env, run_connector
+
 from maple_acp_connector import __version__
 
 VERSION_LINE = f"maple-acp {__version__}\n".encode()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from connector_harness import TIMEOUT, Client, Host, connector_env, read_line, run_connector
+
 from maple_acp_connector.endpoint import (
     EndpointUnavailable,
     UnsafeDirectory,

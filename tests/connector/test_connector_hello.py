@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 
 from connector_harness import Client, Host, connector_env, read_line, read_until_eof
+
 from maple_acp_connector._hello import (
     MAX_TOTAL_BYTES,
     MAX_VALUE_BYTES,

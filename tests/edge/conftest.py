@@ -68,10 +68,9 @@ async def running_service(
 ) -> AsyncIterator[Harness]:
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
+    runtime_options.setdefault("relay_allow_list", ("RELAY_TOKEN",))
     async with demo_service(data, **runtime_options) as runtime, trio.open_nursery() as nursery:
-        acp = AcpService(
-            runtime, config or AcpServiceConfig(relay_allowlist=frozenset({"RELAY_TOKEN"}))
-        )
+        acp = AcpService(runtime, config or AcpServiceConfig())
         yield Harness(runtime, acp, nursery)
         nursery.cancel_scope.cancel()
 

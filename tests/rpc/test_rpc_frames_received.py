@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from maple_acp.rpc import JsonRpcPeer, Params
+from maple_acp.rpc import JsonRpcPeer, Params, request_arrival
 
 
 async def test_counter_sees_request_before_a_later_notification() -> None:
@@ -32,4 +32,29 @@ async def test_counter_sees_request_before_a_later_notification() -> None:
         )
         await trio.testing.wait_all_tasks_blocked()
         assert seen == [("first/note", 1), ("later/note", 3)]
+        await peer.aclose()
+
+
+async def test_request_arrival_orders_a_request_against_a_later_notification() -> None:
+    arrivals: list[int] = []
+    notes: list[int] = []
+    near, far = trio.testing.memory_stream_pair()
+
+    async def on_request(method: str, params: Params) -> None:
+        arrivals.append(request_arrival())
+
+    async def on_notification(method: str, params: Params) -> None:
+        notes.append(peer.frames_received)
+
+    peer = JsonRpcPeer(near, on_request=on_request, on_notification=on_notification)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(peer.serve)
+        await far.send_all(
+            b'{"jsonrpc":"2.0","id":1,"method":"work"}\n{"jsonrpc":"2.0","method":"cancel"}\n'
+        )
+        await trio.testing.wait_all_tasks_blocked()
+        # The notification was handled before the request's task ran, yet the request's
+        # arrival index still says it came first.
+        assert notes == [2]
+        assert arrivals == [1]
         await peer.aclose()
