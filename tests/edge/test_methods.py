@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from conftest import Harness, running_service
+from edge_harness import Harness, running_service
 
 from maple_acp.edge import AcpServiceConfig
 from maple_acp.testing.client import AcpTestClient, reject

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import Harness
+from edge_harness import Harness
 
 from maple_acp.testing.schema import AcpSchema
 
