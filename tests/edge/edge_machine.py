@@ -1,0 +1,1056 @@
+"""A scenario engine for the ACP edge: operations over 2-3 connections to one service, a model
+built only from what was observed, and the invariants checked after every settled step.
+
+Time is a ``MockClock`` that never moves on its own: every deadline (the close rule, the
+provisional grace period, the sweep) passes only when an ``Advance`` operation jumps it, so a
+scenario is a pure function of its operations and of thread timing. "Settled" means every task
+is blocked, no worker thread is busy and no child process is alive; the model's predictions are
+checked only at settled points, invariants about frame order at every one.
+
+An operation with ``then=None`` is followed by a settle; ``then=N`` starts the next operation
+after only N scheduler checkpoints, so the two race inside the service.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+import trio.testing
+from edge_harness import Harness, running_service
+
+from maple_acp.edge import HostLifecycle
+from maple_acp.rpc import ConnectionClosed
+from maple_acp.runtime import PROVISIONAL_SWEEP_INTERVAL_S
+from maple_acp.testing.client import AcpTestClient
+from maple_acp.testing.demo import DEMO_ACCOUNT
+from maple_acp.testing.schema import AcpSchema, find_schema_dir
+from maple_acp.wire import ProtocolError
+
+#: The provisional grace period the runtime is given (virtual seconds).
+GRACE_S = 120.0
+#: A jump at least this long past a grace expiry guarantees a sweep ran after it.
+SWEEP_S = PROVISIONAL_SWEEP_INTERVAL_S
+#: The close deadline (SPEC.md).
+CLOSE_S = 5.0
+OTHER_ACCOUNT = "other-account"
+CHAT_MODELS = ("demo-echo", "demo-echo-large")
+DEFAULT_MODEL = "demo-echo"
+#: Answers a client may give that are not a clean allow/reject: each must fail closed.
+MALFORMED_ANSWERS: tuple[Any, ...] = (
+    {"outcome": {"outcome": "selected", "optionId": "allow_always"}},
+    {"outcome": "allow_once"},
+    None,
+    {"outcome": {"outcome": "selected"}},
+)
+RESOURCE_NOT_FOUND = -32002
+INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
+UNKNOWN_TASK = "f" * 32
+#: Task indices below this pick a session open on the operation's own connection.
+OWN_SESSIONS = 3
+
+
+# --- operations -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Initialize:
+    conn: int
+    then: int | None = None
+
+
+@dataclass(frozen=True)
+class New:
+    conn: int
+    then: int | None = None
+
+
+@dataclass(frozen=True)
+class Load:
+    conn: int
+    task: int
+    then: int | None = None
+
+
+@dataclass(frozen=True)
+class Prompt:
+    conn: int
+    task: int
+    script: str  # "echo" | "hang" | "tool"
+    answer: str = "allow"  # "allow" | "reject" | "cancel" | "malformed" | "deferred"
+    then: int | None = None
+
+
+@dataclass(frozen=True)
+class Cancel:
+    conn: int
+    task: int
+    then: int | None = None
+
+
+@dataclass(frozen=True)
+class Close:
+    conn: int
+    task: int
+    then: int | None = None
+
+
+@dataclass(frozen=True)
+class SetModel:
+    conn: int
+    task: int
+    model: str
+    then: int | None = None
+
+
+@dataclass(frozen=True)
+class AnswerLate:
+    """Answer every deferred permission request of a connection with allow."""
+
+    conn: int
+    then: int | None = None
+
+
+@dataclass(frozen=True)
+class List:
+    conn: int
+    then: int | None = None
+
+
+@dataclass(frozen=True)
+class Disconnect:
+    conn: int
+    then: int | None = None
+
+
+@dataclass(frozen=True)
+class Advance:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class SwitchAccount:
+    how: str  # "lifecycle" | "bare"
+
+
+@dataclass(frozen=True)
+class StopRuntime:
+    how: str  # "lifecycle" | "drain"
+
+
+Op = (
+    Initialize
+    | New
+    | Load
+    | Prompt
+    | Cancel
+    | Close
+    | SetModel
+    | AnswerLate
+    | List
+    | Disconnect
+    | Advance
+    | SwitchAccount
+    | StopRuntime
+)
+
+
+#: Known finding: a ``session/cancel`` that arrives before the prompt's run exists is lost.
+CANCEL_BEFORE_RUN = "cancel-before-run"
+
+
+class Violation(AssertionError):
+    """An invariant or a prediction of the model did not hold."""
+
+
+# --- the model --------------------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    conn: int
+    method: str
+    params: Any
+    issued: int
+    settled_before: bool
+    result: Any = None
+    error: BaseException | None = None
+    done: bool = False
+    completed: int = -1
+    applied: bool = False
+    #: The operation that issued it did not settle before the next one began.
+    raced: bool = False
+    issued_time: float = field(default_factory=trio.current_time)
+    completed_time: float = 0.0
+
+
+@dataclass
+class OpenSession:
+    task: str
+    created_here: bool
+    prompt: PromptRecord | None = None
+
+
+@dataclass
+class PromptRecord:
+    number: int
+    conn: int
+    task: str
+    script: str
+    answer: str
+    call: Call
+    asked: bool = False
+    #: Clock of the client's allow answer, if it gave one.
+    allowed_at: int | None = None
+    #: Clock of the first thing that must stop the run (cancel, close, disconnect, revoke).
+    stopped_at: int | None = None
+    #: How many settles had happened when it was sent.
+    epoch: int = 0
+
+    @property
+    def marker(self) -> str:
+        return f"marker-{self.number}"
+
+
+@dataclass
+class TaskModel:
+    id: str
+    account: str
+    creator: int
+    model: str = DEFAULT_MODEL
+    prompted: bool = False
+    maybe_prompted: bool = False
+    deleted: bool = False
+    #: Whether the task still exists is not known (a prompt raced a release).
+    unsure: bool = False
+    #: Virtual time at which an untouched provisional task's grace ends.
+    grace_until: float | None = None
+
+
+@dataclass
+class Connection:
+    slot: int
+    client: AcpTestClient | None = None
+    alive: bool = False
+    stop: trio.Event = field(default_factory=trio.Event)
+    finished: trio.Event = field(default_factory=trio.Event)
+    nursery: trio.Nursery | None = None
+    sessions: dict[str, OpenSession] = field(default_factory=dict)
+    calls: list[Call] = field(default_factory=list)
+    deferred: list[tuple[PromptRecord, trio.Event]] = field(default_factory=list)
+    tombstones: set[str] = field(default_factory=set)
+
+
+def _waits_for_a_thread(task: trio.lowlevel.Task) -> bool:
+    coro: Any = task.coro
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+        if frame is not None and frame.f_code is _TO_THREAD_CODE:
+            return True
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+    return any(
+        _waits_for_a_thread(child)
+        for nursery in task.child_nurseries
+        for child in nursery.child_tasks
+    )
+
+
+#: Worker threads (the store's own limiter included) all go through this function; a task
+#: suspended in it is waiting for real work that virtual time knows nothing of.
+_TO_THREAD_CODE = trio.to_thread.run_sync.__code__
+
+
+def _children_alive() -> bool:
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children") as handle:
+                if handle.read().strip():
+                    return True
+        except FileNotFoundError:
+            continue
+    return False
+
+
+_SCHEMA: list[AcpSchema | None] = []
+
+
+def acp_schema() -> AcpSchema | None:
+    if not _SCHEMA:
+        directory = find_schema_dir()
+        _SCHEMA.append(AcpSchema(directory) if directory is not None else None)
+    return _SCHEMA[0]
+
+
+class Scenario:
+    def __init__(
+        self,
+        harness: Harness,
+        root: Path,
+        clock: trio.testing.MockClock,
+        tolerate: frozenset[str] = frozenset(),
+    ) -> None:
+        self.tolerate = tolerate
+        self.epoch = 0
+        self.harness = harness
+        self.runtime = harness.runtime
+        self.acp = harness.acp
+        self.project = root / "project"
+        self.clock = clock
+        self.conns: dict[int, Connection] = {}
+        self.history: list[Connection] = []
+        self.tasks: list[TaskModel] = []
+        self.by_id: dict[str, TaskModel] = {}
+        self.prompts: list[PromptRecord] = []
+        self.account = DEMO_ACCOUNT
+        self.drained = False
+        self.tick = 0
+        self.settled = True
+        self._pending_stop: list[tuple[str, Call]] = []
+        self.nursery: trio.Nursery
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _next(self) -> int:
+        self.tick += 1
+        return self.tick
+
+    async def settle(self) -> None:
+        """Until every task is blocked with no worker thread busy and no child alive."""
+        root = trio.lowlevel.current_root_task()
+        assert root is not None
+
+        def busy() -> bool:
+            return _waits_for_a_thread(root) or _children_alive()
+
+        while True:
+            await trio.testing.wait_all_tasks_blocked()
+            if not busy():
+                return
+            # Real time passes here (the cushion), virtual time does not.
+            await trio.testing.wait_all_tasks_blocked(0.0005)
+
+    def task_id(self, index: int) -> str:
+        """The index-th known task (creation order), or an id nobody issued."""
+        if not self.tasks:
+            return UNKNOWN_TASK
+        return self.tasks[index % len(self.tasks)].id
+
+    def target(self, conn: Connection, index: int) -> str:
+        """A session to act on: below :data:`OWN_SESSIONS`, one open on ``conn`` (if any);
+        otherwise any known task, wherever it is held."""
+        if index < OWN_SESSIONS and conn.sessions:
+            own = list(conn.sessions)
+            return own[index % len(own)]
+        return self.task_id(index)
+
+    async def connection(self, slot: int) -> Connection:
+        conn = self.conns.get(slot)
+        if conn is not None and conn.alive:
+            return conn
+        conn = Connection(slot)
+        self.conns[slot] = conn
+        self.history.append(conn)
+        await self.nursery.start(self._serve_connection, conn)
+        return conn
+
+    async def _serve_connection(
+        self, conn: Connection, *, task_status: trio.TaskStatus[None]
+    ) -> None:
+        async def permission(params: Any) -> Any:
+            return await self._answer_permission(conn, params)
+
+        try:
+            async with self.harness.connect(permission=permission) as client:
+                conn.client = client
+                conn.alive = True
+                async with trio.open_nursery() as calls:
+                    conn.nursery = calls
+                    task_status.started()
+                    await conn.stop.wait()
+                    calls.cancel_scope.cancel()
+        finally:
+            conn.finished.set()
+
+    async def _answer_permission(self, conn: Connection, params: Any) -> Any:
+        command = params.get("toolCall", {}).get("rawInput", {}).get("command", "")
+        number = int(command.rsplit("-", 1)[-1])
+        record = self.prompts[number]
+        record.asked = True
+        if record.answer == "allow":
+            record.allowed_at = self._next()
+            return "allow"
+        if record.answer == "reject":
+            return "reject"
+        if record.answer == "cancel":
+            return "cancel"
+        if record.answer == "malformed":
+            return MALFORMED_ANSWERS[number % len(MALFORMED_ANSWERS)]
+        release = trio.Event()
+        conn.deferred.append((record, release))
+        await release.wait()
+        record.allowed_at = self._next()
+        return "allow"
+
+    def _issue(self, conn: Connection, method: str, params: Any) -> Call:
+        call = Call(conn.slot, method, params, self._next(), self.settled)
+        conn.calls.append(call)
+
+        async def run() -> None:
+            assert conn.client is not None
+            try:
+                call.result = await conn.client.call(method, params)
+            except (ProtocolError, ConnectionClosed) as exc:
+                call.error = exc
+            call.done = True
+            call.completed = self._next()
+            call.completed_time = trio.current_time()
+
+        assert conn.nursery is not None
+        conn.nursery.start_soon(run)
+        return call
+
+    # -- operations ----------------------------------------------------------------------------
+
+    async def run(self, ops: list[Op]) -> None:
+        for op in ops:
+            first = {id(c) for conn in self.history for c in conn.calls}
+            await self.apply(op)
+            then = getattr(op, "then", None)
+            if then is not None:
+                for conn in self.history:
+                    for call in conn.calls:
+                        if id(call) not in first:
+                            call.raced = True
+            if then is None:
+                await self.settle()
+                self.epoch += 1
+                await self.check()
+                self.settled = True
+            else:
+                self.settled = False
+                for _ in range(then):
+                    await trio.lowlevel.checkpoint()
+        await self.settle()
+        await self.check()
+        self.settled = True
+        await self.finish()
+
+    async def apply(self, op: Op) -> None:
+        if isinstance(op, Advance):
+            # Settle first, so that every release the model timed happened before the jump.
+            await self.settle()
+            self.clock.jump(op.seconds)
+            return
+        if isinstance(op, SwitchAccount):
+            await self._switch_account(op.how)
+            return
+        if isinstance(op, StopRuntime):
+            await self._stop_runtime(op.how)
+            return
+        if isinstance(op, Disconnect):
+            self._disconnect(op.conn)
+            return
+        conn = await self.connection(op.conn)
+        if isinstance(op, Initialize):
+            self._issue(conn, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        elif isinstance(op, New):
+            self._issue(conn, "session/new", {"cwd": str(self.project), "mcpServers": []})
+        elif isinstance(op, Load):
+            params = {"sessionId": self.task_id(op.task), "cwd": str(self.project)}
+            self._issue(conn, "session/load", {**params, "mcpServers": []})
+        elif isinstance(op, Prompt):
+            self._prompt(conn, op)
+        elif isinstance(op, Cancel):
+            task = self.target(conn, op.task)
+            tick = self._next()
+            session = conn.sessions.get(task)
+            record = session.prompt if session is not None else None
+            early = record is not None and record.epoch == self.epoch
+            if early and CANCEL_BEFORE_RUN in self.tolerate:
+                pass  # a known finding: this cancel may be lost
+            elif record is not None:
+                record.stopped_at = record.stopped_at or tick
+            assert conn.client is not None
+            await conn.client.cancel(task)
+        elif isinstance(op, Close):
+            task = self.target(conn, op.task)
+            session = conn.sessions.pop(task, None)
+            call = self._issue(conn, "session/close", {"sessionId": task})
+            if session is not None:
+                call.params = {"sessionId": task, "_closing": session}
+                if session.prompt is not None:
+                    session.prompt.stopped_at = session.prompt.stopped_at or call.issued
+        elif isinstance(op, SetModel):
+            params = {
+                "sessionId": self.target(conn, op.task),
+                "configId": "model",
+                "value": op.model,
+            }
+            self._issue(conn, "session/set_config_option", params)
+        elif isinstance(op, AnswerLate):
+            for _record, release in conn.deferred:
+                release.set()
+            conn.deferred.clear()
+        elif isinstance(op, List):
+            self._issue(conn, "session/list", {})
+
+    def _prompt(self, conn: Connection, op: Prompt) -> None:
+        task = self.target(conn, op.task)
+        number = len(self.prompts)
+        if op.script == "echo":
+            text = f"/echo reply-{number}"
+        elif op.script == "hang":
+            text = "/hang"
+        else:
+            text = f'/tool shell {{"command": "touch marker-{number}"}}'
+        call = self._issue(
+            conn,
+            "session/prompt",
+            {"sessionId": task, "prompt": [{"type": "text", "text": text}]},
+        )
+        record = PromptRecord(number, conn.slot, task, op.script, op.answer, call, epoch=self.epoch)
+        self.prompts.append(record)
+        model = self.by_id.get(task)
+        # Only a prompt on a session this connection holds (or may hold: a load still in
+        # flight) can admit a message; any other is refused before ownership.
+        loading = any(
+            not c.applied and c.method == "session/load" and c.params.get("sessionId") == task
+            for c in conn.calls
+        )
+        if model is not None and (task in conn.sessions or loading):
+            model.maybe_prompted = True
+        session = conn.sessions.get(task)
+        if session is not None and session.prompt is None:
+            session.prompt = record
+
+    def _disconnect(self, slot: int) -> None:
+        conn = self.conns.get(slot)
+        if conn is None or not conn.alive:
+            return
+        self._end_connection(conn)
+        conn.stop.set()
+
+    def _end_connection(self, conn: Connection) -> None:
+        """The model's side of a disconnect (issued now; its leases are released soon)."""
+        tick = self._next()
+        conn.alive = False
+        for session in conn.sessions.values():
+            if session.prompt is not None:
+                session.prompt.stopped_at = session.prompt.stopped_at or tick
+            self._released(session, close=False)
+        conn.sessions.clear()
+
+    def _released(self, session: OpenSession, *, close: bool) -> None:
+        task = self.by_id[session.task]
+        if task.deleted:
+            return
+        if task.maybe_prompted and not task.prompted:
+            # A prompt that raced this release may or may not have admitted its message.
+            task.unsure = True
+            return
+        if task.maybe_prompted:
+            return
+        if close and session.created_here:
+            task.deleted = True
+        else:
+            task.grace_until = trio.current_time() + GRACE_S
+
+    async def _switch_account(self, how: str) -> None:
+        target = OTHER_ACCOUNT if self.account == DEMO_ACCOUNT else DEMO_ACCOUNT
+        if how == "lifecycle":
+            for conn in list(self.conns.values()):
+                if conn.alive:
+                    self._end_connection(conn)
+            self.account = target
+            await self._background_stop("switch", HostLifecycle(self.runtime, self.acp), target)
+        else:
+            # The runtime revokes every lease; each connection forgets its sessions (they end
+            # as on a disconnect) and stays open.
+            tick = self._next()
+            for conn in self.conns.values():
+                for session in conn.sessions.values():
+                    if session.prompt is not None:
+                        session.prompt.stopped_at = session.prompt.stopped_at or tick
+                    self._released(session, close=False)
+                conn.sessions.clear()
+            self.account = target
+            self.runtime.sign_in(target)
+
+    async def _stop_runtime(self, how: str) -> None:
+        if self.drained:
+            return
+        self.drained = True
+        tick = self._next()
+        for conn in self.conns.values():
+            for session in conn.sessions.values():
+                if session.prompt is not None:
+                    session.prompt.stopped_at = session.prompt.stopped_at or tick
+        if how == "lifecycle":
+            for conn in list(self.conns.values()):
+                if conn.alive:
+                    self._end_connection(conn)
+            await self._background_stop("shutdown", HostLifecycle(self.runtime, self.acp), None)
+        else:
+            self.nursery.start_soon(self.runtime.drain)
+
+    async def _background_stop(
+        self, kind: str, lifecycle: HostLifecycle, target: str | None
+    ) -> None:
+        call = Call(-1, kind, target, self._next(), self.settled)
+
+        async def run() -> None:
+            if kind == "switch":
+                assert target is not None
+                report = await lifecycle.switch_account(target)
+            else:
+                report = await lifecycle.shutdown()
+            call.result = report
+            call.done = True
+            call.completed = self._next()
+            # The service ended every connection; let the client sides go too.
+            for conn in self.conns.values():
+                conn.stop.set()
+
+        self._pending_stop.append((kind, call))
+        self.nursery.start_soon(run)
+
+    # -- checks --------------------------------------------------------------------------------
+
+    async def check(self) -> None:
+        self._apply_completions()
+        self._check_stops()
+        for conn in self.history:
+            self._check_frames(conn)
+            if conn.alive:
+                self._check_answered(conn)
+            elif not conn.finished.is_set():
+                raise Violation(
+                    f"connection {conn.slot}: its disconnect did not finish while no virtual "
+                    "time passed"
+                )
+        self._check_markers()
+        await self._check_leases()
+        await self._check_store()
+
+    def _check_stops(self) -> None:
+        for kind, call in self._pending_stop:
+            if not call.done:
+                raise Violation(f"{kind} did not finish while no virtual time passed")
+            report = call.result
+            if not report.ok:
+                raise Violation(f"{kind} reported a failure: {report!r}")
+        self._pending_stop.clear()
+
+    def _apply_completions(self) -> None:
+        done = [c for conn in self.history for c in conn.calls if c.done and not c.applied]
+        for call in sorted(done, key=lambda c: c.completed):
+            call.applied = True
+            self._apply(call)
+
+    def _code(self, call: Call) -> int | None:
+        error = call.error
+        return error.code if isinstance(error, ProtocolError) else None
+
+    def _expect(self, call: Call, ok: bool | None, code: int | None = None, why: str = "") -> None:
+        """Predictions hold only for a call issued and answered with no race around it."""
+        if not call.settled_before or call.raced or isinstance(call.error, ConnectionClosed):
+            return
+        if ok is True and call.error is not None:
+            raise Violation(f"{call.method} {call.params!r} failed: {call.error!r} ({why})")
+        if ok is False and call.error is None:
+            raise Violation(f"{call.method} {call.params!r} succeeded: {call.result!r} ({why})")
+        if ok is False and code is not None and self._code(call) != code:
+            raise Violation(
+                f"{call.method} {call.params!r}: expected error {code}, got {call.error!r} ({why})"
+            )
+
+    def _holder(self, task: str) -> tuple[Connection, OpenSession] | None:
+        for conn in self.conns.values():
+            session = conn.sessions.get(task)
+            if session is not None:
+                return conn, session
+        return None
+
+    def _apply(self, call: Call) -> None:
+        conn = next(c for c in self.history if c.slot == call.conn and call in c.calls)
+        method = call.method
+        if method == "initialize":
+            self._expect(call, True)
+            if call.error is None and call.result.get("protocolVersion") != 1:
+                raise Violation(f"initialize answered {call.result!r}")
+        elif method == "session/new":
+            self._expect(call, not self.drained, why="new while serving")
+            if call.error is None:
+                task_id = call.result["sessionId"]
+                if task_id in self.by_id:
+                    raise Violation(f"session/new returned a known id {task_id}")
+                model = TaskModel(task_id, self.account, conn.slot)
+                self.tasks.append(model)
+                self.by_id[task_id] = model
+                if conn.alive:
+                    conn.sessions[task_id] = OpenSession(task_id, created_here=True)
+                else:
+                    self._released(OpenSession(task_id, created_here=True), close=False)
+        elif method == "session/load":
+            self._apply_load(conn, call)
+        elif method == "session/prompt":
+            self._apply_prompt(conn, call)
+        elif method == "session/close":
+            self._apply_close(conn, call)
+        elif method == "session/set_config_option":
+            self._apply_set_model(conn, call)
+        elif method == "session/list":
+            self._apply_list(call)
+
+    def _apply_load(self, conn: Connection, call: Call) -> None:
+        task_id = call.params["sessionId"]
+        task = self.by_id.get(task_id)
+        holder = self._holder(task_id)
+        if task is not None and task.unsure and self._holder(task_id) is None:
+            # Learn from the answer what the model could not predict.
+            task.unsure = False
+            if call.error is not None and self._code(call) == RESOURCE_NOT_FOUND:
+                task.deleted = True
+                return
+        if call.error is None:
+            if holder is not None:
+                raise Violation(
+                    f"task {task_id} loaded on connection {conn.slot} while connection "
+                    f"{holder[0].slot} held it"
+                )
+            if task is None or task.deleted:
+                raise Violation(f"a deleted or unknown task {task_id} was loaded")
+            if conn.alive:
+                conn.sessions[task_id] = OpenSession(task_id, created_here=False)
+                task.grace_until = None
+            else:
+                self._released(OpenSession(task_id, created_here=False), close=False)
+            return
+        # In the order the edge and then the runtime check them.
+        if task_id in conn.tombstones:
+            self._expect(call, False, INVALID_REQUEST, "closing tombstone")
+        elif holder is not None and holder[0] is conn:
+            self._expect(call, False, INVALID_REQUEST, "already loaded on this connection")
+        elif self.drained:
+            self._expect(call, False, why="drained")
+        elif task is None:
+            self._expect(call, False, RESOURCE_NOT_FOUND, "unknown task")
+        elif task.deleted:
+            self._expect(call, False, RESOURCE_NOT_FOUND, "deleted task")
+        elif task.account != self.account:
+            self._expect(call, False, RESOURCE_NOT_FOUND, "another account's task")
+        elif holder is not None:
+            self._expect(call, False, INVALID_REQUEST, "held by another connection")
+        elif task.grace_until is not None and trio.current_time() >= task.grace_until:
+            return  # the sweep may or may not have taken it yet
+        else:
+            self._expect(call, True, why="a free task of the account")
+
+    def _apply_prompt(self, conn: Connection, call: Call) -> None:
+        record = next(p for p in self.prompts if p.call is call)
+        task = self.by_id.get(record.task)
+        session = conn.sessions.get(record.task)
+        if session is not None and session.prompt is record:
+            session.prompt = None
+        if call.error is None:
+            reason = call.result.get("stopReason")
+            if reason == "end_turn" and task is not None:
+                task.prompted = True
+            if not call.settled_before or call.raced or record.stopped_at is not None:
+                return
+            expected = {
+                "echo": "end_turn",
+                "tool": {"allow": "end_turn", "reject": "end_turn"}.get(record.answer, "cancelled"),
+            }.get(record.script)
+            if record.script == "tool" and record.answer == "deferred":
+                expected = "end_turn"  # answered allow later, with nothing stopping the run
+            if expected is not None and reason != expected:
+                raise Violation(f"prompt {record} answered {reason!r}, expected {expected!r}")
+            return
+        if session is None:
+            self._expect(call, False, RESOURCE_NOT_FOUND, "not open on this connection")
+
+    def _apply_close(self, conn: Connection, call: Call) -> None:
+        session: OpenSession | None = call.params.get("_closing")
+        if session is None:
+            self._expect(call, False, RESOURCE_NOT_FOUND, "close of a session not open here")
+            return
+        if call.error is None:
+            if call.completed_time - call.issued_time >= CLOSE_S:
+                # The close missed its deadline: the session id stays a tombstone here.
+                conn.tombstones.add(session.task)
+            self._released(session, close=True)
+        else:
+            # A close racing a revocation may find the session already gone.
+            self._expect(call, self.drained or None, why="close of an open session")
+
+    def _apply_set_model(self, conn: Connection, call: Call) -> None:
+        task_id = call.params["sessionId"]
+        value = call.params["value"]
+        session = conn.sessions.get(task_id)
+        task = self.by_id.get(task_id)
+        if session is None or task is None:
+            self._expect(call, False, RESOURCE_NOT_FOUND, "not open on this connection")
+            return
+        if self.drained:
+            self._expect(call, False, why="drained")
+            return
+        if value not in CHAT_MODELS:
+            self._expect(call, False, INVALID_PARAMS, "not a chat model")
+        elif task.prompted and value != task.model:
+            self._expect(call, False, INVALID_PARAMS, "model locked after the first prompt")
+        elif not task.maybe_prompted or value == task.model:
+            self._expect(call, True, why="model selectable before the first prompt")
+        if call.error is None:
+            options = {o["id"]: o for o in call.result["configOptions"]}
+            if options["model"]["currentValue"] != value:
+                raise Violation(f"set_config_option answered {options['model']!r}")
+            task.model = value
+
+    def _apply_list(self, call: Call) -> None:
+        self._expect(call, not self.drained, why="list while serving, refused once drained")
+        if call.error is not None:
+            return
+        listed = {s["sessionId"] for s in call.result["sessions"]}
+        mine = {t.id for t in self.tasks if t.account == self.account}
+        surely = {t.id for t in self.tasks if t.prompted and t.account == self.account}
+        maybe = {t.id for t in self.tasks if t.maybe_prompted}
+        if listed - mine:
+            raise Violation(f"session/list showed tasks not of the account: {listed - mine}")
+        if listed - maybe:
+            raise Violation(f"session/list showed never-prompted tasks: {listed - maybe}")
+        if call.settled_before and not call.raced and surely - listed:
+            raise Violation(f"session/list hid prompted tasks: {surely - listed}")
+
+    # -- frame invariants ----------------------------------------------------------------------
+
+    def _check_frames(self, conn: Connection) -> None:
+        if conn.client is None:
+            return
+        sent: dict[Any, tuple[str, Any]] = {}
+        answered: dict[Any, int] = {}
+        # Session id -> index of the answer after which nothing more may come for it.
+        quiet: dict[str, tuple[int, str]] = {}
+        # Session id -> prompts sent and not yet answered.
+        prompting: dict[str, int] = {}
+        for index, frame in enumerate(conn.client.frames):
+            message = frame.message
+            if not isinstance(message, dict):
+                raise Violation(f"connection {conn.slot}: an unparsable frame {frame.raw[:200]!r}")
+            if frame.direction == "out":
+                if "method" in message and "id" in message:
+                    sent[message["id"]] = (message["method"], message.get("params"))
+                    params = message.get("params") or {}
+                    if message["method"] in ("session/prompt", "session/load"):
+                        quiet.pop(str(params.get("sessionId")), None)
+                    if message["method"] == "session/prompt":
+                        target = str(params.get("sessionId"))
+                        prompting[target] = prompting.get(target, 0) + 1
+                continue
+            if "method" in message:
+                params = message.get("params") or {}
+                sid = params.get("sessionId")
+                if sid in quiet:
+                    at, why = quiet[sid]
+                    raise Violation(
+                        f"connection {conn.slot}: {message['method']} for session {sid} at frame "
+                        f"{index} after its {why} at frame {at}: {message!r}"
+                    )
+                continue
+            msg_id = message.get("id")
+            if msg_id not in sent:
+                raise Violation(f"connection {conn.slot}: an answer to unknown id {msg_id!r}")
+            answered[msg_id] = answered.get(msg_id, 0) + 1
+            if answered[msg_id] > 1:
+                raise Violation(f"connection {conn.slot}: request {msg_id} answered twice")
+            method, params = sent[msg_id]
+            if method == "session/prompt":
+                sid = params["sessionId"]
+                prompting[sid] -= 1
+                # A refused second prompt says nothing about the first, still running.
+                if not prompting[sid]:
+                    quiet[sid] = (index, "prompt answer")
+            elif method == "session/close" and "result" in message:
+                quiet[params["sessionId"]] = (index, "close answer")
+
+    def _check_answered(self, conn: Connection) -> None:
+        """On a live connection, only a prompt that may legitimately run on is unanswered."""
+        for call in conn.calls:
+            if call.done:
+                continue
+            record = next((p for p in self.prompts if p.call is call), None)
+            if record is None:
+                raise Violation(f"connection {conn.slot}: {call.method} {call.params!r} unanswered")
+            session = conn.sessions.get(record.task)
+            may_run = (
+                session is not None
+                and not self.drained
+                and record.stopped_at is None
+                and (
+                    record.script == "hang"
+                    or (
+                        record.script == "tool"
+                        and record.answer == "deferred"
+                        and record.allowed_at is None
+                    )
+                )
+            )
+            if not may_run:
+                raise Violation(f"connection {conn.slot}: prompt {record} never answered")
+
+    def _check_markers(self) -> None:
+        for record in self.prompts:
+            if record.script != "tool":
+                continue
+            exists = (self.project / record.marker).exists()
+            if not exists:
+                if (
+                    record.call.done
+                    and record.call.error is None
+                    and record.call.result.get("stopReason") == "end_turn"
+                    and record.allowed_at is not None
+                ):
+                    raise Violation(
+                        f"prompt {record} ended its turn but the allowed tool never ran"
+                    )
+                continue
+            if record.allowed_at is None:
+                raise Violation(f"the tool of prompt {record} ran without an allow answer")
+            if record.stopped_at is not None and record.stopped_at < record.allowed_at:
+                raise Violation(f"the tool of prompt {record} ran on an allow given after a stop")
+
+    async def _check_leases(self) -> None:
+        for task in self.tasks:
+            lease = self.runtime.lease_of(task.id)
+            holder = self._holder(task.id)
+            closing = any(
+                not c.done and c.method == "session/close" and c.params.get("sessionId") == task.id
+                for conn in self.history
+                for c in conn.calls
+            )
+            if holder is None:
+                if lease is not None and not closing:
+                    raise Violation(f"task {task.id} is still leased with no session open")
+                continue
+            if lease is None or lease.revoked:
+                if self.drained:
+                    continue  # a drain may end sessions on its own
+                raise Violation(
+                    f"task {task.id} is open on connection {holder[0].slot} with lease {lease!r}"
+                )
+        status = self.acp.status()
+        live = sum(1 for conn in self.conns.values() if conn.alive)
+        if status.connections != live:
+            raise Violation(f"the service counts {status.connections} connections, not {live}")
+
+    async def _check_store(self) -> None:
+        now = trio.current_time()
+        for task in self.tasks:
+            row = await self.runtime.store.get_task(task.id)
+            if task.prompted:
+                if row is None or row.provisional:
+                    raise Violation(f"prompted task {task.id} is gone or provisional: {row!r}")
+                continue
+            if task.maybe_prompted:
+                continue
+            if task.deleted:
+                if row is not None:
+                    raise Violation(f"task {task.id} closed untouched by its creator still exists")
+                continue
+            if self._holder(task.id) is not None:
+                if row is None or not row.provisional:
+                    raise Violation(f"held untouched task {task.id} is gone or not provisional")
+                continue
+            if task.grace_until is not None:
+                if now < task.grace_until and row is None:
+                    raise Violation(f"task {task.id} deleted before its grace period ended")
+                if now >= task.grace_until + SWEEP_S and row is not None:
+                    raise Violation(f"task {task.id} outlived its grace period: {row!r}")
+
+    # -- the end -------------------------------------------------------------------------------
+
+    async def finish(self) -> None:
+        """Stop everything in order, then check what must hold once it all ended."""
+        for conn in list(self.conns.values()):
+            if not conn.alive:
+                continue
+            assert conn.client is not None
+            for task in list(conn.sessions):
+                record = conn.sessions[task].prompt
+                if record is not None:
+                    record.stopped_at = record.stopped_at or self._next()
+                await conn.client.cancel(task)
+        await self.settle()
+        await self.check()
+        for conn in list(self.conns.values()):
+            if conn.alive:
+                for _ in range(len(conn.sessions)):
+                    await self.apply(Close(conn.slot, 0))
+        await self.settle()
+        await self.check()
+        for conn in list(self.conns.values()):
+            self._disconnect(conn.slot)
+        await self.settle()
+        await self.check()
+        status = self.runtime.status()
+        if status.leases or status.active_runs:
+            raise Violation(f"after every connection ended the runtime holds {status!r}")
+        if not self.drained and self.account == DEMO_ACCOUNT:
+            conn = await self.connection(0)
+            call = self._issue(conn, "session/list", {})
+            await self.settle()
+            await self.check()
+            if call.error is not None:
+                raise Violation(f"the final session/list failed: {call.error!r}")
+            self._disconnect(0)
+            await self.settle()
+        schema = acp_schema()
+        if schema is not None:
+            for conn in self.history:
+                if conn.client is not None:
+                    conn.client.validate(schema)
+        self.clock.jump(GRACE_S + SWEEP_S + 1)
+        await self.settle()
+        await self._check_store()
+        for model in self.tasks:
+            row = await self.runtime.store.get_task(model.id)
+            if model.prompted and row is None:
+                raise Violation(f"prompted task {model.id} did not survive")
+            if not model.maybe_prompted and row is not None:
+                raise Violation(
+                    f"untouched provisional task {model.id} outlived its grace: {row!r}"
+                )
+
+
+@contextmanager
+def scenario_dir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="edge-machine-") as directory:
+        root = Path(directory)
+        (root / "project").mkdir()
+        yield root
+
+
+def run_scenario(ops: list[Op], *, tolerate: frozenset[str] = frozenset()) -> None:
+    """Run ``ops`` against a fresh runtime and service; raise :class:`Violation` on a
+    broken invariant. ``tolerate`` names known findings the model accepts for now."""
+    clock = trio.testing.MockClock()
+
+    async def main(root: Path) -> None:
+        async with (
+            running_service(root, provisional_grace_s=GRACE_S) as harness,
+            trio.open_nursery() as nursery,
+        ):
+            scenario = Scenario(harness, root, clock, tolerate)
+            scenario.nursery = nursery
+            await scenario.run(ops)
+            nursery.cancel_scope.cancel()
+
+    with scenario_dir() as root:
+        trio.run(main, root, clock=clock)

@@ -1,0 +1,110 @@
+"""A Hypothesis-driven scenario machine over 2-3 ACP connections to one service.
+
+Each example is a list of operations (new, load, prompt with every kind of permission answer,
+cancel, close, set the model, disconnect, list, advance virtual time, account change, runtime
+stop) run inside one ``trio.run`` on a mock clock; ``edge_machine`` holds the engine and the
+invariants it checks after every settled step.
+"""
+
+from __future__ import annotations
+
+import pytest
+from edge_machine import (
+    CANCEL_BEFORE_RUN,
+    CHAT_MODELS,
+    CLOSE_S,
+    GRACE_S,
+    SWEEP_S,
+    Advance,
+    AnswerLate,
+    Cancel,
+    Close,
+    Disconnect,
+    Initialize,
+    List,
+    Load,
+    New,
+    Op,
+    Prompt,
+    SetModel,
+    StopRuntime,
+    SwitchAccount,
+    run_scenario,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+#: The default suite runs at least this many examples; the "long" profile runs more.
+MIN_EXAMPLES = 300
+#: Findings the edge does not handle yet; each has its own strict-xfail test below, and the
+#: generated scenarios accept it until it is fixed.
+KNOWN_FINDINGS = frozenset({CANCEL_BEFORE_RUN})
+
+#: Three connections, the first busiest, so most operations meet sessions they can act on.
+conns = st.sampled_from([0, 0, 0, 1, 1, 2])
+#: Small indices act on the connection's own sessions, larger ones on any known task.
+tasks = st.integers(0, 5)
+#: Mostly settle after an operation; sometimes let the next one race it.
+thens = st.sampled_from([None, None, None, None, None, 0, 1, 3])
+scripts = st.sampled_from(["echo", "hang", "tool", "tool"])
+answers = st.sampled_from(["allow", "reject", "cancel", "malformed", "deferred"])
+
+#: Each kind of operation, with how often it is drawn (out of the sum of the weights).
+KINDS: dict[str, tuple[int, st.SearchStrategy[Op]]] = {
+    "new": (6, st.builds(New, conns, thens)),
+    "prompt": (9, st.builds(Prompt, conns, tasks, scripts, answers, thens)),
+    "cancel": (3, st.builds(Cancel, conns, tasks, thens)),
+    "close": (3, st.builds(Close, conns, tasks, thens)),
+    "load": (4, st.builds(Load, conns, tasks, thens)),
+    "answer_late": (2, st.builds(AnswerLate, conns, thens)),
+    "disconnect": (2, st.builds(Disconnect, conns, thens)),
+    "set_model": (
+        2,
+        st.builds(SetModel, conns, tasks, st.sampled_from([*CHAT_MODELS, "demo-embed"]), thens),
+    ),
+    "list": (1, st.builds(List, conns, thens)),
+    "initialize": (1, st.builds(Initialize, conns, thens)),
+    "advance": (
+        2,
+        st.builds(Advance, st.sampled_from([1.0, CLOSE_S, GRACE_S / 2, GRACE_S + SWEEP_S + 1])),
+    ),
+    "switch_account": (1, st.builds(SwitchAccount, st.sampled_from(["lifecycle", "bare"]))),
+    "stop_runtime": (1, st.builds(StopRuntime, st.sampled_from(["lifecycle", "drain"]))),
+}
+operations: st.SearchStrategy[Op] = st.sampled_from(
+    [kind for kind, (weight, _) in KINDS.items() for _ in range(weight)]
+).flatmap(lambda kind: KINDS[kind][1])
+#: Every scenario starts with a session on the first connection, so that most operations
+#: meet something they can act on.
+scenarios = st.lists(operations, max_size=14).map(lambda ops: [New(0), *ops])
+
+
+@settings(max_examples=max(MIN_EXAMPLES, settings().max_examples), deadline=None)
+@given(scenarios)
+def test_edge_scenarios(ops: list[Op]) -> None:
+    run_scenario(ops, tolerate=KNOWN_FINDINGS)
+
+
+def test_a_plain_life() -> None:
+    run_scenario(
+        [
+            Initialize(0),
+            New(0),
+            Prompt(0, 0, "echo"),
+            Prompt(0, 0, "tool", "allow"),
+            New(1),
+            Disconnect(1),
+            Load(2, 1),
+            Close(2, 1),
+            List(0),
+        ]
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a session/cancel that arrives before the prompt's run exists is lost; the prompt "
+    "never answers",
+)
+def test_cancel_right_after_prompt_ends_it() -> None:
+    run_scenario([New(0), Prompt(0, 0, "hang", then=0), Cancel(0, 0)])
