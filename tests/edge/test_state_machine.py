@@ -101,6 +101,92 @@ def test_a_plain_life() -> None:
     )
 
 
+def test_every_permission_answer_but_allow_keeps_the_tool_from_running() -> None:
+    run_scenario(
+        [
+            New(0),
+            Prompt(0, 0, "tool", "reject"),
+            Prompt(0, 0, "tool", "cancel"),
+            Prompt(0, 0, "tool", "malformed"),
+            Prompt(0, 0, "tool", "malformed"),
+            Prompt(0, 0, "tool", "deferred"),
+            Cancel(0, 0),
+            AnswerLate(0),
+            Prompt(0, 0, "tool", "deferred"),
+            Close(0, 0),
+            New(1),
+            Prompt(1, 0, "tool", "deferred"),
+            Disconnect(1),
+        ]
+    )
+
+
+def test_a_provisional_task_outlives_a_disconnect_only_for_its_grace_period() -> None:
+    run_scenario(
+        [
+            New(0),
+            SetModel(0, 0, "demo-echo-large"),
+            Disconnect(0),
+            List(1),
+            Advance(GRACE_S / 2),
+            Load(1, 0),
+            Disconnect(1),
+            Advance(GRACE_S + SWEEP_S + 1),
+            Load(2, 0),
+        ]
+    )
+
+
+def test_close_deletes_only_the_creators_untouched_task() -> None:
+    run_scenario(
+        [
+            New(0),
+            SetModel(0, 0, "demo-echo-large"),
+            Close(0, 0),
+            Load(1, 0),
+            New(0),
+            Disconnect(0),
+            Load(1, 1),
+            Close(1, 0),
+            Load(2, 1),
+        ]
+    )
+
+
+def test_the_model_locks_with_the_first_prompt() -> None:
+    run_scenario(
+        [
+            New(0),
+            SetModel(0, 0, "demo-echo-large"),
+            Prompt(0, 0, "echo"),
+            SetModel(0, 0, "demo-echo"),
+            SetModel(0, 0, "demo-echo-large"),
+            Close(0, 0),
+            Load(1, 0),
+            SetModel(1, 0, "demo-echo"),
+        ]
+    )
+
+
+def test_account_changes_and_runtime_stop_end_sessions() -> None:
+    run_scenario(
+        [
+            New(0),
+            Prompt(0, 0, "hang"),
+            New(1),
+            Prompt(1, 0, "tool", "deferred"),
+            SwitchAccount("bare"),
+            New(0),
+            Prompt(0, 0, "hang"),
+            SwitchAccount("lifecycle"),
+            Load(1, 0),
+            List(2),
+            StopRuntime("drain"),
+            New(2),
+        ]
+    )
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="a session/cancel that arrives before the prompt's run exists is lost; the prompt "
