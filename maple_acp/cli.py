@@ -29,6 +29,7 @@ from typing import Any, Final
 
 import attrs
 import click
+
 from maple_acp_connector._version import __version__
 from maple_acp_connector.endpoint import (
     ENDPOINT_ENV,
@@ -135,9 +136,7 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
     from maple_acp.store import SqliteTaskStore
 
     config = AcpServiceConfig(
-        allowed_roots=options.allowed_roots,
-        max_connections=options.max_connections,
-        relay_allowlist=options.relay_allow,
+        allowed_roots=options.allowed_roots, max_connections=options.max_connections
     )
     grace = options.provisional_grace_s
     store = await SqliteTaskStore.open(options.data_dir / STORE_FILE_NAME)
