@@ -154,6 +154,12 @@ def _usage(usage: Usage) -> dict[str, int]:
     }
 
 
+def _prompt_answer(state: RunState, usage: Usage | None = None) -> dict[str, Any]:
+    """A prompt's answer: its stop reason and exactly this turn's usage (zero for a turn that
+    was cancelled before its run began)."""
+    return {"stopReason": _STOP_REASONS[state], "usage": _usage(usage or Usage())}
+
+
 def _iso8601(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
 
@@ -489,9 +495,9 @@ class AcpConnection:
                     with session.update_scope():
                         return await self._run_prompt(session, text, request_arrival())
                 except SessionClosed:
-                    return {"stopReason": "cancelled"}
+                    return _prompt_answer(RunState.CANCELLED)
                 # A closed session's pump is cancelled from outside; the turn ends cancelled.
-                return {"stopReason": "cancelled"}
+                return _prompt_answer(RunState.CANCELLED)
         finally:
             session.end_prompt()
 
@@ -506,11 +512,11 @@ class AcpConnection:
                     decision = await self._ask_trust(session)
                     if decision is None:
                         # Cancel admits no user message and saves nothing.
-                        return {"stopReason": "cancelled"}
+                        return _prompt_answer(RunState.CANCELLED)
                     await lease.decide_trust(decision)
             session.trust_settled = True
         if before_run.cancelled_caught or session.cancelled_since(arrival):
-            return {"stopReason": "cancelled"}
+            return _prompt_answer(RunState.CANCELLED)
         was_locked = session.model_locked
         run = await lease.start_run(text)
         if session.cancelled_since(arrival):
@@ -523,13 +529,16 @@ class AcpConnection:
             state = await self._pump_run(session, run)
         except BaseException:
             run.cancel()
+            if not session.stopped:
+                # Only the request was cancelled ($/cancel_request): let the run finish ending
+                # (bounded) so that the session takes a new prompt right after the answer.
+                with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_DEADLINE_S):
+                    await run.wait()
             raise
         outcome = await run.wait()
         # Every update of the run must be on the wire before the prompt's answer.
         await self.peer.drain()
-        answer: dict[str, Any] = {"stopReason": _STOP_REASONS[state]}
-        answer["usage"] = _usage(outcome.usage)
-        return answer
+        return _prompt_answer(state, outcome.usage)
 
     async def _pump_run(self, session: EdgeSession, run: Run) -> RunState:
         """Send every event of ``run`` as it comes; return the run's final state."""

@@ -208,6 +208,10 @@ class AcpTestClient:
         """Every parsed message the agent sent, in order."""
         return [f.message for f in self.frames if f.direction == "in"]
 
+    def outbound(self) -> list[Any]:
+        """Every parsed message this client sent, in order."""
+        return [f.message for f in self.frames if f.direction == "out"]
+
     def updates(self, session_id: str | None = None) -> list[dict[str, Any]]:
         """The ``update`` objects of every ``session/update``, in arrival order."""
         out = []

@@ -15,7 +15,9 @@ import trio.testing
 from maple_acp.edge import AcpService, AcpServiceConfig
 from maple_acp.runtime import AgentService
 from maple_acp.testing.client import AcpTestClient, open_acp_client
-from maple_acp.testing.demo import demo_service
+from maple_acp.testing.clock import VirtualTimeStore
+from maple_acp.testing.demo import DEMO_ACCOUNT, make_demo_service
+from maple_acp.testing.store import temp_store
 
 
 class Harness:
@@ -54,7 +56,11 @@ async def running_service(
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
     runtime_options.setdefault("relay_allow_list", ("RELAY_TOKEN",))
-    async with demo_service(data, **runtime_options) as runtime, trio.open_nursery() as nursery:
-        acp = AcpService(runtime, config or AcpServiceConfig())
-        yield Harness(runtime, acp, nursery)
-        nursery.cancel_scope.cancel()
+    async with temp_store(data) as store:
+        # Virtual time holds still while SQLite works in its thread (see VirtualTimeStore).
+        runtime = make_demo_service(VirtualTimeStore(store), **runtime_options)
+        async with runtime, trio.open_nursery() as nursery:
+            runtime.sign_in(DEMO_ACCOUNT)
+            acp = AcpService(runtime, config or AcpServiceConfig())
+            yield Harness(runtime, acp, nursery)
+            nursery.cancel_scope.cancel()

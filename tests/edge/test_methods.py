@@ -215,10 +215,10 @@ async def test_one_prompt_at_a_time(harness: Harness, project: Path) -> None:
             first: dict[str, Any] = {}
 
             async def hang() -> None:
-                first.update(await client.prompt(sid, "/hang"))
+                first.update(await client.prompt(sid, "/echo started\n/hang"))
 
             nursery.start_soon(hang)
-            await trio.testing.wait_all_tasks_blocked()
+            await client.wait_until(lambda: client.text(sid) == "started")
             error = await _error(client.prompt(sid, "again"))
             assert error.code == -32600
             await client.cancel(sid)
@@ -343,9 +343,9 @@ async def test_cancel_request_cancels_the_handler(harness: Harness, project: Pat
         await client.send_raw(
             b'{"jsonrpc":"2.0","id":"p1","method":"session/prompt","params":{"sessionId":"'
             + sid.encode()
-            + b'","prompt":[{"type":"text","text":"/hang"}]}}'
+            + b'","prompt":[{"type":"text","text":"/echo started\\n/hang"}]}}'
         )
-        await trio.testing.wait_all_tasks_blocked()
+        await client.wait_until(lambda: client.text(sid) == "started")
         await client.notify("$/cancel_request", {"requestId": "p1"})
         await client.wait_until(lambda: any(m.get("id") == "p1" for m in client.inbound()))
         answer = next(m for m in client.inbound() if m.get("id") == "p1")
@@ -381,10 +381,10 @@ async def test_close_cancels_a_running_prompt(harness: Harness, project: Path) -
             answer: dict[str, Any] = {}
 
             async def run() -> None:
-                answer.update(await client.prompt(sid, "/hang"))
+                answer.update(await client.prompt(sid, "/echo started\n/hang"))
 
             nursery.start_soon(run)
-            await trio.testing.wait_all_tasks_blocked()
+            await client.wait_until(lambda: client.text(sid) == "started")
             assert await client.close_session(sid) == {}
         assert answer["stopReason"] == "cancelled"
         assert harness.runtime.lease_of(sid) is None
@@ -440,8 +440,8 @@ async def test_load_refuses_a_task_with_a_running_prompt(harness: Harness, proje
     async with harness.connect() as first, harness.connect() as second:
         sid = (await first.new_session(str(project)))["sessionId"]
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(first.prompt, sid, "/hang")
-            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(first.prompt, sid, "/echo started\n/hang")
+            await first.wait_until(lambda: first.text(sid) == "started")
             error = await _error(second.load_session(sid, str(project)))
             assert error.code == -32600
             await first.cancel(sid)

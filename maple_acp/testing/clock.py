@@ -1,0 +1,67 @@
+"""Virtual time for tests that also touch the SQLite store.
+
+``trio.testing.MockClock(autojump_threshold=0)`` jumps to the next deadline as soon as every
+task is blocked — and a task waiting for a worker thread counts as blocked. A store call in
+flight (SQLite runs in a worker thread) would therefore let a five-second deadline expire
+while the write takes a millisecond of real time.
+
+:class:`VirtualTimeStore` wraps a real store: while one of its calls runs in the thread, a
+helper task keeps the scheduler busy, so the clock cannot jump past it. Everything else — the
+SQLite file, its transactions, its thread — is the real thing::
+
+    async with temp_store(tmp_path) as store:
+        runtime = make_demo_service(VirtualTimeStore(store))
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+
+async def _keep_busy(done: trio.Event) -> None:
+    # Runnable at every scheduler pass until ``done``: the autojump clock only jumps when no
+    # task is runnable.
+    while not done.is_set():
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
+
+def hold_virtual_time(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap an async callable so virtual time stands still while it runs."""
+
+    @functools.wraps(fn)
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        done = trio.Event()
+        error: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_keep_busy, done)
+            try:
+                result = await fn(*args, **kwargs)
+            except Exception as exc:
+                # Raised after the nursery, so the caller sees the store's own exception and
+                # not an exception group around it.
+                error = exc
+            finally:
+                done.set()
+        if error is not None:
+            raise error
+        return result
+
+    return call
+
+
+class VirtualTimeStore:
+    """A task store proxy whose calls hold virtual time still (see the module docstring)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if inspect.iscoroutinefunction(attr):
+            return hold_virtual_time(attr)
+        return attr
