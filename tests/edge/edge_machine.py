@@ -213,6 +213,8 @@ class PromptRecord:
     stopped_at: int | None = None
     #: How many settles had happened when it was sent.
     epoch: int = 0
+    #: A session/cancel reached it while it ran with nothing else in flight.
+    cancelled_alone: bool = False
 
     @property
     def marker(self) -> str:
@@ -476,6 +478,9 @@ class Scenario:
             if early and CANCEL_BEFORE_RUN in self.tolerate:
                 pass  # a known finding: this cancel may be lost
             elif record is not None:
+                if record.stopped_at is None and not early and self.settled:
+                    # The prompt was running, alone: this cancel must end it as cancelled.
+                    record.cancelled_alone = True
                 record.stopped_at = record.stopped_at or tick
             assert conn.client is not None
             await conn.client.cancel(task)
@@ -763,6 +768,8 @@ class Scenario:
             reason = call.result.get("stopReason")
             if reason == "end_turn" and task is not None:
                 task.prompted = True
+            if record.cancelled_alone and reason != "cancelled":
+                raise Violation(f"prompt {record} answered {reason!r} after a cancel")
             if not call.settled_before or call.raced or record.stopped_at is not None:
                 return
             expected = {
@@ -850,7 +857,7 @@ class Scenario:
                     params = message.get("params") or {}
                     if message["method"] in ("session/prompt", "session/load"):
                         quiet.pop(str(params.get("sessionId")), None)
-                    if message["method"] == "session/prompt":
+                    if message["method"] in ("session/prompt", "session/load"):
                         target = str(params.get("sessionId"))
                         prompting[target] = prompting.get(target, 0) + 1
                 continue
@@ -871,14 +878,17 @@ class Scenario:
             if answered[msg_id] > 1:
                 raise Violation(f"connection {conn.slot}: request {msg_id} answered twice")
             method, params = sent[msg_id]
-            if method == "session/prompt":
-                sid = params["sessionId"]
+            sid = str((params or {}).get("sessionId"))
+            if method in ("session/prompt", "session/load"):
                 prompting[sid] -= 1
-                # A refused second prompt says nothing about the first, still running.
-                if not prompting[sid]:
-                    quiet[sid] = (index, "prompt answer")
+            # A refused second prompt says nothing about the first, still running, and a load
+            # in flight replays history: quiet holds only once neither is in flight.
+            if prompting.get(sid):
+                continue
+            if method == "session/prompt":
+                quiet[sid] = (index, "prompt answer")
             elif method == "session/close" and "result" in message:
-                quiet[params["sessionId"]] = (index, "close answer")
+                quiet[sid] = (index, "close answer")
 
     def _check_answered(self, conn: Connection) -> None:
         """On a live connection, only a prompt that may legitimately run on is unanswered."""
