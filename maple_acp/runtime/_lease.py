@@ -425,10 +425,12 @@ class SessionLease:
         return goal
 
     async def _put_goal(self, goal: GoalRecord | None) -> None:
-        await self._service.store.put_goal(self.task_id, goal)
+        # The in-memory goal changes first: a cycle ending while the write is in flight must
+        # already see a pause or a clear, or it would start the next cycle.
         self._goal = goal
-        self._session.publish(GoalChanged(self.task_id, goal))
         self._poke_goals()
+        await self._service.store.put_goal(self.task_id, goal)
+        self._session.publish(GoalChanged(self.task_id, goal))
 
     def _cancel_cycle(self) -> None:
         run = self._active_run

@@ -51,6 +51,8 @@ logger = logging.getLogger(__name__)
 #: on the backend); a send that cannot wait and finds no room cancels the run, because a
 #: dropped event cannot be reconstructed.
 RUN_EVENT_QUEUE = 256
+#: A backend emitting into a queue with room checkpoints once per this many events.
+EMIT_BATCH = 64
 #: Text kept per message for the task history; a longer message is stored truncated (the live
 #: events still carry all of it).
 MAX_STORED_MESSAGE_CHARS = 1_000_000
@@ -212,6 +214,7 @@ class Run:
         self._broker = PermissionBroker(run_id, self.cancel)
         self._usage = Usage()
         self._overflowed = False
+        self._unyielded = 0
         self._events_taken = False
         self._ids = 0
         self._messages: dict[str, _Message] = {}
@@ -374,8 +377,23 @@ class Run:
         return TextChunk(self.id, message_id, text)
 
     async def _emit(self, event: RunEvent) -> None:
-        with contextlib.suppress(trio.ClosedResourceError):
-            await self._send.send(event)
+        # While the queue has room the event goes in without a scheduler pass, so a streaming
+        # backend hands over events in batches; only a full queue makes it wait (that wait is
+        # the backpressure), and every EMIT_BATCH events it checkpoints anyway, so that a
+        # cancelled backend stops within one batch.
+        try:
+            self._send.send_nowait(event)
+        except trio.WouldBlock:
+            with contextlib.suppress(trio.ClosedResourceError):
+                await self._send.send(event)
+            self._unyielded = 0
+            return
+        except trio.ClosedResourceError:
+            return
+        self._unyielded += 1
+        if self._unyielded >= EMIT_BATCH:
+            self._unyielded = 0
+            await trio.lowlevel.checkpoint()
 
     def _emit_nowait(self, event: RunEvent) -> None:
         if self._overflowed:
@@ -470,7 +488,12 @@ class _RunEvents:
     async def __anext__(self) -> RunEvent:
         if self._tail_index is None:
             try:
-                return await self._run._receive.receive()
+                # Queued events are taken without a scheduler pass each; the consumer waits
+                # only when the queue is empty.
+                try:
+                    return self._run._receive.receive_nowait()
+                except trio.WouldBlock:
+                    return await self._run._receive.receive()
             except trio.EndOfChannel:
                 self._tail_index = 0
         tail = self._run._tail

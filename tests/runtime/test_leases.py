@@ -79,7 +79,7 @@ async def test_cwd_is_canonicalised_and_checked(
     link.symlink_to(project)
     async with trio.open_nursery() as nursery:
         lease = await nursery.start(service.serve_new_task, str(link))
-        assert lease.task.root == str(project.resolve())  # noqa: ASYNC240
+        assert lease.task.root == str(project.resolve())
         await lease.release(close=True)
         for bad in ("relative/dir", str(tmp_path / "missing"), str(tmp_path / "f"), "", "/a\x00b"):
             (tmp_path / "f").write_text("file")
