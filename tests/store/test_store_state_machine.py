@@ -327,6 +327,6 @@ class StoreMachine(RuleBasedStateMachine):
 
 # At least 200 examples; the "long" profile's larger count wins when it is loaded.
 StoreMachine.TestCase.settings = settings(
-    max_examples=max(200, settings().max_examples), stateful_step_count=30
+    max_examples=max(200, settings().max_examples), stateful_step_count=25
 )
 test_store_state_machine = StoreMachine.TestCase
