@@ -1,0 +1,544 @@
+"""A Hypothesis state machine over tasks, leases, runs, permissions and goals.
+
+Each step runs on one long-lived trio loop in a thread (``trio.from_thread.run``); each example
+gets a fresh SQLite store and service. A "crash" snapshots the store's committed state (what a
+WAL database holds after a SIGKILL) and opens a new service on the snapshot, abandoning the old
+one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import tempfile
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import hypothesis.strategies as st
+import trio
+from hypothesis import settings
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from maple_acp.runtime import (
+    AgentService,
+    PermissionRequest,
+    RejectionKind,
+    Run,
+    RuntimeRejection,
+    SessionLease,
+)
+from maple_acp.store import TaskQuery
+from maple_acp.testing.demo import DEMO_ACCOUNT, make_demo_service
+from maple_acp.testing.store import STORE_FILE_NAME, open_temp_store
+
+T = TypeVar("T")
+
+
+class _Loop:
+    """One trio loop in a daemon thread, shared by every example."""
+
+    def __init__(self) -> None:
+        ready = threading.Event()
+        self.token: Any = None
+        self.nursery: trio.Nursery | None = None
+
+        async def main() -> None:
+            self.token = trio.lowlevel.current_trio_token()
+            async with trio.open_nursery() as nursery:
+                self.nursery = nursery
+                ready.set()
+                await trio.sleep_forever()
+
+        threading.Thread(target=trio.run, args=(main,), daemon=True).start()
+        ready.wait()
+
+    def run(self, fn: Callable[[], Awaitable[T]]) -> T:
+        return trio.from_thread.run(fn, trio_token=self.token)
+
+
+_LOOP: _Loop | None = None
+
+
+def loop() -> _Loop:
+    global _LOOP
+    if _LOOP is None:
+        _LOOP = _Loop()
+    return _LOOP
+
+
+class CountingRouter:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def tool_definition(self) -> Any:
+        return None
+
+    async def call(self, tool_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append(tool_id)
+        await trio.lowlevel.checkpoint()
+        return {"ok": True}
+
+    def revoke(self) -> None:
+        pass
+
+
+class Host:
+    """Everything of one service incarnation living in the loop."""
+
+    def __init__(self, data: str) -> None:
+        self.data = data
+        self.scope = trio.CancelScope()
+        self.service: AgentService | None = None
+        self.nursery: trio.Nursery | None = None
+        self.stopped = trio.Event()
+
+    async def start(self) -> None:
+        started = trio.Event()
+
+        async def body() -> None:
+            store = await open_temp_store(self.data)
+            try:
+                with self.scope:
+                    async with trio.open_nursery() as nursery:
+                        self.nursery = nursery
+                        self.service = make_demo_service(store, provisional_grace_s=0)
+                        await nursery.start(self.service.serve)
+                        self.service.sign_in(DEMO_ACCOUNT)
+                        started.set()
+                        await trio.sleep_forever()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await store.aclose()
+                self.stopped.set()
+
+        nursery = loop().nursery
+        assert nursery is not None
+        nursery.start_soon(body)
+        await started.wait()
+
+    async def stop(self) -> None:
+        self.scope.cancel()
+        await self.stopped.wait()
+
+
+class LeaseModel:
+    def __init__(self, lease: SessionLease, router: CountingRouter) -> None:
+        self.lease = lease
+        self.router = router
+
+
+class RunModel:
+    def __init__(self, run: Run, lease: LeaseModel) -> None:
+        self.run = run
+        self.lease = lease
+        self.requests: list[PermissionRequest] = []
+        self.used: list[PermissionRequest] = []
+        self.fenced = False  # cancelled or revoked: no allow may take effect from now on
+        self.calls_when_fenced = 0
+
+
+SCRIPTS = ["hello", "/hang", "/mcp srv__t {}", "/usage 1 2\n/mcp srv__t {}", "/goal hang on"]
+
+
+class RuntimeMachine(RuleBasedStateMachine):
+    leases = Bundle("leases")
+    runs = Bundle("runs")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = tempfile.mkdtemp(prefix="maple-sm-")
+        self.data = os.path.join(self.tmp, "data")
+        os.mkdir(self.data)
+        self.roots = []
+        for name in ("a", "b"):
+            root = os.path.join(self.tmp, name)
+            os.mkdir(root)
+            self.roots.append(os.path.realpath(root))
+        self.host: Host | None = None
+        self.all_leases: list[LeaseModel] = []
+        self.all_runs: list[RunModel] = []
+        self.admitted: dict[str, list[str]] = {}
+        self.locked_model: dict[str, str | None] = {}
+        self.known_tasks: set[str] = set()
+        self.drained = False
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        return loop().run(fn)
+
+    def sync(self, fn: Callable[[], object]) -> None:
+        """Run a synchronous runtime call on the loop (trio objects are not thread-safe)."""
+
+        async def go() -> None:
+            fn()
+            await trio.testing.wait_all_tasks_blocked()
+
+        self.call(go)
+
+    @property
+    def service(self) -> AgentService:
+        assert self.host is not None
+        assert self.host.service is not None
+        return self.host.service
+
+    def _start_host(self) -> None:
+        host = Host(self.data)
+
+        self.call(host.start)
+        self.host = host
+
+    @initialize()
+    def boot(self) -> None:
+        self._start_host()
+
+    def teardown(self) -> None:
+        if self.host is not None:
+            host = self.host
+            self.call(host.stop)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _pump(self, model: RunModel) -> None:
+        async def pump() -> None:
+            async for event in model.run.events():
+                if isinstance(event, PermissionRequest):
+                    model.requests.append(event)
+
+        assert self.host is not None
+        assert self.host.nursery is not None
+        self.host.nursery.start_soon(pump)
+
+    # -- rules -----------------------------------------------------------------------------
+
+    @precondition(lambda self: not self.drained)
+    @rule(target=leases, root=st.sampled_from([0, 1]))
+    def new_lease(self, root: int) -> Any:
+        router = CountingRouter()
+
+        async def factory(nursery: trio.Nursery) -> CountingRouter:
+            return router
+
+        async def go() -> SessionLease | None:
+            assert self.host is not None
+            assert self.host.nursery is not None
+            try:
+                return await self.host.nursery.start(
+                    lambda task_status: self.service.serve_new_task(
+                        self.roots[root], router_factory=factory, task_status=task_status
+                    )
+                )
+            except RuntimeRejection as exc:
+                kind = exc.kind
+            assert kind in (RejectionKind.NOT_SIGNED_IN, RejectionKind.SHUTTING_DOWN)
+            return None
+
+        lease = self.call(go)
+        if lease is None:
+            return None
+        self.known_tasks.add(lease.task_id)
+        model = LeaseModel(lease, router)
+        self.all_leases.append(model)
+        return model
+
+    @precondition(lambda self: not self.drained)
+    @rule(target=leases, task=st.integers(0, 5))
+    def attach(self, task: int) -> Any:
+        tasks = sorted(self.known_tasks)
+        if not tasks:
+            return None
+        task_id = tasks[task % len(tasks)]
+        router = CountingRouter()
+
+        async def factory(nursery: trio.Nursery) -> CountingRouter:
+            return router
+
+        async def go() -> SessionLease | RuntimeRejection:
+            assert self.host is not None
+            assert self.host.nursery is not None
+            stored = await self.service.store.get_task(task_id)
+            root = stored.root if stored is not None else self.roots[0]
+            try:
+                return await self.host.nursery.start(
+                    lambda task_status: self.service.serve_task(
+                        task_id, root, router_factory=factory, task_status=task_status
+                    )
+                )
+            except RuntimeRejection as exc:
+                return exc
+
+        result = self.call(go)
+        if isinstance(result, RuntimeRejection):
+            holders = [
+                m for m in self.all_leases if m.lease.task_id == task_id and not m.lease.released
+            ]
+            if result.kind in (RejectionKind.TASK_LEASED, RejectionKind.RUN_ACTIVE):
+                assert holders, "refused as held, but no lease holds the task"
+            else:
+                assert result.kind in (
+                    RejectionKind.TASK_NOT_FOUND,
+                    RejectionKind.NOT_SIGNED_IN,
+                    RejectionKind.SHUTTING_DOWN,
+                ), result
+            return None
+        model = LeaseModel(result, router)
+        self.all_leases.append(model)
+        return model
+
+    @rule(target=runs, lease=leases, script=st.sampled_from(SCRIPTS))
+    def start_run(self, lease: LeaseModel | None, script: str) -> Any:
+        if lease is None:
+            return None
+
+        holder: list[RunModel] = []
+
+        async def go() -> RuntimeRejection | None:
+            try:
+                run = await lease.lease.start_run(script)
+            except RuntimeRejection as exc:
+                return exc
+            model = RunModel(run, lease)
+            holder.append(model)
+            self._pump(model)
+            await trio.testing.wait_all_tasks_blocked()
+            return None
+
+        result = self.call(go)
+        if result is not None:
+            assert result.kind in (
+                RejectionKind.RUN_ACTIVE,
+                RejectionKind.LEASE_REVOKED,
+                RejectionKind.ACCOUNT_CHANGED,
+                RejectionKind.NOT_SIGNED_IN,
+                RejectionKind.SHUTTING_DOWN,
+            ), result
+            return None
+        task_id = lease.lease.task_id
+        self.admitted.setdefault(task_id, []).append(script)
+        self.locked_model.setdefault(task_id, lease.lease.task.model)
+        self.all_runs.append(holder[0])
+        return holder[0]
+
+    @rule(run=runs, form=st.sampled_from(["allow", "deny", "unknown", "bad", "reuse", "cross"]))
+    def answer(self, run: RunModel | None, form: str) -> None:
+        if run is None:
+            return
+
+        async def go() -> None:
+            await trio.testing.wait_all_tasks_blocked()
+            fresh = [r for r in run.requests if r not in run.used]
+            if form == "unknown":
+                assert not run.run.answer("nope", "allow_once")
+                self._fence(run)
+            elif form == "reuse" and run.used:
+                assert not run.used[0].responder.answer("allow_once")
+                self._fence(run)
+            elif form == "cross":
+                others = [r for m in self.all_runs if m is not run for r in m.requests]
+                if others:
+                    assert not run.run.answer(others[0].responder.id, "allow_once")
+                    self._fence(run)
+            elif fresh:
+                request = fresh[0]
+                run.used.append(request)
+                option = {"allow": "allow_once", "deny": "deny_once"}.get(form, "sometimes")
+                accepted = request.responder.answer(option)
+                if run.fenced or option == "sometimes":
+                    assert not accepted
+                    self._fence(run)
+            await trio.testing.wait_all_tasks_blocked()
+
+        self.call(go)
+
+    def _fence(self, run: RunModel) -> None:
+        if not run.fenced:
+            run.fenced = True
+            run.calls_when_fenced = len(run.lease.router.calls)
+
+    @rule(run=runs)
+    def cancel(self, run: RunModel | None) -> None:
+        if run is None:
+            return
+        self._fence(run)
+        self.sync(run.run.cancel)
+
+    @rule(lease=leases)
+    def revoke(self, lease: LeaseModel | None) -> None:
+        if lease is None:
+            return
+        for run in self.all_runs:
+            if run.lease is lease:
+                self._fence(run)
+        self.sync(lease.lease.revoke)
+
+    @rule(lease=consumes(leases), close=st.booleans())
+    def release(self, lease: LeaseModel | None, close: bool) -> None:
+        if lease is None:
+            return
+        for run in self.all_runs:
+            if run.lease is lease:
+                self._fence(run)
+        self.call(lambda: lease.lease.release(close=close))
+        assert lease.lease.released
+
+    @rule(lease=leases, model=st.sampled_from(["demo-echo", "demo-echo-large"]))
+    def set_model(self, lease: LeaseModel | None, model: str) -> None:
+        if lease is None:
+            return
+
+        async def go() -> None:
+            kind = None
+            try:
+                await lease.lease.set_model(model)
+            except RuntimeRejection as exc:
+                kind = exc.kind
+            assert kind is not RejectionKind.UNKNOWN_MODEL
+
+        self.call(go)
+
+    @rule(lease=leases, action=st.sampled_from(["set", "pause", "resume", "clear"]))
+    def goal(self, lease: LeaseModel | None, action: str) -> None:
+        if lease is None:
+            return
+
+        async def go() -> None:
+            try:
+                if action == "set":
+                    await lease.lease.set_goal("hang here")
+                else:
+                    await getattr(lease.lease, f"{action}_goal")()
+            except RuntimeRejection:
+                pass
+            # A cycle's events must be read like a prompt's.
+            await trio.testing.wait_all_tasks_blocked()
+
+        self.call(go)
+
+    @rule()
+    def sign_out_and_in(self) -> None:
+        for run in self.all_runs:
+            self._fence(run)
+        self.sync(self.service.sign_out)
+        self.sync(lambda: self.service.sign_in(DEMO_ACCOUNT))
+
+    @precondition(lambda self: not self.drained)
+    @rule()
+    def drain(self) -> None:
+        for run in self.all_runs:
+            self._fence(run)
+        self.call(self.service.drain)
+        self.drained = True
+
+    @rule()
+    def sweep(self) -> None:
+        if self.drained:
+            return
+        self.call(self.service.sweep_provisional)
+
+    @rule()
+    def crash_and_reopen(self) -> None:
+        assert self.host is not None
+        old = self.host
+        path = os.path.join(self.data, STORE_FILE_NAME)
+        snapshot_dir = tempfile.mkdtemp(dir=self.tmp)
+        snapshot = os.path.join(snapshot_dir, STORE_FILE_NAME)
+
+        def copy() -> None:
+            source = sqlite3.connect(path)
+            target = sqlite3.connect(snapshot)
+            with target:
+                source.backup(target)
+            source.close()
+            target.close()
+
+        async def crash() -> None:
+            await trio.to_thread.run_sync(copy)
+
+        self.call(crash)
+        for run in self.all_runs:
+            self._fence(run)
+        # Whatever the old incarnation does from here on happens to a discarded file.
+        self.call(old.stop)
+        for model in self.all_leases:
+            assert model.lease.released
+        self.data = snapshot_dir
+        self.all_leases = []
+        self.all_runs_before_crash = self.all_runs
+        self.all_runs = []
+        self.drained = False
+        self._start_host()
+        self._check_durable()
+
+    # -- invariants ------------------------------------------------------------------------
+
+    @invariant()
+    def one_lease_per_task(self) -> None:
+        held: dict[str, int] = {}
+        for model in self.all_leases:
+            if not model.lease.released:
+                held[model.lease.task_id] = held.get(model.lease.task_id, 0) + 1
+        assert all(count == 1 for count in held.values()), held
+
+    @invariant()
+    def one_active_run_per_task(self) -> None:
+        active: dict[str, int] = {}
+        for model in self.all_runs:
+            if not model.run.ended:
+                active[model.run.task_id] = active.get(model.run.task_id, 0) + 1
+        assert all(count == 1 for count in active.values()), active
+
+    @invariant()
+    def no_allow_after_cancel_or_revoke(self) -> None:
+        for run in self.all_runs:
+            if run.fenced:
+                assert len(run.lease.router.calls) == run.calls_when_fenced
+
+    def _check_durable(self) -> None:
+        async def read() -> None:
+            store = self.service.store
+            page_ids = set()
+            query = TaskQuery(account=DEMO_ACCOUNT, include_provisional=True, limit=100)
+            page = await store.list_tasks(query)
+            page_ids = {task.id for task in page.tasks}
+            for task_id in self.known_tasks:
+                texts = self.admitted.get(task_id, [])
+                if not texts:
+                    continue
+                # No admitted message is lost; a task with one is never deleted.
+                assert task_id in page_ids
+                history = await store.history(task_id)
+                users = [item.text for item in history if item.kind.value == "user"]
+                assert users == texts
+                task = await store.get_task(task_id)
+                assert task is not None
+                assert not task.provisional
+                # The model locked by the first message never changes.
+                assert task.model == self.locked_model[task_id]
+
+        self.call(read)
+
+    @invariant()
+    def durable_state(self) -> None:
+        if self.host is not None and self.host.service is not None:
+            self._check_durable()
+
+
+RuntimeMachine.TestCase.settings = settings(
+    max_examples=50
+    if os.environ.get("SM_QUICK")
+    else 5000
+    if os.environ.get("HYPOTHESIS_PROFILE") == "long"
+    else 500,
+    stateful_step_count=12,
+    deadline=None,
+)
+TestRuntimeMachine = RuntimeMachine.TestCase
