@@ -24,6 +24,9 @@ logger = logging.getLogger(__name__)
 MAX_CONNECTIONS_LIMIT: Final = 8
 #: Inbound frames longer than this end the connection; configurable lower only.
 MAX_LINE_BYTES_LIMIT: Final = 10 * 1024 * 1024
+#: Outbound admission per connection (SPEC.md limits); configurable lower only.
+MAX_OUTBOUND_LINES_LIMIT: Final = 256
+MAX_OUTBOUND_BYTES_LIMIT: Final = 4 * 1024 * 1024
 #: The persisted file is tiny; anything larger is not ours.
 MAX_PERSISTED_BYTES: Final = 64 * 1024
 
@@ -58,6 +61,20 @@ def _check_max_connections(_: object, __: attrs.Attribute[int], value: int) -> N
         raise ConfigError(f"max connections must be between 1 and {MAX_CONNECTIONS_LIMIT}")
 
 
+def _check_outbound_lines(_: object, __: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError("max outbound lines must be an integer")
+    if not 1 <= value <= MAX_OUTBOUND_LINES_LIMIT:
+        raise ConfigError(f"max outbound lines must be between 1 and {MAX_OUTBOUND_LINES_LIMIT}")
+
+
+def _check_outbound_bytes(_: object, __: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError("max outbound bytes must be an integer")
+    if not 4096 <= value <= MAX_OUTBOUND_BYTES_LIMIT:
+        raise ConfigError(f"max outbound bytes must be between 4096 and {MAX_OUTBOUND_BYTES_LIMIT}")
+
+
 def _check_max_line(_: object, __: attrs.Attribute[int], value: int) -> None:
     if (
         isinstance(value, bool)
@@ -81,6 +98,12 @@ class AcpServiceConfig:
         default=MAX_CONNECTIONS_LIMIT, validator=_check_max_connections
     )
     max_line_bytes: int = attrs.field(default=MAX_LINE_BYTES_LIMIT, validator=_check_max_line)
+    max_outbound_lines: int = attrs.field(
+        default=MAX_OUTBOUND_LINES_LIMIT, validator=_check_outbound_lines
+    )
+    max_outbound_bytes: int = attrs.field(
+        default=MAX_OUTBOUND_BYTES_LIMIT, validator=_check_outbound_bytes
+    )
     agent_name: str = "maple-acp"
     agent_title: str = "Maple ACP"
 

@@ -176,6 +176,8 @@ class AcpConnection:
             on_request=self._on_request,
             on_notification=self._on_notification,
             max_line_bytes=self.config.max_line_bytes,
+            max_outbound_lines=self.config.max_outbound_lines,
+            max_outbound_bytes=self.config.max_outbound_bytes,
         )
         self.sessions: dict[str, EdgeSession] = {}
         #: Sessions whose close missed the deadline: a late load must not republish them.
@@ -455,20 +457,31 @@ class AcpConnection:
         return {}
 
     async def _pump_session_events(self, session: EdgeSession) -> None:
-        """Forward what happens outside any prompt: goal snapshots and autonomous cycles."""
+        """Forward what happens outside any prompt: goal snapshots and autonomous cycles.
+
+        A cycle's run is pumped in a task of its own, so that a long cycle never holds back
+        the goal snapshots (a pause, a clear) published while it runs."""
         events = session.lease.session_events()
         try:
             with session.update_scope():
-                async for event in events:
-                    if isinstance(event, GoalChanged):
-                        await self._update(session, session.projector.goal(event.goal))
-                    elif isinstance(event, CycleStarted):
-                        await self._pump_run(session, event.run)
-                    elif isinstance(event, LeaseRevoked):
-                        break
+                async with trio.open_nursery() as cycles:
+                    async for event in events:
+                        if isinstance(event, GoalChanged):
+                            await self._update(session, session.projector.goal(event.goal))
+                        elif isinstance(event, CycleStarted):
+                            cycles.start_soon(self._pump_cycle, session, event.run)
+                        elif isinstance(event, LeaseRevoked):
+                            break
+                    cycles.cancel_scope.cancel()
         except (SessionClosed, ConnectionClosed):
             return
         self._forget(session)
+
+    async def _pump_cycle(self, session: EdgeSession, run: Run) -> None:
+        try:
+            await self._pump_run(session, run)
+        except ConnectionClosed:
+            run.cancel()
 
     def _forget(self, session: EdgeSession) -> None:
         """The runtime revoked the lease on its own (sign-out, account change, drain): the
@@ -506,7 +519,9 @@ class AcpConnection:
         with session.abortable() as before_run:
             if session.cancelled_since(arrival):
                 before_run.cancel()
-            if not session.trust_settled and not session.model_locked:
+            # Before the first prompt of each session, new or loaded: a skill may have been
+            # added to the project since the task was last used.
+            if not session.trust_settled:
                 status = await lease.trust_status()
                 if status.decision_needed:
                     decision = await self._ask_trust(session)
@@ -543,6 +558,7 @@ class AcpConnection:
     async def _pump_run(self, session: EdgeSession, run: Run) -> RunState:
         """Send every event of ``run`` as it comes; return the run's final state."""
         projector = session.projector
+        dropped = False
         async with trio.open_nursery() as permissions:
             try:
                 async for event in run.events():
@@ -567,10 +583,13 @@ class AcpConnection:
                             for params in projector.notice(f"{event.run_id}-notice", event.text):
                                 await self._update(session, params)
                         elif isinstance(event, RunEnded):
-                            return event.outcome.state
+                            # A turn that lost an update did not end normally, even if its
+                            # run completed before the cancel reached it.
+                            return RunState.CANCELLED if dropped else event.outcome.state
                     except OutboundFrameTooLarge as exc:
                         # One oversized update ends the turn, not the connection.
                         logger.warning("ending a turn: %s", exc)
+                        dropped = True
                         run.cancel()
                         for params in projector.notice(
                             f"{run.id}-oversize",

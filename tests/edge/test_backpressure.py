@@ -1,0 +1,125 @@
+"""A client that stops reading back-pressures the runtime; one oversized update ends a turn."""
+
+from __future__ import annotations
+
+import socket
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+import trio.testing
+from edge_harness import Harness, running_service
+
+from maple_acp.edge import AcpServiceConfig
+from maple_acp.runtime import Turn
+from maple_acp.store import ToolState, ToolStatus
+
+#: Updates the backend tries to stream at a client that has stopped reading.
+STREAM_UPDATES = 200_000
+#: Host memory may grow by at most this much while the client stalls (SPEC: bounded).
+MEMORY_BOUND = 8 * 1024 * 1024
+
+
+class LineClient:
+    """A raw client over a real socket, so the kernel's buffers are the real ones."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.buffer = b""
+        self.next_id = 0
+
+    async def send(self, method: str, params: Any) -> int:
+        self.next_id += 1
+        line = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
+        await self.stream.send_all(orjson.dumps(line) + b"\n")
+        return self.next_id
+
+    async def read(self) -> Any:
+        while b"\n" not in self.buffer:
+            data = await self.stream.receive_some(65536)
+            assert data, "the service closed the connection"
+            self.buffer += data
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return orjson.loads(line)
+
+    async def answer(self, request_id: int) -> tuple[Any, int]:
+        """Read until the answer to ``request_id``; also count the updates read on the way."""
+        updates = 0
+        while True:
+            message = await self.read()
+            if message.get("id") == request_id and "method" not in message:
+                return message, updates
+            if message.get("method") == "session/update":
+                updates += 1
+
+
+async def _connect(harness: Harness, nursery: trio.Nursery) -> LineClient:
+    ours, theirs = socket.socketpair()
+    service_end = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
+    nursery.start_soon(harness.acp.serve_stream, service_end)
+    return LineClient(trio.SocketStream(trio.socket.from_stdlib_socket(ours)))
+
+
+async def test_stalled_client_bounds_host_memory_and_loses_nothing(
+    harness: Harness, project: Path
+) -> None:
+    async with trio.open_nursery() as nursery:
+        client = await _connect(harness, nursery)
+        new, _ = await client.answer(
+            await client.send("session/new", {"cwd": str(project), "mcpServers": []})
+        )
+        sid = new["result"]["sessionId"]
+        tracemalloc.start()
+        try:
+            baseline = tracemalloc.get_traced_memory()[0]
+            prompt_id = await client.send(
+                "session/prompt",
+                {
+                    "sessionId": sid,
+                    "prompt": [{"type": "text", "text": f"/stream {STREAM_UPDATES} 100"}],
+                },
+            )
+            # The client reads nothing: the writer fills the socket, the outbound credit runs
+            # out, the pump stops taking events and the run's queue fills. Then all is still.
+            await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+            stalled_growth = tracemalloc.get_traced_memory()[0] - baseline
+            assert harness.runtime.status().active_runs == 1
+        finally:
+            tracemalloc.stop()
+        assert stalled_growth < MEMORY_BOUND, stalled_growth
+        # Now read: every update arrives, in order, and the turn completes.
+        answer, updates = await client.answer(prompt_id)
+        assert answer["result"]["stopReason"] == "end_turn"
+        # The first update is the model lock announcement.
+        assert updates == STREAM_UPDATES + 1
+        nursery.cancel_scope.cancel()
+
+
+class OversizeBackend:
+    """Sends one tool row whose title alone exceeds a deliberately small outbound budget."""
+
+    async def run_turn(self, turn: Turn) -> None:
+        await turn.send_text("before")
+        await turn.send_tool_row(
+            "big", ToolState(name="read", status=ToolStatus.COMPLETED, output_text="y" * 15_000)
+        )
+        await turn.send_text("after")
+
+
+async def test_one_oversized_update_ends_the_turn_not_the_connection(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    # A small outbound budget: the 15 kB tool row cannot fit in it, everything else can.
+    config = AcpServiceConfig(max_outbound_bytes=8 * 1024)
+    async with running_service(tmp_path, backend=OversizeBackend(), config=config) as harness:
+        async with harness.connect() as client:
+            sid = (await client.new_session(str(project)))["sessionId"]
+            answer = await client.prompt(sid, "go")
+            assert answer["stopReason"] == "cancelled"
+            text = client.text(sid)
+            assert text.startswith("before")
+            assert "too large" in text
+            # The connection is still usable.
+            assert (await client.list_sessions())["sessions"]
