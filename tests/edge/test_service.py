@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -197,13 +198,13 @@ async def test_stdio_mode_carries_only_protocol_lines(
     data.mkdir()
     async with trio.open_nursery() as nursery:
         process: trio.Process = await nursery.start(
-            lambda task_status: trio.run_process(
+            functools.partial(
+                trio.run_process,
                 [sys.executable, "-c", STDIO_HOST, str(data)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 check=False,
-                task_status=task_status,
             )
         )
         assert process.stdin is not None
