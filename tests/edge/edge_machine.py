@@ -718,7 +718,15 @@ class Scenario:
         task_id = call.params["sessionId"]
         task = self.by_id.get(task_id)
         holder = self._holder(task_id)
-        if task is not None and task.unsure and self._holder(task_id) is None:
+        if (
+            task is not None
+            and task.unsure
+            and self._holder(task_id) is None
+            and call.settled_before
+            and not call.raced
+            and task.account == self.account
+            and not self.drained
+        ):
             # Learn from the answer what the model could not predict.
             task.unsure = False
             if call.error is not None and self._code(call) == RESOURCE_NOT_FOUND:
