@@ -316,27 +316,36 @@ def query_status(endpoint: Path, *, timeout: float = STATUS_TIMEOUT_S) -> dict[s
         raise CliError(str(exc)) from None
     request = {"jsonrpc": "2.0", "id": 1, "method": "_maple/status", "params": {}}
     buffer = bytearray()
+    turned_away = CliError(
+        f"the service at {endpoint} closed the connection without answering "
+        "(all connections in use?)"
+    )
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
             sock.connect(os.fspath(endpoint))
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise CliError(
+                f"the maple-acp service is unavailable at {endpoint}: {reason}"
+            ) from None
+        try:
             sock.sendall(json.dumps(request).encode() + b"\n")
             while b"\n" not in buffer:
                 chunk = sock.recv(4096)
                 if not chunk:
-                    raise CliError(
-                        f"the service at {endpoint} closed the connection without answering "
-                        "(all connections in use?)"
-                    )
+                    raise turned_away
                 buffer += chunk
                 if len(buffer) > MAX_STATUS_BYTES:
                     raise CliError(f"the service at {endpoint} sent an oversized answer")
         except TimeoutError:
             raise CliError(f"the service at {endpoint} did not answer in time") from None
+        except (ConnectionResetError, BrokenPipeError):
+            # A host closes a connection over its limit at accept, unread request and all.
+            raise turned_away from None
         except OSError as exc:
-            reason = exc.strerror or str(exc)
             raise CliError(
-                f"the maple-acp service is unavailable at {endpoint}: {reason}"
+                f"lost the connection to the service at {endpoint}: {exc.strerror or exc}"
             ) from None
     try:
         answer = json.loads(bytes(buffer).split(b"\n", 1)[0])

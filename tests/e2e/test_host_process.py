@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import trio
 
+from maple_acp.cli import CliError
 from maple_acp.rpc import ConnectionClosed
 from maple_acp.testing.schema import AcpSchema
 
@@ -159,6 +160,9 @@ async def test_ninth_connection_is_refused_while_eight_stay_usable(
                     await ninth.stderr.wait_closed()
                     assert "closed the connection" in ninth.stderr.text
                     assert not [f for f in ninth.client.frames if f.direction == "in"]
+                # A status query needs a slot too: it is turned away, and says why.
+                with pytest.raises(CliError, match="all connections in use"):
+                    await host.status()
                 release.set()
             await host.wait_status(_idle)
             assert any("refusing an ACP connection" in line for line in host.stderr.lines)
