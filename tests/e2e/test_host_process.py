@@ -262,3 +262,26 @@ async def test_status_reports_a_running_host(short_dir: Path, project: Path) -> 
             )
             assert done.returncode == 0, done.stderr
             assert "sessions:     1" in done.stdout
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="edge bug: a request read before the client's end of input is never answered",
+)
+async def test_a_request_piped_before_end_of_input_is_answered(short_dir: Path) -> None:
+    request = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n'
+    with trio.fail_after(DEADLINE):
+        async with running_host(short_dir) as host:
+            # `printf REQUEST | maple-acp acp`: stdin ends right after the request.
+            done = await trio.run_process(
+                [*MAPLE_ACP, "acp", "--socket", os.fspath(host.socket)],
+                stdin=request,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                env=clean_env(),
+            )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["id"] == 1
+    assert answer["result"]["protocolVersion"] == 1
