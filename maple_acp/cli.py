@@ -17,6 +17,7 @@ import getpass
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -57,6 +58,11 @@ DEMO_DEADLINE_S: Final = 60.0
 READY_PREFIX: Final = "maple-acp: serving on "
 
 _LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+#: SPEC limit on simultaneous ACP connections (the edge enforces it again).
+MAX_CONNECTIONS: Final = 8
+#: A hello carries at most this many values, so a longer allow-list is a mistake.
+MAX_RELAY_NAMES: Final = 16
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class CliError(click.ClickException):
@@ -110,7 +116,7 @@ class HostOptions:
     endpoint: Path
     data_dir: Path
     allowed_roots: tuple[str, ...] = ()
-    max_connections: int = 8
+    max_connections: int = MAX_CONNECTIONS
     provisional_grace_s: float | None = None
     relay_allow: frozenset[str] = frozenset()
     account: str = attrs.field(factory=local_account)
@@ -196,6 +202,17 @@ def _endpoint_for(cli_socket: str | None) -> Path:
     return endpoint
 
 
+def _check_relay_names(
+    ctx: click.Context, param: click.Parameter, names: Sequence[str]
+) -> Sequence[str]:
+    for name in names:
+        if not _ENV_NAME.fullmatch(name):
+            raise click.BadParameter(f"{name!r} is not an environment variable name")
+    if len(set(names)) > MAX_RELAY_NAMES:
+        raise click.BadParameter(f"at most {MAX_RELAY_NAMES} names")
+    return names
+
+
 def _refuse_live_endpoint(endpoint: Path) -> None:
     """Fail before opening the store when a service already answers at ``endpoint``.
 
@@ -243,8 +260,8 @@ def cli() -> None:
 )
 @click.option(
     "--max-connections",
-    type=click.IntRange(1, 8),
-    default=8,
+    type=click.IntRange(1, MAX_CONNECTIONS),
+    default=MAX_CONNECTIONS,
     show_default=True,
     help="Simultaneous ACP connections.",
 )
@@ -259,6 +276,7 @@ def cli() -> None:
     "--relay-allow",
     multiple=True,
     metavar="NAME",
+    callback=_check_relay_names,
     help="An environment variable name the connector may relay to shell tools (repeatable).",
 )
 @click.option("--log-level", type=click.Choice(_LOG_LEVELS), default="info", show_default=True)

@@ -114,3 +114,14 @@ def test_version_from_click_matches_the_fast_path() -> None:
     result = CliRunner().invoke(cli, ["--version"])
     assert result.exit_code == 0
     assert result.output.startswith("maple-acp ")
+
+
+@pytest.mark.parametrize("name", ["A-B", "", "1ABC", "X=Y"])
+def test_serve_refuses_a_relay_name_that_is_not_an_environment_name(
+    tmp_path: Path, name: str
+) -> None:
+    result = CliRunner().invoke(
+        cli, ["serve", "--socket", str(tmp_path / "s.sock"), "--relay-allow", name]
+    )
+    assert result.exit_code == 2
+    assert "is not an environment variable name" in result.output
