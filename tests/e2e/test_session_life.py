@@ -7,9 +7,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from maple_acp.testing.schema import AcpSchema
+from maple_acp.wire import ProtocolError
 
 from .conftest import DEADLINE, assert_only_protocol_lines, connector_client, running_host
 
@@ -152,3 +154,38 @@ async def test_relayed_environment_reaches_the_shell_tool_only_when_allowed(
             assert final["status"] == "completed"
             # Only the relayed name arrived; the host never had either in its own environment.
             assert final["content"][0]["content"]["text"] == "t0k|"
+
+
+async def test_a_new_session_survives_a_disconnect_for_the_grace_period(
+    short_dir: Path, project: Path
+) -> None:
+    # Clients such as acpx create a session in one process and prompt it from the next.
+    with trio.fail_after(DEADLINE):
+        async with running_host(short_dir) as host:
+            async with connector_client(host.socket) as first:
+                await first.client.initialize()
+                session_id = (await first.client.new_session(os.fspath(project)))["sessionId"]
+            async with connector_client(host.socket) as second:
+                await second.client.initialize()
+                # Still provisional: hidden from the list, loadable by id.
+                assert (await second.client.list_sessions())["sessions"] == []
+                await second.client.load_session(session_id, os.fspath(project))
+                answer = await second.client.prompt(session_id, "/echo later")
+                assert answer["stopReason"] == "end_turn"
+                assert second.client.text(session_id) == "later"
+
+
+async def test_grace_zero_deletes_a_never_prompted_session_on_disconnect(
+    short_dir: Path, project: Path
+) -> None:
+    with trio.fail_after(DEADLINE):
+        async with running_host(short_dir, "--grace", "0") as host:
+            async with connector_client(host.socket) as first:
+                await first.client.initialize()
+                session_id = (await first.client.new_session(os.fspath(project)))["sessionId"]
+            await host.wait_status(lambda status: status["leases"] == 0)
+            async with connector_client(host.socket) as second:
+                await second.client.initialize()
+                with pytest.raises(ProtocolError) as refused:
+                    await second.client.load_session(session_id, os.fspath(project))
+                assert refused.value.code == -32002
