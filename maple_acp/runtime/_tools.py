@@ -31,6 +31,9 @@ MAX_RELAY_TOTAL_BYTES = 32 * 1024
 MAX_SHELL_OUTPUT_BYTES = 64 * 1024
 #: Between SIGTERM and SIGKILL of a credential-bearing process group.
 CHILD_TERM_GRACE_S = 2.0
+#: After SIGKILL, how long to wait for the kernel to end every member of a group.
+KILL_SETTLE_S = 2.0
+KILL_POLL_S = 0.005
 #: After a child exits, how long its output pipe may stay open (a background grandchild holds
 #: it) before reading stops.
 SHELL_OUTPUT_DRAIN_S = 1.0
@@ -124,6 +127,11 @@ async def _terminate_group(process: trio.Process) -> None:
     finally:
         # Also reached when the leader exits early: its descendants in the group may not have.
         _signal_group(process.pid, signal.SIGKILL)
+        # killpg returns before the kernel has ended every member; wait (bounded) so that a
+        # caller told "the run ended" can rely on the whole group being gone.
+        with trio.CancelScope(shield=True), trio.move_on_after(KILL_SETTLE_S):
+            while _group_alive(process.pid):
+                await trio.sleep(KILL_POLL_S)
 
 
 class ToolContext:
