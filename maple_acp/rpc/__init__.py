@@ -33,6 +33,7 @@ from ._exceptions import ConnectionClosed, FrameTooLong, OutboundFrameTooLarge, 
 from ._framing import MAX_LINE_BYTES, LineFramer
 from ._peer import (
     CANCEL_REQUEST_METHOD,
+    EOF_GRACE_S,
     MAX_CONCURRENT_REQUESTS,
     JsonRpcPeer,
     NotificationHandler,
@@ -44,6 +45,7 @@ from ._pending import PendingRequests
 
 __all__ = [
     "CANCEL_REQUEST_METHOD",
+    "EOF_GRACE_S",
     "FRAME_OVERHEAD_BYTES",
     "MAX_CONCURRENT_REQUESTS",
     "MAX_LINE_BYTES",

@@ -51,6 +51,12 @@ WRITE_BATCH_BYTES: Final = 64 * 1024
 #: Inbound requests handled at once; each holds a task, so a client that floods requests and
 #: never reads its answers cannot grow them without bound.
 MAX_CONCURRENT_REQUESTS: Final = 256
+#: After the other side finishes sending, requests already read get this long to be answered
+#: before the connection ends: a client may pipe requests and close its input at once. Short,
+#: because for most clients end of input means they are gone, and the edge revokes a
+#: connection's capabilities only once this is over (no permission can be granted meanwhile:
+#: our own requests fail at end of input).
+EOF_GRACE_S: Final = 1.0
 #: The notification that cancels one in-flight inbound request (ACP ``$/cancel_request``).
 CANCEL_REQUEST_METHOD: Final = "$/cancel_request"
 
@@ -134,6 +140,7 @@ class JsonRpcPeer:
         max_outbound_lines: int = MAX_OUTBOUND_LINES,
         max_outbound_bytes: int = MAX_OUTBOUND_BYTES,
         max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS,
+        eof_grace: float = EOF_GRACE_S,
     ) -> None:
         if not 1 <= max_concurrent_requests <= MAX_CONCURRENT_REQUESTS:
             raise ValueError(f"max_concurrent_requests must be in 1..{MAX_CONCURRENT_REQUESTS}")
@@ -159,6 +166,10 @@ class JsonRpcPeer:
         self._closed = False
         self._close_reason = ""
         self._frames_received = 0
+        self._eof_grace = eof_grace
+        # Request handler tasks still running (answer not yet queued), for the EOF grace.
+        self._handlers = 0
+        self._handlers_done = trio.Event()
         self._peer_faults = 0
 
     # --- state ------------------------------------------------------------------------------
@@ -432,6 +443,7 @@ class JsonRpcPeer:
                     last = self._framer.feed_eof()
                     if last is not None:
                         await self._dispatch(last, nursery)
+                    await self._answer_after_eof()
                     break
                 try:
                     lines = self._framer.feed(data if type(data) is bytes else bytes(data))
@@ -444,6 +456,17 @@ class JsonRpcPeer:
         except ConnectionClosed:
             pass
         self._end(reason)
+
+    async def _answer_after_eof(self) -> None:
+        """The other side has finished sending but may still read (a half-close, or a pipe
+        whose writer ended): requests already read still get their answers, within
+        ``eof_grace``. Nothing can answer our own requests any more, so they fail at once."""
+        for call in self._pending.pop_all():
+            call.finish(error=ConnectionClosed("the other side finished sending"))
+        with trio.move_on_after(self._eof_grace):
+            while self._handlers:
+                await self._handlers_done.wait()
+            await self.drain()
 
     async def _dispatch(self, line: bytes, nursery: trio.Nursery) -> None:
         self._frames_received += 1
@@ -521,9 +544,21 @@ class JsonRpcPeer:
         # finds it; a scope cancelled before it is entered cancels the handler at once.
         scope = trio.CancelScope()
         self._inflight[request.id] = scope
+        self._handlers += 1
         nursery.start_soon(self._run_request, request, scope, self._frames_received)
 
     async def _run_request(self, request: Request, scope: trio.CancelScope, arrival: int) -> None:
+        try:
+            await self._handle_request(request, scope, arrival)
+        finally:
+            self._handlers -= 1
+            if self._handlers == 0:
+                self._handlers_done.set()
+                self._handlers_done = trio.Event()
+
+    async def _handle_request(
+        self, request: Request, scope: trio.CancelScope, arrival: int
+    ) -> None:
         _ARRIVAL.set(arrival)
         error: ProtocolError | None = None
         result: Any = None

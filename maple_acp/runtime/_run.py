@@ -381,6 +381,8 @@ class Run:
         # backend hands over events in batches; only a full queue makes it wait (that wait is
         # the backpressure), and every EMIT_BATCH events it checkpoints anyway, so that a
         # cancelled backend stops within one batch.
+        # A cancelled backend must not go on emitting for the rest of a batch.
+        await trio.lowlevel.checkpoint_if_cancelled()
         try:
             self._send.send_nowait(event)
         except trio.WouldBlock:

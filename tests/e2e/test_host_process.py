@@ -264,10 +264,6 @@ async def test_status_reports_a_running_host(short_dir: Path, project: Path) -> 
             assert "sessions:     1" in done.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="edge bug: a request read before the client's end of input is never answered",
-)
 async def test_a_request_piped_before_end_of_input_is_answered(short_dir: Path) -> None:
     request = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n'
     with trio.fail_after(DEADLINE):

@@ -51,8 +51,8 @@ async def test_close_returns_at_the_deadline_and_keeps_a_tombstone(
     backend = StallingBackend()
     project = tmp_path / "project"
     project.mkdir()
-    async with running_service(tmp_path, backend=backend) as harness:
-        async with harness.connect() as client:
+    async with running_service(tmp_path, backend=backend) as harness, harness.connect() as client:
+        if True:  # one block per phase: the stalled prompt, then the late calls
             sid = (await client.new_session(str(project)))["sessionId"]
             async with trio.open_nursery() as nursery:
                 answers: list[Any] = []
@@ -230,3 +230,34 @@ async def test_disconnect_during_load_replay(harness: Harness, project: Path) ->
     assert harness.runtime.lease_of(sid) is None
     async with harness.connect() as client:
         await client.load_session(sid, str(project))
+
+
+async def test_cancel_racing_the_last_update(harness: Harness, project: Path) -> None:
+    """Regression: a cancel that lands while the run's last updates are still queued. The
+    answer, cancelled or not, comes after every update of the turn."""
+    async with harness.connect() as client:
+        sid = (await client.new_session(str(project)))["sessionId"]
+        for _ in range(5):
+            async with trio.open_nursery() as nursery:
+                answers: list[Any] = []
+
+                async def prompt(into: list[Any]) -> None:
+                    into.append(await client.prompt(sid, "/stream 300 10"))
+
+                nursery.start_soon(prompt, answers)
+                await client.wait_until(lambda: "x" in client.text(sid))
+                await client.cancel(sid)
+            [answer] = answers
+            assert answer["stopReason"] in ("cancelled", "end_turn")
+            inbound = client.inbound()
+            at = max(
+                i
+                for i, m in enumerate(inbound)
+                if m.get("result") is answer or m.get("result") == answer
+            )
+            assert not any(
+                m.get("method") == "session/update" and m["params"]["sessionId"] == sid
+                for m in inbound[at + 1 :]
+            )
+            # The session is ready for the next turn at once.
+            assert (await client.prompt(sid, "/echo next"))["stopReason"] == "end_turn"

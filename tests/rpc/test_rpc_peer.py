@@ -516,7 +516,7 @@ async def test_eof_fails_every_pending_request_at_once(
 
 
 async def test_transport_end_cancels_inbound_handlers_and_serve_returns(
-    make_pair: Callable[[], StreamPair],
+    make_pair: Callable[[], StreamPair], autojump_clock: trio.testing.MockClock
 ) -> None:
     cancelled = trio.Event()
 
