@@ -51,7 +51,15 @@ def fuzz(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Side-by-side benchmarks; each prints ratios measured in one run."""
-    session.install("-e", ".")
+    """Side-by-side benchmarks; each prints ratios measured in one run. The official Python
+    ACP SDK is installed here only, as the throughput baseline."""
+    session.install("-e", ".", "agent-client-protocol")
     for script in sorted(__import__("pathlib").Path("bench").glob("bench_*.py")):
         session.run("python", str(script), *session.posargs)
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """A scripted ACP session through a real connector, printed as a transcript."""
+    session.install("-e", ".")
+    session.run("maple-acp", "demo")

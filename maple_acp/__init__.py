@@ -1,11 +1,78 @@
 """maple_acp: expose a host application's own agent runtime to ACP clients.
 
-Importing this package is cheap: the public names below are loaded on first use, so that the
-``maple-acp`` entry point and a host's UI can import it without pulling in the whole stack.
+The public names below are loaded on first use, so that importing ``maple_acp`` (as the
+``maple-acp`` entry point and a host's UI do) does not pull in the whole stack::
+
+    from maple_acp import AgentService, AcpService, SqliteTaskStore
+
+- runtime: :class:`AgentService` and what a host supplies to it (``AgentBackend``,
+  ``ModelCatalog``, ``PermissionPolicy``);
+- store: :class:`SqliteTaskStore`;
+- edge: :class:`AcpService`, :class:`AcpServiceConfig`, :class:`HostLifecycle`;
+- the demo backend: :class:`DemoBackend` (see ``maple_acp.backends.demo``);
+- tests: ``maple_acp.testing`` (``AcpTestClient``, Hypothesis strategies, demo fixtures).
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from maple_acp_connector._version import __version__
 
-__all__ = ["__version__"]
+if TYPE_CHECKING:
+    from maple_acp.backends.demo import DemoBackend, demo_catalog, demo_policy
+    from maple_acp.edge import AcpService, AcpServiceConfig, HostLifecycle
+    from maple_acp.runtime import (
+        AgentBackend,
+        AgentService,
+        ModelCatalog,
+        PermissionPolicy,
+        RuntimeRejection,
+        StaticModelCatalog,
+    )
+    from maple_acp.store import SqliteTaskStore, TaskStore
+
+_EXPORTS = {
+    "AcpService": "maple_acp.edge",
+    "AcpServiceConfig": "maple_acp.edge",
+    "HostLifecycle": "maple_acp.edge",
+    "AgentBackend": "maple_acp.runtime",
+    "AgentService": "maple_acp.runtime",
+    "ModelCatalog": "maple_acp.runtime",
+    "PermissionPolicy": "maple_acp.runtime",
+    "RuntimeRejection": "maple_acp.runtime",
+    "StaticModelCatalog": "maple_acp.runtime",
+    "SqliteTaskStore": "maple_acp.store",
+    "TaskStore": "maple_acp.store",
+    "DemoBackend": "maple_acp.backends.demo",
+    "demo_catalog": "maple_acp.backends.demo",
+    "demo_policy": "maple_acp.backends.demo",
+}
+
+__all__ = [
+    "AcpService",
+    "AcpServiceConfig",
+    "AgentBackend",
+    "AgentService",
+    "DemoBackend",
+    "HostLifecycle",
+    "ModelCatalog",
+    "PermissionPolicy",
+    "RuntimeRejection",
+    "SqliteTaskStore",
+    "StaticModelCatalog",
+    "TaskStore",
+    "__version__",
+    "demo_catalog",
+    "demo_policy",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'maple_acp' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -125,3 +127,14 @@ def test_serve_refuses_a_relay_name_that_is_not_an_environment_name(
     )
     assert result.exit_code == 2
     assert "is not an environment variable name" in result.output
+
+
+def test_package_import_is_cheap_and_exports_resolve() -> None:
+    """`import maple_acp` must not load trio (the entry point and host UIs import it)."""
+    code = (
+        "import sys, maple_acp; assert 'trio' not in sys.modules, 'trio loaded'; "
+        "names = [getattr(maple_acp, n) for n in maple_acp.__all__]; print(len(names))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == len(__import__("maple_acp").__all__)
