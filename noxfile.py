@@ -22,9 +22,7 @@ def tests(session: nox.Session) -> None:
 def long(session: nox.Session) -> None:
     """Property tests and state machines with many more examples."""
     session.install("-e", ".[test]")
-    session.run(
-        "python", "-m", "pytest", *session.posargs, env={"HYPOTHESIS_PROFILE": "long"}
-    )
+    session.run("python", "-m", "pytest", *session.posargs, env={"HYPOTHESIS_PROFILE": "long"})
 
 
 @nox.session

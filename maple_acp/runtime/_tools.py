@@ -130,7 +130,7 @@ async def _terminate_group(process: trio.Process) -> None:
         # killpg returns before the kernel has ended every member; wait (bounded) so that a
         # caller told "the run ended" can rely on the whole group being gone.
         with trio.CancelScope(shield=True), trio.move_on_after(KILL_SETTLE_S):
-            while _group_alive(process.pid):
+            while _group_alive(process.pid):  # noqa: ASYNC110 - no event tells a group ended
                 await trio.sleep(KILL_POLL_S)
 
 

@@ -113,13 +113,16 @@ async def test_one_oversized_update_ends_the_turn_not_the_connection(tmp_path: P
     project.mkdir()
     # A small outbound budget: the 15 kB tool row cannot fit in it, everything else can.
     config = AcpServiceConfig(max_outbound_bytes=8 * 1024)
-    async with running_service(tmp_path, backend=OversizeBackend(), config=config) as harness:
-        async with harness.connect() as client:
-            sid = (await client.new_session(str(project)))["sessionId"]
-            answer = await client.prompt(sid, "go")
-            assert answer["stopReason"] == "cancelled"
-            text = client.text(sid)
-            assert text.startswith("before")
-            assert "too large" in text
-            # The connection is still usable.
-            assert (await client.list_sessions())["sessions"]
+    backend = OversizeBackend()
+    async with (
+        running_service(tmp_path, backend=backend, config=config) as harness,
+        harness.connect() as client,
+    ):
+        sid = (await client.new_session(str(project)))["sessionId"]
+        answer = await client.prompt(sid, "go")
+        assert answer["stopReason"] == "cancelled"
+        text = client.text(sid)
+        assert text.startswith("before")
+        assert "too large" in text
+        # The connection is still usable.
+        assert (await client.list_sessions())["sessions"]
