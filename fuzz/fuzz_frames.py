@@ -11,8 +11,6 @@ message re-encodes to one line that parses back to an equal message.
 from __future__ import annotations
 
 import sys
-import types
-from typing import Any
 
 from maple_acp.rpc import (
     ErrorResponse,
@@ -82,18 +80,9 @@ def fuzz_one(data: bytes) -> None:
         assert parse_message(encoded[:-1]) == parsed
 
 
-def _instrument_module(atheris: Any, module: types.ModuleType) -> None:
-    for value in vars(module).values():
-        if getattr(value, "__module__", None) != module.__name__:
-            continue
-        members = vars(value).values() if isinstance(value, type) else [value]
-        for member in members:
-            function = getattr(member, "__func__", member)
-            if isinstance(function, types.FunctionType):
-                atheris.instrument_func(function)
-
-
 def main() -> None:
+    from _atheris import instrument_module
+
     try:
         import atheris  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError:
@@ -106,7 +95,7 @@ def main() -> None:
         "maple_acp.wire._errors",
         __name__,
     ):
-        _instrument_module(atheris, sys.modules[name])
+        instrument_module(atheris, sys.modules[name])
     atheris.Setup(sys.argv, lambda data: fuzz_one(bytes(data)))
     atheris.Fuzz()
 

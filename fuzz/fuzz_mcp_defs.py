@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ipaddress
 import sys
-import types
 from typing import Any
 
 import httpx2
@@ -157,18 +156,9 @@ def fuzz_one(data: bytes) -> None:
         _check_accepted(server)
 
 
-def _instrument_module(atheris: Any, module: types.ModuleType) -> None:
-    for value in vars(module).values():
-        if getattr(value, "__module__", None) != module.__name__:
-            continue
-        members = vars(value).values() if isinstance(value, type) else [value]
-        for member in members:
-            function = getattr(member, "__func__", member)
-            if isinstance(function, types.FunctionType):
-                atheris.instrument_func(function)
-
-
 def main() -> None:
+    from _atheris import instrument_module
+
     try:
         import atheris  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError:
@@ -176,7 +166,7 @@ def main() -> None:
 
     # Coverage guidance needs the code under test instrumented; it is imported already.
     for name in ("maple_acp.mcp._definitions", "maple_acp.mcp._errors", __name__):
-        _instrument_module(atheris, sys.modules[name])
+        instrument_module(atheris, sys.modules[name])
     atheris.Setup(sys.argv, lambda data: fuzz_one(bytes(data)))
     atheris.Fuzz()
 
