@@ -552,7 +552,8 @@ class Scenario:
             self._released(session, close=False)
         conn.sessions.clear()
 
-    def _released(self, session: OpenSession, *, close: bool) -> None:
+    def _released(self, session: OpenSession, *, close: bool, at: float | None = None) -> None:
+        """Model the end of a lease; ``at`` is when it happened (default: now)."""
         task = self.by_id[session.task]
         if task.deleted:
             return
@@ -565,7 +566,7 @@ class Scenario:
         if close and session.created_here:
             task.deleted = True
         else:
-            task.grace_until = trio.current_time() + GRACE_S
+            task.grace_until = (trio.current_time() if at is None else at) + GRACE_S
 
     async def _switch_account(self, how: str) -> None:
         target = OTHER_ACCOUNT if self.account == DEMO_ACCOUNT else DEMO_ACCOUNT
@@ -801,7 +802,7 @@ class Scenario:
             if call.completed_time - call.issued_time >= CLOSE_S:
                 # The close missed its deadline: the session id stays a tombstone here.
                 conn.tombstones.add(session.task)
-            self._released(session, close=True)
+            self._released(session, close=True, at=call.completed_time)
         else:
             # A close racing a revocation may find the session already gone.
             self._expect(call, self.drained or None, why="close of an open session")
