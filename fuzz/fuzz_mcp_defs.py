@@ -51,13 +51,15 @@ def _definition(value: Any) -> object:
     if not isinstance(value, dict):
         return value
     kind = value.get("type", "http")
-    name = value.get("name")
+    # Deliberately untyped: the fuzzer hands the checks whatever JSON produced.
+    name: Any = value.get("name")
+    url: Any = value.get("url")
     if kind == "stdio":
         return StdioMcpServer(name)
     if kind == "sse":
         return SseMcpServer(name)
     if kind == "http":
-        return HttpMcpServer(name, value.get("url"), _headers(value.get("headers", [])))
+        return HttpMcpServer(name, url, _headers(value.get("headers", [])))
     return value
 
 
