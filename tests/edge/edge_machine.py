@@ -162,7 +162,11 @@ Op = (
 )
 
 
-#: Known finding: a ``session/cancel`` that arrives before the prompt's run exists is lost.
+#: A ``session/cancel`` issued right after a prompt (without settling) may reach the wire
+#: first: the prompt's request goes out from a task of its own. Such a cancel targets nothing
+#: and the prompt runs on, so the model cannot require it to end that prompt. (A cancel that
+#: reaches the wire after the prompt always ends it, at any stage; see
+#: tests/edge/test_methods.py::test_cancel_right_behind_the_prompt_ends_it.)
 CANCEL_BEFORE_RUN = "cancel-before-run"
 
 
@@ -476,7 +480,7 @@ class Scenario:
             record = session.prompt if session is not None else None
             early = record is not None and record.epoch == self.epoch
             if early and CANCEL_BEFORE_RUN in self.tolerate:
-                pass  # a known finding: this cancel may be lost
+                pass  # it may have reached the wire before the prompt
             elif record is not None:
                 if record.stopped_at is None and not early and self.settled:
                     # The prompt was running, alone: this cancel must end it as cancelled.
