@@ -178,6 +178,7 @@ class AcpConnection:
             max_line_bytes=self.config.max_line_bytes,
             max_outbound_lines=self.config.max_outbound_lines,
             max_outbound_bytes=self.config.max_outbound_bytes,
+            on_eof=self._input_ended,
         )
         self.sessions: dict[str, EdgeSession] = {}
         #: Sessions whose close missed the deadline: a late load must not republish them.
@@ -185,6 +186,7 @@ class AcpConnection:
         self.relay: dict[str, str] = {}
         self.elicitation_form = False
         self._nursery: trio.Nursery | None = None
+        self._ended = False
         self._requests: dict[str, Handler] = {
             "initialize": self._initialize,
             "session/new": self._new,
@@ -219,6 +221,13 @@ class AcpConnection:
                     nursery.cancel_scope.cancel()
         finally:
             self._revoke_all()
+
+    def _input_ended(self) -> None:
+        """The client finished sending: that is a disconnect, so every capability goes now.
+        Requests already read still get their answers (a cancelled prompt answers
+        ``cancelled``) while the peer gives them a short grace."""
+        self._ended = True
+        self._revoke_all()
 
     def _revoke_all(self) -> None:
         for session in self.sessions.values():
@@ -322,6 +331,10 @@ class AcpConnection:
         # Registered before any other checkpoint, so a disconnect from here on revokes it.
         session = EdgeSession(lease, self.runtime.cached_model_choices())
         self.sessions[session.id] = session
+        if self._ended:
+            # Set up after the client finished sending: revoked like every other session.
+            self._revoke_all()
+            raise unknown_session()
         self._nursery.start_soon(self._pump_session_events, session)
         # The catalog listing is cached by the runtime (one bounded discovery, then warm).
         session.choices = await lease.model_choices()

@@ -126,6 +126,9 @@ class JsonRpcPeer:
     in the reader task so that they are handled in arrival order: it must return promptly.
     ``$/cancel_request`` is handled here and never reaches ``on_notification``.
 
+    When the other side finishes sending, ``on_eof`` (if given) is called at once, and the
+    requests already read get ``eof_grace`` seconds to be answered before the connection ends.
+
     Every outbound line takes credit from one :class:`OutboundCredit` before it is queued and
     gives it back once written, so a reader that stops reading makes senders wait.
     """
@@ -141,6 +144,7 @@ class JsonRpcPeer:
         max_outbound_bytes: int = MAX_OUTBOUND_BYTES,
         max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS,
         eof_grace: float = EOF_GRACE_S,
+        on_eof: Callable[[], None] | None = None,
     ) -> None:
         if not 1 <= max_concurrent_requests <= MAX_CONCURRENT_REQUESTS:
             raise ValueError(f"max_concurrent_requests must be in 1..{MAX_CONCURRENT_REQUESTS}")
@@ -167,6 +171,7 @@ class JsonRpcPeer:
         self._close_reason = ""
         self._frames_received = 0
         self._eof_grace = eof_grace
+        self._on_eof = on_eof
         # Request handler tasks still running (answer not yet queued), for the EOF grace.
         self._handlers = 0
         self._handlers_done = trio.Event()
@@ -463,6 +468,8 @@ class JsonRpcPeer:
         ``eof_grace``. Nothing can answer our own requests any more, so they fail at once."""
         for call in self._pending.pop_all():
             call.finish(error=ConnectionClosed("the other side finished sending"))
+        if self._on_eof is not None:
+            self._on_eof()
         with trio.move_on_after(self._eof_grace):
             while self._handlers:
                 await self._handlers_done.wait()

@@ -156,6 +156,16 @@ class ToolContext:
         return self._router
 
     @property
+    def external_tools(self) -> tuple[ExternalToolDefinition, ...]:
+        """The tools this lease adds to the backend's own: the one static ``external_mcp``
+        tool while client-supplied MCP servers are connected, else none. The servers' own
+        tools never appear here; they are reachable only through that one tool."""
+        router = self._router
+        if router is None or self._revoked:
+            return ()
+        return (router.tool_definition(),)
+
+    @property
     def live_process_groups(self) -> frozenset[int]:
         """Process groups started here that still exist."""
         self._prune_groups()

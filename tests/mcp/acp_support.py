@@ -13,48 +13,23 @@ import httpx2
 import trio
 import trio.testing
 
-from maple_acp.edge import AcpService, AcpServiceConfig
-from maple_acp.runtime import AgentService
-from maple_acp.testing.client import AcpTestClient, PermissionPolicy, allow, open_acp_client
-from maple_acp.testing.demo import demo_service
-from maple_acp.testing.store import STORE_FILE_NAME
+from maple_acp.testing.client import AcpTestClient, PermissionPolicy, allow
+from maple_acp.testing.service import AcpHarness as SharedHarness
+from maple_acp.testing.service import running_demo_acp
 
 #: Polling the loopback servers (another process) for an event gives up after this long.
 EVENT_WAIT_S = 10.0
 
 
-class AcpHarness:
-    """A running runtime + ACP service over a real SQLite file; ``connect()`` opens a client."""
-
-    def __init__(
-        self, runtime: AgentService, acp: AcpService, nursery: trio.Nursery, store_path: Path
-    ) -> None:
-        self.runtime = runtime
-        self.acp = acp
-        self.store_path = store_path
-        self._nursery = nursery
+class AcpHarness(SharedHarness):
+    """The shared harness, plus readers of the raw store file for the secrets tests."""
 
     @asynccontextmanager
-    async def connect(
+    async def connect(  # type: ignore[override]
         self, *, permission: PermissionPolicy = allow, initialize: bool = True
     ) -> AsyncIterator[AcpTestClient]:
-        client_end, service_end = trio.testing.memory_stream_pair()
-        done = trio.Event()
-
-        async def serve() -> None:
-            try:
-                await self.acp.serve_stream(service_end)
-            finally:
-                done.set()
-
-        self._nursery.start_soon(serve)
-        async with open_acp_client(client_end, permission=permission) as client:
-            if initialize:
-                await client.initialize()
+        async with super().connect(initialize=initialize, permission=permission) as client:
             yield client
-        # Leaving closed the client's end: the service sees a disconnect and cleans up.
-        with trio.fail_after(EVENT_WAIT_S):
-            await done.wait()
 
     def stored_task_ids(self) -> list[str]:
         """Every task row in the store file, provisional ones included (read directly)."""
@@ -73,12 +48,9 @@ class AcpHarness:
 
 @asynccontextmanager
 async def running_acp(tmp_path: Path) -> AsyncIterator[AcpHarness]:
-    data = tmp_path / "data"
-    data.mkdir(exist_ok=True)
-    async with demo_service(data) as runtime, trio.open_nursery() as nursery:
-        acp = AcpService(runtime, AcpServiceConfig())
-        yield AcpHarness(runtime, acp, nursery, data / STORE_FILE_NAME)
-        nursery.cancel_scope.cancel()
+    async with running_demo_acp(tmp_path, harness_type=AcpHarness) as harness:
+        assert isinstance(harness, AcpHarness)
+        yield harness
 
 
 def acp_http_server(
