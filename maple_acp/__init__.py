@@ -15,12 +15,15 @@ The public names below are loaded on first use, so that importing ``maple_acp`` 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
 from maple_acp_connector._version import __version__
 
+# Not typing.TYPE_CHECKING, and importlib only on first use: `maple-acp --version` and
+# `maple-acp acp` import this package, and typing alone costs them milliseconds. mypy treats
+# any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from maple_acp.backends.demo import DemoBackend, demo_catalog, demo_policy
     from maple_acp.edge import AcpService, AcpServiceConfig, HostLifecycle
     from maple_acp.runtime import (
@@ -73,6 +76,8 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'maple_acp' has no attribute {name!r}")
+    import importlib
+
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
