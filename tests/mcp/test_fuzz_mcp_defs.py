@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
-from pathlib import Path
 
 import orjson
+from fuzz_targets import load_fuzz_target
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-_TARGET = Path(__file__).resolve().parents[2] / "fuzz" / "fuzz_mcp_defs.py"
-
-
-def _load_target() -> Callable[[bytes], None]:
-    spec = importlib.util.spec_from_file_location("fuzz_mcp_defs", _TARGET)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    fuzz_one: Callable[[bytes], None] = module.fuzz_one
-    return fuzz_one
-
-
-fuzz_one = _load_target()
+fuzz_one: Callable[[bytes], None] = load_fuzz_target("fuzz_mcp_defs").fuzz_one
 
 _ints = st.integers(-(2**63), 2**63 - 1)
 _scalars = st.none() | st.booleans() | _ints | st.text(max_size=20)

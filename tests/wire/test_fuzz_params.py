@@ -1,30 +1,16 @@
 """The params fuzz target's entry point, driven by Hypothesis so a crash fails the suite."""
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import orjson
+from fuzz_targets import load_fuzz_target
 from hypothesis import given
 from hypothesis import strategies as st
 
 from maple_acp import wire
 from maple_acp.testing import strategies as acp_st
 
-TARGET = Path(__file__).resolve().parents[2] / "fuzz" / "fuzz_params.py"
-
-
-def _load_target() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fuzz_params", TARGET)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-fuzz_params = _load_target()
+fuzz_params = load_fuzz_target("fuzz_params")
 
 
 @given(st.binary(max_size=512))
