@@ -620,6 +620,7 @@ class AcpConnection:
         tool_call: dict[str, Any] = session.projector.tool(
             request.tool_id,
             _pending_tool(request.name, request.title, request.raw_input),
+            announce=False,
         )["update"]
         tool_call.pop("sessionUpdate", None)
         params = {"sessionId": session.id, "toolCall": tool_call, "options": _PERMISSION_OPTIONS}

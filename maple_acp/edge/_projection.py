@@ -147,13 +147,17 @@ class SessionProjector:
             text_chunk_update(self.session_id, kind, message_id, piece) for piece in _pieces(text)
         ]
 
-    def tool(self, tool_id: str, tool: ToolState, *, summary: str = "") -> dict[str, Any]:
+    def tool(
+        self, tool_id: str, tool: ToolState, *, summary: str = "", announce: bool = True
+    ) -> dict[str, Any]:
         """``tool_call`` for the first row of ``tool_id``, ``tool_call_update`` after it.
 
         The visible text is the terminal output when there is one, else the request summary;
-        raw input and output are bounded (:func:`bound_raw`)."""
+        raw input and output are bounded (:func:`bound_raw`). ``announce=False`` builds the
+        shape without counting it as sent (a permission request's tool call)."""
         first = tool_id not in self._announced
-        self._announced.add(tool_id)
+        if announce:
+            self._announced.add(tool_id)
         update: dict[str, Any] = {
             "sessionUpdate": "tool_call" if first else "tool_call_update",
             "toolCallId": tool_id,

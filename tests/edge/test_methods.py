@@ -12,6 +12,8 @@ import trio.testing
 from edge_harness import Harness, running_service
 
 from maple_acp.edge import AcpServiceConfig
+from maple_acp.runtime import ToolRequest, Turn
+from maple_acp.store import ToolState, ToolStatus
 from maple_acp.testing.client import AcpTestClient, reject
 from maple_acp.testing.schema import AcpSchema
 from maple_acp.wire import ProtocolError
@@ -736,3 +738,31 @@ async def test_cancel_right_behind_the_prompt_ends_it(harness: Harness, project:
         assert answer["result"]["stopReason"] == "cancelled"
         # Nothing was admitted for a turn cancelled before its run existed.
         assert await harness.runtime.store.item_count(sid) == 0
+
+
+class _AskFirstBackend:
+    """Asks permission for a tool before reporting any row of it."""
+
+    async def run_turn(self, turn: Turn) -> None:
+        allowed = await turn.ask_permission(ToolRequest(tool_id="t1", name="shell", title="run"))
+        status = ToolStatus.COMPLETED if allowed else ToolStatus.FAILED
+        await turn.send_tool_row(
+            "t1", ToolState(name="shell", status=status, title="run", output_text="done")
+        )
+
+
+async def test_permission_before_any_row_still_announces_the_tool_call(
+    tmp_path: Path, project: Path, acp_schema: AcpSchema
+) -> None:
+    async with (
+        running_service(tmp_path, backend=_AskFirstBackend()) as running,
+        running.connect() as client,
+    ):
+        sid = (await client.new_session(str(project)))["sessionId"]
+        assert (await client.prompt(sid, "go"))["stopReason"] == "end_turn"
+        [request] = client.permission_requests
+        assert request["toolCall"]["toolCallId"] == "t1"
+        [row] = [u for u in client.updates(sid) if u["sessionUpdate"].startswith("tool_call")]
+        assert row["sessionUpdate"] == "tool_call"
+        assert row["status"] == "completed"
+        client.validate(acp_schema)
