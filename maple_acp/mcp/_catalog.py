@@ -14,7 +14,8 @@ from typing import Any, Final, NoReturn
 import attrs
 import orjson
 
-from maple_acp.mcp._errors import ExternalToolError, McpSetupError, one_line
+from maple_acp._text import one_line
+from maple_acp.mcp._errors import ExternalToolError, McpSetupError
 
 #: The name of the single static tool the backend sees.
 EXTERNAL_MCP_TOOL_NAME: Final = "external_mcp"

@@ -16,7 +16,8 @@ from typing import Final
 import attrs
 import httpx2
 
-from maple_acp.mcp._errors import McpDefinitionError, one_line
+from maple_acp._text import one_line
+from maple_acp.mcp._errors import McpDefinitionError
 
 #: A lease may carry at most this many transient servers (SPEC limits table).
 MAX_SERVERS: Final = 16

@@ -6,21 +6,7 @@ URLs and anything a server could have copied from them never appear in it.
 
 from __future__ import annotations
 
-from typing import Final
-
-#: Error messages cross the protocol, so they share its bound (the ACP error text limit).
-MAX_MESSAGE_CHARS: Final = 500
-
-
-def one_line(text: str, *, limit: int = MAX_MESSAGE_CHARS) -> str:
-    """``text`` as one non-empty line of at most ``limit`` characters (controls become spaces)."""
-    line = "".join(" " if (ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0) else ch for ch in text)
-    line = " ".join(line.split())
-    if not line:
-        line = "error"
-    if len(line) > limit:
-        line = line[: limit - 1] + "…"
-    return line
+from maple_acp._text import one_line
 
 
 class ExternalMcpError(Exception):

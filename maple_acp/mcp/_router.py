@@ -23,6 +23,7 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from maple_acp._text import one_line
 from maple_acp.mcp._catalog import (
     MAX_RESULT_BYTES,
     ExternalToolDefinition,
@@ -33,7 +34,7 @@ from maple_acp.mcp._catalog import (
     sanitise_result,
 )
 from maple_acp.mcp._definitions import ValidatedServer, describe_server
-from maple_acp.mcp._errors import ExternalToolError, McpSetupError, one_line
+from maple_acp.mcp._errors import ExternalToolError, McpSetupError
 
 logger = logging.getLogger(__name__)
 

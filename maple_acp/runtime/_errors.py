@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import enum
 
+from maple_acp._text import MAX_MESSAGE_CHARS as _MAX_MESSAGE_CHARS
+from maple_acp._text import one_line
+
 #: Every message that leaves the runtime (rejections, failure text, notices) is one line of at
 #: most this many characters, so that no caller has to re-bound it before sending it on.
-MAX_MESSAGE_CHARS = 500
+MAX_MESSAGE_CHARS = _MAX_MESSAGE_CHARS
 
 
 def bounded_text(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    """``text`` as one non-empty line of at most ``limit`` characters."""
-    line = " ".join(text.split())
-    if not line:
-        line = "unspecified error"
-    if len(line) > limit:
-        line = line[: limit - 1] + "…"
-    return line
+    """``text`` as one non-empty line of at most ``limit`` characters (see ``one_line``)."""
+    return one_line(text, limit)
 
 
 class RejectionKind(enum.Enum):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from maple_acp._text import MAX_MESSAGE_CHARS, one_line
+
 PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
 METHOD_NOT_FOUND: Final = -32601
@@ -18,22 +20,12 @@ RESOURCE_NOT_FOUND: Final = -32002  # ACP: unknown or not-owned session
 REQUEST_CANCELLED: Final = -32800  # ACP: answer to a request cancelled by $/cancel_request
 
 #: Every error message that crosses the protocol is at most this long (SPEC.md error contract).
-MAX_ERROR_MESSAGE_CHARS: Final = 500
+MAX_ERROR_MESSAGE_CHARS: Final = MAX_MESSAGE_CHARS
 
 
 def bounded_message(text: str, *, limit: int = MAX_ERROR_MESSAGE_CHARS) -> str:
-    """Return ``text`` as one non-empty line of at most ``limit`` characters.
-
-    Control characters (newlines included) become spaces so a message can never break a frame
-    or forge a log line; an over-long message is cut and marked with an ellipsis.
-    """
-    line = "".join(" " if (ord(ch) < 0x20 or ord(ch) == 0x7F) else ch for ch in text)
-    line = " ".join(line.split())
-    if not line:
-        line = "error"
-    if len(line) > limit:
-        line = line[: limit - 1] + "…"
-    return line
+    """``text`` as one non-empty line of at most ``limit`` characters (see ``one_line``)."""
+    return one_line(text, limit)
 
 
 class ProtocolError(Exception):
