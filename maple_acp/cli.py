@@ -155,7 +155,8 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
             installation_id=DATA_DIR_NAME,
             provisional_grace_s=DEFAULT_PROVISIONAL_GRACE_S if grace is None else grace,
             relay_allow_list=options.relay_allow,
-            allowed_roots=options.allowed_roots,
+            # The allowed roots are the ACP service's policy (``config`` above), enforced once
+            # at the edge.
         )
         async with runtime:
             runtime.sign_in(options.account)

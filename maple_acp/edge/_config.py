@@ -16,6 +16,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
+from maple_acp.runtime import within_roots
 from maple_acp_connector.endpoint import UnsafeDirectory, ensure_private_dir
 
 logger = logging.getLogger(__name__)
@@ -109,12 +110,7 @@ class AcpServiceConfig:
 
     def admits(self, canonical_dir: str) -> bool:
         """Whether a canonical directory lies under an allowed root (or any, if none set)."""
-        if not self.allowed_roots:
-            return True
-        return any(
-            canonical_dir == root or canonical_dir.startswith(root.rstrip(os.sep) + os.sep)
-            for root in self.allowed_roots
-        )
+        return within_roots(canonical_dir, self.allowed_roots)
 
 
 @attrs.frozen(kw_only=True)

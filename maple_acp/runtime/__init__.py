@@ -150,6 +150,7 @@ from maple_acp.runtime._service import (
     ServiceStatus,
     TaskListing,
     canonical_directory,
+    within_roots,
 )
 from maple_acp.runtime._tools import (
     MAX_RELAY_TOTAL_BYTES,
@@ -231,4 +232,5 @@ __all__ = [
     "canonical_directory",
     "find_project_skills",
     "validate_relay_values",
+    "within_roots",
 ]

@@ -87,8 +87,15 @@ async def canonical_directory(path: str) -> str:
     return await trio.to_thread.run_sync(_canonical_directory_sync, path)
 
 
-def _within(root: str, allowed: str) -> bool:
-    return root == allowed or root.startswith(allowed.rstrip(os.sep) + os.sep)
+def within_roots(root: str, allowed_roots: Sequence[str]) -> bool:
+    """Whether the canonical directory ``root`` is one of ``allowed_roots`` or below one
+    (canonical too); an empty policy admits every directory. Admission policy, not a sandbox."""
+    if not allowed_roots:
+        return True
+    return any(
+        root == allowed or root.startswith(allowed.rstrip(os.sep) + os.sep)
+        for allowed in allowed_roots
+    )
 
 
 class AgentService:
@@ -279,7 +286,7 @@ class AgentService:
 
     async def _admitted_root(self, cwd: str) -> str:
         root = await canonical_directory(cwd)
-        if self._allowed_roots and not any(_within(root, a) for a in self._allowed_roots):
+        if not within_roots(root, self._allowed_roots):
             raise RuntimeRejection(
                 RejectionKind.INVALID_CWD, "the working directory is outside the allowed roots"
             )
@@ -472,7 +479,7 @@ class AgentService:
         self._admit(generation)
         tasks = page.tasks
         if self._allowed_roots:
-            tasks = tuple(t for t in tasks if any(_within(t.root, a) for a in self._allowed_roots))
+            tasks = tuple(t for t in tasks if within_roots(t.root, self._allowed_roots))
         return TaskListing(tasks=tasks, next_cursor=page.next_cursor)
 
     async def task_history(self, task_id: str) -> list[TimelineItem]:

@@ -189,3 +189,24 @@ async def test_grace_zero_deletes_a_never_prompted_session_on_disconnect(
                 with pytest.raises(ProtocolError) as refused:
                     await second.client.load_session(session_id, os.fspath(project))
                 assert refused.value.code == -32002
+
+
+async def test_allowed_roots_decide_where_sessions_may_open(short_dir: Path) -> None:
+    allowed = short_dir / "allowed"
+    inside = allowed / "repo"
+    outside = short_dir / "elsewhere"
+    inside.mkdir(parents=True)
+    outside.mkdir()
+    with trio.fail_after(DEADLINE):
+        async with (
+            running_host(short_dir, "--allowed-root", os.fspath(allowed)) as host,
+            connector_client(host.socket) as connector,
+        ):
+            client = connector.client
+            with pytest.raises(ProtocolError) as refused:
+                await client.new_session(os.fspath(outside))
+            assert refused.value.code == -32602
+            sid = (await client.new_session(os.fspath(inside)))["sessionId"]
+            assert (await client.prompt(sid, "/echo inside"))["stopReason"] == "end_turn"
+            listed = await client.list_sessions()
+            assert [s["sessionId"] for s in listed["sessions"]] == [sid]
