@@ -33,7 +33,7 @@ import sys
 # start; mypy treats any name TYPE_CHECKING as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from pathlib import Path
 
 __all__ = [
@@ -235,6 +235,26 @@ def _kind(mode: int) -> str:
     return "not a socket"
 
 
+def _check_owner_only(
+    path: str | os.PathLike[str],
+    st: os.stat_result,
+    is_kind: Callable[[int], bool],
+    kind: str,
+    error: type[EndpointError],
+) -> None:
+    """The one rule for the socket and its directory: not a symlink, of the expected kind,
+    owned by this user, no group/other bits. Raises ``error`` naming the first breach."""
+    if stat.S_ISLNK(st.st_mode):
+        raise error(path, "it is a symbolic link")
+    if not is_kind(st.st_mode):
+        raise error(path, f"it is {_kind(st.st_mode)}, not {kind}")
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        raise error(path, f"it is owned by uid {st.st_uid}, not by this user ({uid})")
+    if st.st_mode & _GROUP_OTHER_BITS:
+        raise error(path, f"its mode {_mode_text(st.st_mode)} grants access to group or others")
+
+
 def check_endpoint_socket(path: str | os.PathLike[str]) -> None:
     """Raise unless ``path`` is a Unix socket owned by this user with no group/other bits.
 
@@ -248,17 +268,7 @@ def check_endpoint_socket(path: str | os.PathLike[str]) -> None:
         raise EndpointUnavailable(path, "no socket there (is the host running?)") from None
     except OSError as exc:
         raise EndpointUnavailable(path, _reason(exc)) from None
-    if stat.S_ISLNK(st.st_mode):
-        raise UnsafeEndpoint(path, "it is a symbolic link")
-    if not stat.S_ISSOCK(st.st_mode):
-        raise UnsafeEndpoint(path, f"it is {_kind(st.st_mode)}, not a socket")
-    uid = os.geteuid()
-    if st.st_uid != uid:
-        raise UnsafeEndpoint(path, f"it is owned by uid {st.st_uid}, not by this user ({uid})")
-    if st.st_mode & _GROUP_OTHER_BITS:
-        raise UnsafeEndpoint(
-            path, f"its mode {_mode_text(st.st_mode)} grants access to group or others"
-        )
+    _check_owner_only(path, st, stat.S_ISSOCK, "a socket", UnsafeEndpoint)
 
 
 def check_private_dir(path: str | os.PathLike[str]) -> None:
@@ -267,18 +277,7 @@ def check_private_dir(path: str | os.PathLike[str]) -> None:
     Private means: not a symlink, a directory, owned by this user, no group/other bits.
     ``FileNotFoundError`` propagates unchanged (the caller decides what absence means).
     """
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
-        raise UnsafeDirectory(path, "it is a symbolic link")
-    if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeDirectory(path, f"it is {_kind(st.st_mode)}, not a directory")
-    uid = os.geteuid()
-    if st.st_uid != uid:
-        raise UnsafeDirectory(path, f"it is owned by uid {st.st_uid}, not by this user ({uid})")
-    if st.st_mode & _GROUP_OTHER_BITS:
-        raise UnsafeDirectory(
-            path, f"its mode {_mode_text(st.st_mode)} grants access to group or others"
-        )
+    _check_owner_only(path, os.lstat(path), stat.S_ISDIR, "a directory", UnsafeDirectory)
 
 
 def ensure_private_dir(path: str | os.PathLike[str]) -> None:

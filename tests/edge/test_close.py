@@ -180,29 +180,21 @@ async def test_disconnect_revokes_everything(
             assert (await other.prompt(fresh, "now prompted"))["stopReason"] == "end_turn"
 
 
-async def test_unprompted_task_is_swept_after_the_grace_period(
-    autojump_clock: trio.testing.MockClock, tmp_path: Path
+@pytest.mark.parametrize("grace", [600, 0])
+async def test_unprompted_task_is_deleted_once_its_grace_ends(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path, grace: int
 ) -> None:
+    """Kept (hidden) for the grace after a disconnect, then swept; a zero grace deletes it
+    at the disconnect."""
     project = tmp_path / "project"
     project.mkdir()
-    async with running_service(tmp_path, provisional_grace_s=600) as harness:
+    async with running_service(tmp_path, provisional_grace_s=grace) as harness:
         async with harness.connect() as client:
             fresh = (await client.new_session(str(project)))["sessionId"]
         await trio.testing.wait_all_tasks_blocked()
-        assert await harness.runtime.store.get_task(fresh) is not None
-        await trio.sleep(600 + 120)
-        assert await harness.runtime.store.get_task(fresh) is None
-
-
-async def test_zero_grace_deletes_at_disconnect(
-    autojump_clock: trio.testing.MockClock, tmp_path: Path
-) -> None:
-    project = tmp_path / "project"
-    project.mkdir()
-    async with running_service(tmp_path, provisional_grace_s=0) as harness:
-        async with harness.connect() as client:
-            fresh = (await client.new_session(str(project)))["sessionId"]
-        await trio.testing.wait_all_tasks_blocked()
+        kept = await harness.runtime.store.get_task(fresh)
+        assert (kept is not None) == (grace > 0)
+        await trio.sleep(grace + 120)
         assert await harness.runtime.store.get_task(fresh) is None
 
 
