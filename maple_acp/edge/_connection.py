@@ -289,7 +289,7 @@ class AcpConnection:
             raise unknown_session()
         return session
 
-    async def _update(self, session: EdgeSession, params: dict[str, Any]) -> None:
+    async def _update(self, params: dict[str, Any]) -> None:
         await self.peer.notify("session/update", params)
 
     # -- initialize --------------------------------------------------------------------------
@@ -382,10 +382,10 @@ class AcpConnection:
         # Replay the visible history before answering, through the live projector.
         with session.operation(), session.update_scope():
             for update in session.projector.history(await session.lease.history()):
-                await self._update(session, update)
+                await self._update(update)
             goal = session.lease.goal
             if goal is not None:
-                await self._update(session, session.projector.goal(goal))
+                await self._update(session.projector.goal(goal))
         if session.stopped:
             raise unknown_session()
         return self._session_result(session)
@@ -480,7 +480,7 @@ class AcpConnection:
                 async with trio.open_nursery() as cycles:
                     async for event in events:
                         if isinstance(event, GoalChanged):
-                            await self._update(session, session.projector.goal(event.goal))
+                            await self._update(session.projector.goal(event.goal))
                         elif isinstance(event, CycleStarted):
                             cycles.start_soon(self._pump_cycle, session, event.run)
                         elif isinstance(event, LeaseRevoked):
@@ -553,7 +553,7 @@ class AcpConnection:
         try:
             if not was_locked:
                 options = config_options(session.choices, session.current_model, locked=True)
-                await self._update(session, session.projector.config_update(options))
+                await self._update(session.projector.config_update(options))
             state = await self._pump_run(session, run)
         except BaseException:
             run.cancel()
@@ -580,21 +580,21 @@ class AcpConnection:
                             for params in projector.text(
                                 "agent_message_chunk", event.message_id, event.text
                             ):
-                                await self._update(session, params)
+                                await self._update(params)
                         elif isinstance(event, ThoughtChunk):
                             for params in projector.text(
                                 "agent_thought_chunk", event.message_id, event.text
                             ):
-                                await self._update(session, params)
+                                await self._update(params)
                         elif isinstance(event, ToolRow):
-                            await self._update(session, projector.tool(event.tool_id, event.tool))
+                            await self._update(projector.tool(event.tool_id, event.tool))
                         elif isinstance(event, PermissionRequest):
                             permissions.start_soon(self._ask_permission, session, event)
                         elif isinstance(event, TitleChanged):
-                            await self._update(session, projector.title(event.title))
+                            await self._update(projector.title(event.title))
                         elif isinstance(event, RunNotice):
                             for params in projector.notice(f"{event.run_id}-notice", event.text):
-                                await self._update(session, params)
+                                await self._update(params)
                         elif isinstance(event, RunEnded):
                             # A turn that lost an update did not end normally, even if its
                             # run completed before the cancel reached it.
@@ -608,7 +608,7 @@ class AcpConnection:
                             f"{run.id}-oversize",
                             "An update was too large to send; the turn was ended.",
                         ):
-                            await self._update(session, params)
+                            await self._update(params)
             finally:
                 permissions.cancel_scope.cancel()
         outcome = await run.wait()
