@@ -55,15 +55,18 @@ from maple_acp.runtime import (
     EXTERNAL_MCP_TOOL,
     AskForTools,
     GoalProgress,
+    GoalStatus,
     ModelInfo,
     RunKind,
     StaticModelCatalog,
     ToolRequest,
+    ToolState,
+    ToolStatus,
     ToolUnavailable,
     Turn,
     TurnFailed,
+    Usage,
 )
-from maple_acp.store import GoalStatus, ToolState, ToolStatus, Usage
 
 logger = logging.getLogger(__name__)
 

@@ -57,10 +57,12 @@ from maple_acp.runtime import (
     ThoughtChunk,
     TitleChanged,
     ToolRow,
+    ToolState,
+    ToolStatus,
+    Usage,
     canonical_directory,
     validate_relay_values,
 )
-from maple_acp.store import ToolState, ToolStatus, Usage
 from maple_acp.wire import (
     GOAL_CONTROL_METHOD,
     INVALID_PARAMS,

@@ -17,8 +17,14 @@ from maple_acp.edge._bounds import (
     bound_text,
     infer_tool_kind,
 )
-from maple_acp.runtime import ModelChoices
-from maple_acp.store import GoalRecord, ItemKind, TimelineItem, ToolState, ToolStatus
+from maple_acp.runtime import (
+    GoalRecord,
+    ItemKind,
+    ModelChoices,
+    TimelineItem,
+    ToolState,
+    ToolStatus,
+)
 from maple_acp.wire import (
     GOAL_CONTROL_METHOD,
     ChunkKind,

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
-from maple_acp.store import GoalStatus
+from maple_acp.model import GoalStatus
 
 if TYPE_CHECKING:
     from maple_acp.runtime._run import Turn

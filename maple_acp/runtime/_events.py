@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import attrs
 
-from maple_acp.store import GoalRecord, ToolState, Usage
+from maple_acp.model import GoalRecord, ToolState, Usage
 
 if TYPE_CHECKING:
     from maple_acp.runtime._permissions import PermissionResponder, ToolRequest

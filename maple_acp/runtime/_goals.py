@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import attrs
 
+from maple_acp.model import GoalRecord, GoalStatus
 from maple_acp.runtime._backend import GoalProgress
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection, bounded_text
 from maple_acp.runtime._events import RunOutcome, RunState
-from maple_acp.store import GoalRecord, GoalStatus
 
 #: An objective is one instruction, not a document.
 MAX_GOAL_OBJECTIVE_CHARS = 4_000

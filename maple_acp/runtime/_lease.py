@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from maple_acp.model import GoalRecord, GoalStatus, ItemKind, TaskRecord, TaskSurface, TimelineItem
 from maple_acp.runtime import _goals
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
 from maple_acp.runtime._events import (
@@ -25,14 +26,6 @@ from maple_acp.runtime._models import ModelChoices
 from maple_acp.runtime._run import Run, RunHooks, Turn
 from maple_acp.runtime._tools import ExternalToolRouter, ToolContext
 from maple_acp.runtime._trust import SkillInfo, find_project_skills_async
-from maple_acp.store import (
-    GoalRecord,
-    GoalStatus,
-    ItemKind,
-    TaskRecord,
-    TaskSurface,
-    TimelineItem,
-)
 
 if TYPE_CHECKING:
     from maple_acp.runtime._service import AgentService

@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 
+from maple_acp.model import GoalRecord, ItemKind, TimelineItem, ToolState, ToolStatus, Usage
 from maple_acp.runtime._backend import AgentBackend, GoalProgress, TurnFailed
 from maple_acp.runtime._errors import bounded_text
 from maple_acp.runtime._events import (
@@ -35,15 +36,7 @@ from maple_acp.runtime._permissions import (
 )
 from maple_acp.runtime._tools import ToolContext
 from maple_acp.runtime._trust import SkillInfo
-from maple_acp.store import (
-    GoalRecord,
-    ItemKind,
-    TaskStore,
-    TimelineItem,
-    ToolState,
-    ToolStatus,
-    Usage,
-)
+from maple_acp.store import TaskStore
 
 logger = logging.getLogger(__name__)
 

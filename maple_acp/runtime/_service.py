@@ -14,6 +14,7 @@ from typing import Self
 import attrs
 import trio
 
+from maple_acp.model import TaskPolicy, TaskQuery, TaskRecord, TaskSurface, TimelineItem
 from maple_acp.runtime._backend import AgentBackend
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
 from maple_acp.runtime._lease import RouterFactory, SessionLease, replay_view
@@ -21,15 +22,7 @@ from maple_acp.runtime._models import ModelCatalog, ModelCatalogCache, ModelChoi
 from maple_acp.runtime._permissions import PermissionPolicy
 from maple_acp.runtime._tools import ToolContext, validate_relay_values
 from maple_acp.runtime._trust import find_project_skills_async
-from maple_acp.store import (
-    InvalidCursor,
-    TaskPolicy,
-    TaskQuery,
-    TaskRecord,
-    TaskStore,
-    TaskSurface,
-    TimelineItem,
-)
+from maple_acp.store import InvalidCursor, TaskStore
 
 logger = logging.getLogger(__name__)
 

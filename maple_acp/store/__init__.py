@@ -1,6 +1,6 @@
 """Persistence for the runtime: the ``TaskStore`` protocol and its records."""
 
-from maple_acp.store._model import (
+from maple_acp.model import (
     GoalRecord,
     GoalStatus,
     ItemKind,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from maple_acp.store._model import (
+from maple_acp.model import (
     GoalRecord,
     TaskPage,
     TaskQuery,

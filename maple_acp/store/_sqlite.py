@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 import orjson
 import trio
 
-from maple_acp.store._migrations import SCHEMA_VERSION, migrate
-from maple_acp.store._model import (
+from maple_acp.model import (
     GoalRecord,
     GoalStatus,
     ItemKind,
@@ -30,6 +29,7 @@ from maple_acp.store._model import (
     ToolStatus,
     Usage,
 )
+from maple_acp.store._migrations import SCHEMA_VERSION, migrate
 from maple_acp.store._protocol import InvalidCursor, StoreError, TaskStore
 
 logger = logging.getLogger(__name__)

@@ -1,7 +1,8 @@
-"""Records the task store keeps. Plain frozen values; the store assigns nothing but ``seq``.
+"""The plain records of the library: tasks, history items, tool states, usage and goals.
 
-These types are shared by the store and the runtime (the runtime imports the store, never the
-reverse), and they know nothing of ACP.
+Plain frozen values that depend on nothing else in the package. The store persists them (and
+assigns nothing but ``seq``), the runtime hands them to backends and re-exports them, and the
+edge projects them; none of them knows ACP.
 """
 
 from __future__ import annotations
