@@ -1,4 +1,5 @@
-"""The plain records of the library: tasks, history items, tool states, usage and goals.
+"""The plain records of the library: tasks, history items, tool states, plans, usage, goals,
+commands and tool specs.
 
 Plain frozen values that depend on nothing else in the package. The store persists them (and
 assigns nothing but ``seq``), the runtime hands them to backends and re-exports them, and the
@@ -35,6 +36,8 @@ class ItemKind(enum.StrEnum):
     ASSISTANT = "assistant"
     THOUGHT = "thought"
     TOOL = "tool"
+    #: A whole plan as the backend last sent it; the latest one of a task is replayed.
+    PLAN = "plan"
 
 
 class ToolStatus(enum.StrEnum):
@@ -81,6 +84,51 @@ class TaskRecord:
     provisional_expires_ms: int | None = None
 
 
+class PlanPriority(enum.StrEnum):
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+
+class PlanStatus(enum.StrEnum):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+
+
+@attrs.frozen(kw_only=True)
+class PlanEntry:
+    """One step of a backend's plan."""
+
+    content: str
+    priority: PlanPriority = PlanPriority.MEDIUM
+    status: PlanStatus = PlanStatus.PENDING
+
+
+@attrs.frozen(kw_only=True)
+class FileDiff:
+    """A file edit a tool made or proposes."""
+
+    #: Absolute path of the file.
+    path: str
+    new_text: str
+    #: ``None`` for a file the edit creates.
+    old_text: str | None = None
+    #: True when the texts were cut to a bound, so a reader must not treat them as whole.
+    truncated: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ToolLocation:
+    """A place in a file a tool touched."""
+
+    #: Absolute path (a relative one means nothing to a reader that does not know the tool's
+    #: working directory; the edge drops it).
+    path: str
+    #: Line number, when the tool knows it.
+    line: int | None = None
+
+
 @attrs.frozen(kw_only=True)
 class ToolState:
     """The request and, once known, the terminal result of one tool call."""
@@ -93,8 +141,10 @@ class ToolState:
     raw_output: Any = None
     #: Text of the terminal result, preferred over the request summary when history is replayed.
     output_text: str | None = None
-    #: Absolute file paths the tool touched, when known.
-    locations: tuple[str, ...] = ()
+    #: Files the tool touched, when known.
+    locations: tuple[ToolLocation, ...] = ()
+    #: File edits the tool made or proposes.
+    diffs: tuple[FileDiff, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -109,6 +159,8 @@ class TimelineItem:
     #: Message text for user/assistant/thought rows; the request summary for tool rows.
     text: str = ""
     tool: ToolState | None = None
+    #: The whole plan, for a row of kind ``PLAN`` (empty otherwise).
+    plan: tuple[PlanEntry, ...] = ()
     #: Assigned by the store on first insert; ordering of history. 0 for an item not yet stored.
     seq: int = 0
 
@@ -167,3 +219,25 @@ class TaskPage:
     tasks: tuple[TaskRecord, ...]
     #: ``None`` on the last page.
     next_cursor: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class CommandInfo:
+    """A command a backend offers its callers (a prompt starting with ``/name``)."""
+
+    name: str
+    #: One line.
+    description: str
+    #: What to type after the name, when the command takes input.
+    input_hint: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolSpec:
+    """A tool a turn may offer the model."""
+
+    name: str
+    description: str
+    #: A JSON schema object a provider API accepts (``type: object``, ``properties``,
+    #: ``required``).
+    input_schema: dict[str, Any]

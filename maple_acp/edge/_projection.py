@@ -176,7 +176,7 @@ class SessionProjector:
             update["content"] = [
                 {"type": "content", "content": {"type": "text", "text": bound_text(text)}}
             ]
-        locations = absolute_locations(list(tool.locations))
+        locations = absolute_locations([loc.path for loc in tool.locations])
         if locations:
             update["locations"] = locations
         if tool.raw_input is not None:

@@ -1,15 +1,20 @@
 """Persistence for the runtime: the ``TaskStore`` protocol and its records."""
 
 from maple_acp.model import (
+    FileDiff,
     GoalRecord,
     GoalStatus,
     ItemKind,
+    PlanEntry,
+    PlanPriority,
+    PlanStatus,
     TaskPage,
     TaskPolicy,
     TaskQuery,
     TaskRecord,
     TaskSurface,
     TimelineItem,
+    ToolLocation,
     ToolState,
     ToolStatus,
     Usage,
@@ -19,10 +24,14 @@ from maple_acp.store._sqlite import MAX_PAGE, SqliteTaskStore
 
 __all__ = [
     "MAX_PAGE",
+    "FileDiff",
     "GoalRecord",
     "GoalStatus",
     "InvalidCursor",
     "ItemKind",
+    "PlanEntry",
+    "PlanPriority",
+    "PlanStatus",
     "SqliteTaskStore",
     "StoreError",
     "TaskPage",
@@ -32,6 +41,7 @@ __all__ = [
     "TaskStore",
     "TaskSurface",
     "TimelineItem",
+    "ToolLocation",
     "ToolState",
     "ToolStatus",
     "Usage",

@@ -9,10 +9,13 @@ with the version bump, so a crash mid-migration leaves the file at the previous 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
+
+import orjson
 
 from maple_acp.store._protocol import StoreError
 
-#: Step 1: the tables. Columns map one-to-one onto the records in ``_model``; there is no
+#: Step 1: the tables. Columns map one-to-one onto the records in ``maple_acp.model``; there is no
 #: column for anything a connection supplies as a credential, and none may be added.
 _TABLES = """
 CREATE TABLE tasks (
@@ -102,8 +105,49 @@ CREATE INDEX tasks_visible_by_account_root_policy
 CREATE INDEX tasks_provisional ON tasks (provisional_expires_ms) WHERE provisional = 1;
 """
 
+#: Step 3, schema: a tool row's file edits and a plan row's entries, each as JSON text (NULL
+#: when the row has none).
+_DIFFS_AND_PLANS = """
+ALTER TABLE items ADD COLUMN diffs TEXT;
+ALTER TABLE items ADD COLUMN plan TEXT
+"""
+
+
+def _locations_to_objects(conn: sqlite3.Connection) -> None:
+    """Step 3, data: a tool location became a path with an optional line. Rows written before
+    hold a JSON list of path strings; each string becomes ``{"path": string}``. Done in Python
+    rather than with ``json_each`` because SQLite does not promise the order in which an
+    aggregate sees a list's elements, and the order of locations is part of the record."""
+    rows = conn.execute(
+        "SELECT task_id, seq, locations FROM items "
+        "WHERE locations IS NOT NULL AND locations != '[]'"
+    ).fetchall()
+    for task_id, seq, text in rows:
+        try:
+            paths = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise StoreError("a stored tool location list is malformed") from exc
+        if not isinstance(paths, list):
+            raise StoreError("a stored tool location list is malformed")
+        converted = [{"path": p} if isinstance(p, str) else p for p in paths]
+        conn.execute(
+            "UPDATE items SET locations = ? WHERE task_id = ? AND seq = ?",
+            (orjson.dumps(converted).decode(), task_id, seq),
+        )
+
+
+def _step_3(conn: sqlite3.Connection) -> None:
+    for statement in _split(_DIFFS_AND_PLANS):
+        conn.execute(statement)
+    _locations_to_objects(conn)
+
+
+#: One schema step: a SQL script, or a function that runs inside the step's transaction (for
+#: a change of stored values that SQL cannot state exactly).
+Step = str | Callable[[sqlite3.Connection], None]
+
 #: Ordered schema steps; ``len(MIGRATIONS)`` is the version this library writes.
-MIGRATIONS: tuple[str, ...] = (_TABLES, _INDEXES)
+MIGRATIONS: tuple[Step, ...] = (_TABLES, _INDEXES, _step_3)
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -136,8 +180,12 @@ def migrate(conn: sqlite3.Connection, *, target: int = SCHEMA_VERSION) -> int:
     for version in range(found, target):
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in _split(MIGRATIONS[version]):
-                conn.execute(statement)
+            step = MIGRATIONS[version]
+            if isinstance(step, str):
+                for statement in _split(step):
+                    conn.execute(statement)
+            else:
+                step(conn)
             # PRAGMA user_version lives in the file header, which is written by the same
             # transaction, so the step and its version land together or not at all.
             conn.execute(f"PRAGMA user_version = {version + 1}")

@@ -80,7 +80,8 @@ class TaskStore(Protocol):
     ) -> None:
         """Insert new items (in order, after every existing one) or replace stored ones with
         the same ``item_id`` in place (their ``seq`` is kept). For a tool row, a replacement
-        whose ``raw_input`` is ``None`` keeps the stored ``raw_input``. Bumps ``updated_ms``."""
+        whose ``raw_input`` is ``None`` keeps the stored ``raw_input``, and one with no
+        ``locations`` or no ``diffs`` keeps the stored ones. Bumps ``updated_ms``."""
 
     async def history(self, task_id: str) -> list[TimelineItem]:
         """Every item of the task, ordered by ``seq``."""

@@ -52,6 +52,8 @@ DOCUMENTED_SCHEMA = {
         "raw_output",
         "output_text",
         "locations",
+        "diffs",
+        "plan",
     ],
     "usage": [
         "task_id",
@@ -124,13 +126,14 @@ async def test_data_survives_close_and_reopen(tmp_path: Path) -> None:
         assert [i.text for i in await store.history("t")] == ["hi"]
 
 
-async def test_a_file_at_the_previous_version_is_migrated_with_its_data(
+async def test_a_file_at_the_first_version_is_migrated_with_its_data(
     store_path: Path, tmp_path: Path
 ) -> None:
     assert SCHEMA_VERSION >= 2
     conn = raw(store_path)
     try:
-        migrate(conn, target=SCHEMA_VERSION - 1)
+        # Version 1 has the tables but not the list indexes.
+        migrate(conn, target=1)
         conn.execute(
             "INSERT INTO tasks VALUES ('old', 'account', '/project', 'kept', 0, 1, 5, "
             "'caller_mediated', 'desktop', NULL, 0, 0, NULL)"

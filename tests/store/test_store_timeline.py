@@ -11,6 +11,7 @@ from maple_acp.store import (
     StoreError,
     TaskSurface,
     TimelineItem,
+    ToolLocation,
     ToolState,
     ToolStatus,
 )
@@ -112,7 +113,7 @@ async def test_tool_result_keeps_the_request_input(store: SqliteTaskStore) -> No
         title="ls",
         raw_output={"exit": 0, "lines": ["a", "b"]},
         output_text="a\nb",
-        locations=("/project/a", "/project/b"),
+        locations=(ToolLocation(path="/project/a"), ToolLocation(path="/project/b", line=7)),
     )
     await store.upsert_items("t", [result], now_ms=3)
     [stored] = await store.history("t")
@@ -123,7 +124,7 @@ async def test_tool_result_keeps_the_request_input(store: SqliteTaskStore) -> No
         raw_input={"command": "ls -la"},
         raw_output={"exit": 0, "lines": ["a", "b"]},
         output_text="a\nb",
-        locations=("/project/a", "/project/b"),
+        locations=(ToolLocation(path="/project/a"), ToolLocation(path="/project/b", line=7)),
     )
     # A replacement that does carry an input replaces it.
     await store.upsert_items(
