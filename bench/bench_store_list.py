@@ -28,7 +28,7 @@ import attrs
 import trio
 
 from maple_acp.store import ItemKind, SqliteTaskStore, TaskPolicy, TaskQuery, TimelineItem
-from maple_acp.store._sqlite import list_sql
+from maple_acp.store._tasks import list_sql
 
 #: The budget for one page, from the store's requirements.
 TARGET_MS = 20.0

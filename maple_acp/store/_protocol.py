@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from maple_acp._exceptions import MapleAcpError
 from maple_acp.model import (
     GoalRecord,
     TaskPage,
@@ -20,7 +21,7 @@ from maple_acp.model import (
 )
 
 
-class StoreError(Exception):
+class StoreError(MapleAcpError):
     """A store operation failed (I/O, corruption, a constraint). Never carries row content."""
 
 

@@ -19,7 +19,7 @@ from maple_acp.store import (
     TaskRecord,
     TaskSurface,
 )
-from maple_acp.store._sqlite import _encode_cursor, list_sql
+from maple_acp.store._tasks import _encode_cursor, list_sql
 from maple_acp.testing.store import task_record
 
 

@@ -1,0 +1,272 @@
+"""The history half of the SQLite store: timeline items, their columns and their encoding.
+
+Functions here run on the store's worker thread with its one connection; a write function
+expects the caller to hold an open write transaction (see ``_sqlite._write``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from maple_acp.model import (
+    FileDiff,
+    ItemKind,
+    PlanEntry,
+    PlanPriority,
+    PlanStatus,
+    TimelineItem,
+    ToolLocation,
+    ToolState,
+    ToolStatus,
+)
+from maple_acp.store._protocol import StoreError
+
+_ITEM_COLUMNS = (
+    "seq",
+    "item_id",
+    "kind",
+    "run_id",
+    "created_ms",
+    "text",
+    "tool_name",
+    "tool_status",
+    "tool_title",
+    "raw_input",
+    "raw_output",
+    "output_text",
+    "locations",
+    "diffs",
+    "plan",
+)
+_ITEM_SELECT = ", ".join(_ITEM_COLUMNS)
+
+
+def _encode_json(value: Any) -> str | None:
+    """JSON text of a raw tool value; ``None`` is stored as SQL NULL."""
+    if value is None:
+        return None
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
+        raise StoreError("a tool's raw value is not JSON-serialisable") from exc
+
+
+def _decode_json(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise StoreError("a stored JSON value is malformed") from exc
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _encode_locations(locations: Sequence[ToolLocation]) -> str:
+    return _dumps([{"path": loc.path, "line": loc.line} for loc in locations])
+
+
+def _encode_diffs(diffs: Sequence[FileDiff]) -> str | None:
+    if not diffs:
+        return None
+    return _dumps(
+        [
+            {"path": d.path, "new": d.new_text, "old": d.old_text, "truncated": d.truncated}
+            for d in diffs
+        ]
+    )
+
+
+def _encode_plan(plan: Sequence[PlanEntry]) -> str | None:
+    if not plan:
+        return None
+    return _dumps(
+        [
+            {"content": e.content, "priority": e.priority.value, "status": e.status.value}
+            for e in plan
+        ]
+    )
+
+
+def _item_params(item: TimelineItem) -> tuple[Any, ...]:
+    """Encode everything up front, so a value that cannot be stored fails before any write."""
+    tool = item.tool
+    if tool is None:
+        tool_params: tuple[Any, ...] = (None,) * 8
+    else:
+        tool_params = (
+            tool.name,
+            tool.status.value,
+            tool.title,
+            _encode_json(tool.raw_input),
+            _encode_json(tool.raw_output),
+            tool.output_text,
+            _encode_locations(tool.locations),
+            _encode_diffs(tool.diffs),
+        )
+    return (
+        item.item_id,
+        item.kind.value,
+        item.run_id,
+        item.created_ms,
+        item.text,
+        *tool_params,
+        _encode_plan(item.plan),
+    )
+
+
+def _json_objects(text: str | None, what: str) -> list[dict[str, Any]]:
+    """A stored JSON list of objects (``[]`` for NULL); ``StoreError`` for anything else."""
+    value = _decode_json(text)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise StoreError(f"a stored {what} list is malformed")
+    return value
+
+
+def _decode_locations(text: str | None) -> tuple[ToolLocation, ...]:
+    locations = []
+    for obj in _json_objects(text, "tool location"):
+        path, line = obj.get("path"), obj.get("line")
+        if not isinstance(path, str) or not (line is None or type(line) is int):
+            raise StoreError("a stored tool location is malformed")
+        locations.append(ToolLocation(path=path, line=line))
+    return tuple(locations)
+
+
+def _decode_diffs(text: str | None) -> tuple[FileDiff, ...]:
+    diffs = []
+    for obj in _json_objects(text, "file diff"):
+        path, new, old, truncated = (
+            obj.get("path"),
+            obj.get("new"),
+            obj.get("old"),
+            obj.get("truncated"),
+        )
+        if (
+            not isinstance(path, str)
+            or not isinstance(new, str)
+            or not (old is None or isinstance(old, str))
+            or not isinstance(truncated, bool)
+        ):
+            raise StoreError("a stored file diff is malformed")
+        diffs.append(FileDiff(path=path, new_text=new, old_text=old, truncated=truncated))
+    return tuple(diffs)
+
+
+def _decode_plan(text: str | None) -> tuple[PlanEntry, ...]:
+    entries = []
+    for obj in _json_objects(text, "plan"):
+        content, priority, status = obj.get("content"), obj.get("priority"), obj.get("status")
+        if not (isinstance(content, str) and isinstance(priority, str) and isinstance(status, str)):
+            raise StoreError("a stored plan entry is malformed")
+        # An unknown priority or status is a ValueError, reported by the caller.
+        entries.append(
+            PlanEntry(content=content, priority=PlanPriority(priority), status=PlanStatus(status))
+        )
+    return tuple(entries)
+
+
+def _item_from_row(row: Sequence[Any]) -> TimelineItem:
+    try:
+        tool = None
+        if row[6] is not None:
+            tool = ToolState(
+                name=row[6],
+                status=ToolStatus(row[7]),
+                title=row[8] or "",
+                raw_input=_decode_json(row[9]),
+                raw_output=_decode_json(row[10]),
+                output_text=row[11],
+                locations=_decode_locations(row[12]),
+                diffs=_decode_diffs(row[13]),
+            )
+        return TimelineItem(
+            seq=row[0],
+            item_id=row[1],
+            kind=ItemKind(row[2]),
+            run_id=row[3],
+            created_ms=row[4],
+            text=row[5],
+            tool=tool,
+            plan=_decode_plan(row[14]),
+        )
+    except ValueError as exc:
+        raise StoreError("a stored item row holds a value this version does not know") from exc
+
+
+#: Positions within ``_item_params``' tuple, which follows ``_ITEM_COLUMNS`` without ``seq``.
+_PARAM_ITEM_ID = _ITEM_COLUMNS.index("item_id") - 1
+_PARAM_TOOL_NAME = _ITEM_COLUMNS.index("tool_name") - 1
+_PARAM_RAW_INPUT = _ITEM_COLUMNS.index("raw_input") - 1
+_PARAM_LOCATIONS = _ITEM_COLUMNS.index("locations") - 1
+_PARAM_DIFFS = _ITEM_COLUMNS.index("diffs") - 1
+#: What an empty value of each kept field looks like once encoded.
+_EMPTY_LOCATIONS = _encode_locations(())
+_INSERT_ITEM = (
+    f"INSERT INTO items (task_id, seq, {', '.join(_ITEM_COLUMNS[1:])}) "
+    f"VALUES (?, ?, {', '.join('?' * (len(_ITEM_COLUMNS) - 1))})"
+)
+_REPLACE_ITEM = (
+    f"UPDATE items SET {', '.join(f'{name} = ?' for name in _ITEM_COLUMNS[1:])} "
+    "WHERE task_id = ? AND seq = ?"
+)
+
+
+def upsert_items_locked(
+    conn: sqlite3.Connection, task_id: str, encoded: Sequence[tuple[Any, ...]]
+) -> None:
+    """Insert or replace items inside an open write transaction."""
+    row = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM items WHERE task_id = ?", (task_id,))
+    next_seq = int(row.fetchone()[0]) + 1
+    for params in encoded:
+        stored = conn.execute(
+            "SELECT seq, tool_name, raw_input, locations, diffs FROM items "
+            "WHERE task_id = ? AND item_id = ?",
+            (task_id, params[_PARAM_ITEM_ID]),
+        ).fetchone()
+        if stored is None:
+            conn.execute(_INSERT_ITEM, (task_id, next_seq, *params))
+            next_seq += 1
+            continue
+        seq, stored_tool_name, stored_raw_input, stored_locations, stored_diffs = stored
+        values = list(params)
+        # A later update of a tool call often carries only the result; the request that was
+        # recorded first (its input, the files it named, the edit it proposed) must survive
+        # it: history replays the request next to the result.
+        if values[_PARAM_TOOL_NAME] is not None and stored_tool_name is not None:
+            if values[_PARAM_RAW_INPUT] is None:
+                values[_PARAM_RAW_INPUT] = stored_raw_input
+            if values[_PARAM_LOCATIONS] == _EMPTY_LOCATIONS:
+                values[_PARAM_LOCATIONS] = stored_locations
+            if values[_PARAM_DIFFS] is None:
+                values[_PARAM_DIFFS] = stored_diffs
+        conn.execute(_REPLACE_ITEM, (*values, task_id, seq))
+
+
+def encode_items(items: Sequence[TimelineItem]) -> list[tuple[Any, ...]]:
+    """Every item's parameters, encoded before the write starts."""
+    return [_item_params(item) for item in items]
+
+
+def encode_item(item: TimelineItem) -> tuple[Any, ...]:
+    return _item_params(item)
+
+
+def read_history(conn: sqlite3.Connection, task_id: str) -> list[TimelineItem]:
+    rows = conn.execute(
+        f"SELECT {_ITEM_SELECT} FROM items WHERE task_id = ? ORDER BY seq", (task_id,)
+    ).fetchall()
+    return [_item_from_row(row) for row in rows]
+
+
+def count_items(conn: sqlite3.Connection, task_id: str) -> int:
+    row = conn.execute("SELECT COUNT(*) FROM items WHERE task_id = ?", (task_id,))
+    return int(row.fetchone()[0])
