@@ -13,6 +13,12 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] in ("--version", "-V"):
+        if len(args) > 1:
+            sys.stderr.write(
+                f"maple-acp: {args[0]} takes no arguments (got {args[1]!r})\n"
+                "Try 'maple-acp --help' for help.\n"
+            )
+            return 2
         from maple_acp_connector._version import __version__
 
         sys.stdout.write(f"maple-acp {__version__}\n")

@@ -1,14 +1,16 @@
 """The ``maple-acp`` command line (click). ``acp`` and ``--version`` never reach this module.
 
 ``serve`` runs the runtime and the ACP service on the embedded defaults (SQLite under the
-user data directory, the demo backend, the local OS account) until SIGINT or SIGTERM.
-``status`` asks a running service for its counters over the socket with the standard library
-only. ``demo`` runs a service in this process and drives a short session through a real
-connector subprocess, printing the conversation.
+user data directory, the demo backend or a configured provider, the local OS account) until
+SIGINT or SIGTERM; its settings follow :mod:`maple_acp.config` (flags > environment > config
+file > defaults). ``status`` asks a running service for its counters over the socket with the
+standard library only. ``sessions`` lists, shows and deletes the running host's sessions as an
+ACP client of it. ``demo`` runs a service in this process and drives a short session through a
+real connector subprocess, printing the conversation.
 
-Output rules: ``serve`` writes nothing to stdout (its one ready line and its logs go to
-stderr); ``status`` and ``demo`` print their report on stdout; every failure is one line on
-stderr and exit status 1.
+Output rules: ``serve`` writes nothing to stdout (its ready line and its logs go to stderr);
+``status``, ``sessions`` and ``demo`` print their report on stdout; every failure is one line
+on stderr and exit status 1 (``status --json`` also prints its JSON object on stdout).
 """
 
 from __future__ import annotations
@@ -17,79 +19,103 @@ import getpass
 import json
 import logging
 import os
-import re
 import signal
 import socket
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
-from functools import partial
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, Final
 
 import attrs
 import click
 
+from maple_acp._cli_client import (
+    AcpCallError,
+    HostUnavailable,
+    LineClient,
+    NotServed,
+    connect_host,
+    initialize,
+    printable,
+    render_transcript,
+)
+from maple_acp.config import (
+    DATA_DIR_ENV,
+    LOG_FORMATS,
+    LOG_LEVEL_ENV,
+    LOG_LEVELS,
+    MAX_CONNECTIONS,
+    ConfigFile,
+    ConfigFileError,
+    PrivateDirectoryError,
+    ServeSettings,
+    SettingError,
+    check_relay_names,
+    default_config_file,
+    default_data_dir,
+    load_config,
+    make_private_dir,
+    resolve_serve_settings,
+    resolve_socket,
+)
 from maple_acp_connector._version import __version__
 from maple_acp_connector.endpoint import (
     ENDPOINT_ENV,
     check_endpoint_socket,
-    ensure_private_dir,
     resolve_endpoint,
 )
 from maple_acp_connector.endpoint import (
     EndpointError as ConnectorEndpointError,
 )
 
+__all__ = [
+    "READY_PREFIX",
+    "CliError",
+    "HostOptions",
+    "cli",
+    "default_data_dir",
+    "format_status",
+    "open_default_host",
+    "query_status",
+]
+
 logger = logging.getLogger(__name__)
 
-#: The directory under ``$XDG_DATA_HOME`` (or ``~/.local/share``) that holds the task store.
-DATA_DIR_NAME: Final = "maple-acp"
 #: The store file inside the data directory.
 STORE_FILE_NAME: Final = "tasks.sqlite3"
+#: The installation id the CLI host gives the runtime.
+INSTALLATION_ID: Final = "maple-acp"
 #: ``status`` gives up on a service that does not answer within this (it is a local socket).
 STATUS_TIMEOUT_S: Final = 5.0
+#: ``sessions`` gives up on a host that sends nothing for this long (a replay streams steadily).
+SESSIONS_IDLE_TIMEOUT_S: Final = 30.0
 #: A status answer is a few hundred bytes; anything longer is not one.
 MAX_STATUS_BYTES: Final = 64 * 1024
+#: ``sessions list`` follows at most this many pages (of 100) from one host.
+MAX_LIST_PAGES: Final = 1000
 #: The demo gives its whole scripted session this long before calling it stuck.
 DEMO_DEADLINE_S: Final = 60.0
 #: The line ``serve`` writes on stderr once clients can connect (tests and scripts wait for it).
 READY_PREFIX: Final = "maple-acp: serving on "
 
-_LOG_LEVELS: Final = ("debug", "info", "warning", "error")
-#: SPEC limit on simultaneous ACP connections (the edge enforces it again).
-MAX_CONNECTIONS: Final = 8
-#: A hello carries at most this many values, so a longer allow-list is a mistake.
-MAX_RELAY_NAMES: Final = 16
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: ``-h`` works everywhere (subcommands inherit the setting from the group).
+CONTEXT_SETTINGS: Final[dict[str, Any]] = {"help_option_names": ["-h", "--help"]}
 
 
 class CliError(click.ClickException):
     """A failure reported as one ``maple-acp: ...`` line on stderr with exit status 1."""
 
     exit_code = 1
+    #: Set by ``serve --log-format json``: the line is then a JSON object like every log line.
+    as_json = False
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"maple-acp: {self.format_message()}", err=True)
-
-
-def default_data_dir(env: Mapping[str, str]) -> Path:
-    """``$XDG_DATA_HOME/maple-acp`` when that is an absolute path, else
-    ``~/.local/share/maple-acp``."""
-    base = env.get("XDG_DATA_HOME", "")
-    if not os.path.isabs(base):
-        base = os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(base) / DATA_DIR_NAME
-
-
-def prepare_data_dir(path: Path) -> Path:
-    """Create ``path`` 0700 (parents as ordinary directories) or check the existing one is
-    private to this user; the store file inside holds conversations."""
-    path = Path(os.path.abspath(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ensure_private_dir(path)
-    return path
+        if self.as_json:
+            click.echo(json.dumps(_log_entry("error", __name__, self.format_message())), err=True)
+        else:
+            click.echo(f"maple-acp: {self.format_message()}", err=True)
 
 
 def local_account() -> str:
@@ -101,12 +127,44 @@ def local_account() -> str:
     return name or f"uid-{os.getuid()}"
 
 
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        stream=sys.stderr,
-        format="maple-acp %(levelname)s %(name)s: %(message)s",
-    )
+# -- logging ------------------------------------------------------------------------------------
+
+
+def _log_entry(level: str, name: str, message: str, created: float | None = None) -> dict[str, Any]:
+    import time
+
+    when = time.time() if created is None else created
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(when)) + f".{int(when % 1 * 1000):03d}Z"
+    return {"time": stamp, "level": level, "logger": name, "message": message}
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per record (``time``, ``level``, ``logger``, ``message``, and
+    ``exception`` when there is one): what log collectors read line by line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = _log_entry(
+            record.levelname.lower(), record.name, record.getMessage(), record.created
+        )
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def _configure_logging(level: str, log_format: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(JsonLogFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("maple-acp %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+
+
+# -- the default host ---------------------------------------------------------------------------
+
+
+#: Builds the host's engine inside the Trio run: ``(backend, catalog, policy)``.
+EngineFactory = Callable[[], Any]
 
 
 @attrs.frozen(kw_only=True)
@@ -120,11 +178,32 @@ class HostOptions:
     provisional_grace_s: float | None = None
     relay_allow: frozenset[str] = frozenset()
     account: str = attrs.field(factory=local_account)
+    #: ``None``: the offline demo engine.
+    engine: EngineFactory | None = None
+
+
+def _demo_engine() -> tuple[Any, Any, Any]:
+    from maple_acp.backends.demo import DemoBackend, demo_catalog, demo_policy
+
+    return DemoBackend(), demo_catalog(), demo_policy()
+
+
+def _service_config(options: HostOptions) -> Any:
+    from maple_acp.edge import AcpServiceConfig
+
+    settings: dict[str, Any] = {
+        "allowed_roots": options.allowed_roots,
+        "max_connections": options.max_connections,
+    }
+    # `maple-acp serve` is the user's own host: deleting their sessions is theirs to decide.
+    if "allow_session_delete" in attrs.fields_dict(AcpServiceConfig):
+        settings["allow_session_delete"] = True
+    return AcpServiceConfig(**settings)
 
 
 @asynccontextmanager
 async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
-    """Run the store, the demo runtime (signed in) and the ACP service listening on
+    """Run the store, the runtime (signed in) and the ACP service listening on
     ``options.endpoint``; yield the :class:`~maple_acp.edge.HostLifecycle`.
 
     Resource handling: on exit the ACP service is stopped before the runtime is drained
@@ -136,23 +215,21 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
     """
     import trio
 
-    from maple_acp.backends.demo import DemoBackend, demo_catalog, demo_policy
-    from maple_acp.edge import AcpService, AcpServiceConfig, HostLifecycle
+    from maple_acp.edge import AcpService, HostLifecycle
     from maple_acp.runtime import DEFAULT_PROVISIONAL_GRACE_S, AgentService
     from maple_acp.store import SqliteTaskStore
 
-    config = AcpServiceConfig(
-        allowed_roots=options.allowed_roots, max_connections=options.max_connections
-    )
+    config = _service_config(options)
+    backend, catalog, policy = (options.engine or _demo_engine)()
     grace = options.provisional_grace_s
     store = await SqliteTaskStore.open(options.data_dir / STORE_FILE_NAME)
     async with store:
         runtime = AgentService(
             store=store,
-            backend=DemoBackend(),
-            catalog=demo_catalog(),
-            policy=demo_policy(),
-            installation_id=DATA_DIR_NAME,
+            backend=backend,
+            catalog=catalog,
+            policy=policy,
+            installation_id=INSTALLATION_ID,
             provisional_grace_s=DEFAULT_PROVISIONAL_GRACE_S if grace is None else grace,
             relay_allow_list=options.relay_allow,
             # The allowed roots are the ACP service's policy (``config`` above), enforced once
@@ -181,37 +258,25 @@ def _unwrap(exc: BaseException) -> BaseException:
     return exc
 
 
-async def _serve(options: HostOptions) -> None:
+async def _serve(options: HostOptions, announce: Callable[[str], None]) -> None:
     import trio
 
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with open_default_host(options):
-            click.echo(f"{READY_PREFIX}{options.endpoint}", err=True)
+            announce(f"{READY_PREFIX}{options.endpoint}")
             async for signum in signals:
                 logger.info("%s received; shutting down", signal.Signals(signum).name)
                 break
 
 
-def _endpoint_for(cli_socket: str | None) -> Path:
-    """The endpoint, with the default's private directory created (0700) or verified."""
-    endpoint = resolve_endpoint(cli_socket, os.environ)
-    if not cli_socket and not os.environ.get(ENDPOINT_ENV):
-        try:
-            ensure_private_dir(endpoint.parent)
-        except ConnectorEndpointError as exc:
-            raise CliError(str(exc)) from None
+def _prepare_endpoint(chosen: str | None) -> Path:
+    """The endpoint, with its directory created 0700 (each missing component) or verified."""
+    endpoint = resolve_endpoint(chosen, os.environ)
+    try:
+        make_private_dir(endpoint.parent, "socket directory")
+    except PrivateDirectoryError as exc:
+        raise CliError(str(exc)) from None
     return endpoint
-
-
-def _check_relay_names(
-    ctx: click.Context, param: click.Parameter, names: Sequence[str]
-) -> Sequence[str]:
-    for name in names:
-        if not _ENV_NAME.fullmatch(name):
-            raise click.BadParameter(f"{name!r} is not an environment variable name")
-    if len(set(names)) > MAX_RELAY_NAMES:
-        raise click.BadParameter(f"at most {MAX_RELAY_NAMES} names")
-    return names
 
 
 def _refuse_live_endpoint(endpoint: Path) -> None:
@@ -231,7 +296,74 @@ def _refuse_live_endpoint(endpoint: Path) -> None:
     raise CliError(f"another service is already listening at {endpoint}")
 
 
-@click.group()
+def _load_config(config_path: Path | None) -> ConfigFile:
+    try:
+        return load_config(config_path, os.environ)
+    except ConfigFileError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _check_relay_names(
+    ctx: click.Context, param: click.Parameter, names: Sequence[str]
+) -> Sequence[str]:
+    try:
+        return check_relay_names(tuple(names))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+# -- the provider engine ------------------------------------------------------------------------
+
+
+def _provider_table(
+    config: ConfigFile, url: str | None, model: str | None, key_env: str | None
+) -> Mapping[str, Any] | None:
+    """The raw provider section to hand to the provider backend, or ``None`` for the demo.
+
+    ``--provider-url URL --model ID`` stands for a one-provider file; it replaces the file's
+    providers (flags win over the file, as everywhere).
+    """
+    if url is None and model is None and key_env is None:
+        return dict(config.providers) if config.providers.get("providers") else None
+    if url is None or model is None:
+        raise CliError("--provider-url and --model go together (--api-key-env is optional)")
+    provider: dict[str, Any] = {"name": "default", "base_url": url, "models": [model]}
+    if key_env is not None:
+        provider["api_key_env"] = key_env
+    table: dict[str, Any] = {"providers": [provider], "default_model": f"default/{model}"}
+    if "system_prompt" in config.providers:
+        table["system_prompt"] = config.providers["system_prompt"]
+    return table
+
+
+def _provider_engine(table: Mapping[str, Any], source: Path | None) -> EngineFactory:
+    """Check the provider section now (a bad one is one line before anything starts) and
+    return the factory that builds the provider engine inside the Trio run."""
+    try:
+        from maple_acp.backends.openai import engine_from_config  # type: ignore[attr-defined]
+    except ImportError as exc:
+        missing = getattr(exc, "name", "") or ""
+        if missing == "openai":
+            raise CliError(
+                "the provider backend needs the openai extra: pip install 'maple-acp[openai]'"
+            ) from None
+        raise CliError(
+            "this build has no provider backend (maple_acp.backends.openai); "
+            "remove [[providers]] and --provider-url to run the demo engine"
+        ) from None
+    from maple_acp._exceptions import MapleAcpError
+
+    try:
+        factory: EngineFactory = engine_from_config(table, source)
+    except MapleAcpError as exc:
+        raise CliError(str(exc)) from None
+    return factory
+
+
+# -- the command line ---------------------------------------------------------------------------
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, "--version", "-V", message="maple-acp %(version)s")
 def cli() -> None:
     """Expose this host's agent runtime to ACP clients.
@@ -240,90 +372,194 @@ def cli() -> None:
     """
 
 
+@cli.command(
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    add_help_option=False,
+)
+@click.pass_context
+def acp(ctx: click.Context) -> None:
+    """The stdio connector ACP clients run: bridges stdin/stdout to the running host."""
+    # `maple-acp acp` takes the fast path in _main before click is imported; this entry only
+    # lists it in --help and serves callers that invoke the click group directly.
+    from maple_acp_connector.__main__ import main as connector_main
+
+    ctx.exit(connector_main(list(ctx.args), prog="maple-acp acp"))
+
+
+_DATA_DIR_HELP = (
+    f"Directory of the task store (also: ${DATA_DIR_ENV}; config: data_dir).  "
+    "[default: $XDG_DATA_HOME/maple-acp, else ~/.local/share/maple-acp; "
+    f"here: {default_data_dir(os.environ)}]"
+)
+_CONFIG_HELP = (
+    "Read settings from PATH (TOML).  [default: $XDG_CONFIG_HOME/maple-acp/config.toml, else "
+    f"~/.config/maple-acp/config.toml; here: {default_config_file(os.environ)}]"
+)
+_config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PATH",
+    help=_CONFIG_HELP,
+)
+
+
 @cli.command()
+@_config_option
 @click.option(
     "--socket",
     "socket_path",
     metavar="PATH",
-    help=f"Listen on PATH instead of this installation's endpoint (also: ${ENDPOINT_ENV}).",
+    help=f"Listen on PATH (also: ${ENDPOINT_ENV}; config: socket).  "
+    "[default: this installation's endpoint; `maple-acp status` shows it]",
 )
-@click.option(
-    "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Directory of the task store (default: $XDG_DATA_HOME/maple-acp).",
-)
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), help=_DATA_DIR_HELP)
 @click.option(
     "--allowed-root",
     "allowed_roots",
     multiple=True,
     metavar="DIR",
-    help="Admit sessions only under DIR (repeatable; default: any absolute directory).",
+    help="Admit sessions only under DIR (repeatable; config: allowed_roots).  "
+    "[default: any absolute directory]",
 )
 @click.option(
     "--max-connections",
     type=click.IntRange(1, MAX_CONNECTIONS),
-    default=MAX_CONNECTIONS,
-    show_default=True,
-    help="Simultaneous ACP connections.",
+    default=None,
+    help=f"Simultaneous ACP connections (config: max_connections).  [default: {MAX_CONNECTIONS}]",
 )
 @click.option(
     "--grace",
     type=click.FloatRange(min=0),
     default=None,
     metavar="SECONDS",
-    help="How long a never-prompted session survives a disconnect (default 600; 0 deletes).",
+    help="How long a never-prompted session survives a disconnect; 0 deletes it at once "
+    "(config: grace).  [default: 600]",
 )
 @click.option(
     "--relay-allow",
     multiple=True,
     metavar="NAME",
     callback=_check_relay_names,
-    help="An environment variable name the connector may relay to shell tools (repeatable).",
+    help="An environment variable name the connector may relay to shell tools "
+    "(repeatable; config: relay_allow).",
 )
-@click.option("--log-level", type=click.Choice(_LOG_LEVELS), default="info", show_default=True)
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default=None,
+    help=f"Log detail on stderr (also: ${LOG_LEVEL_ENV}; config: log_level).  [default: info]",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    default=None,
+    help="text, or json for one JSON object per line (config: log_format).  [default: text]",
+)
+@click.option(
+    "--provider-url",
+    metavar="URL",
+    help="Use the OpenAI-compatible endpoint URL instead of the demo engine (with --model).",
+)
+@click.option("--model", metavar="ID", help="The model to use at --provider-url.")
+@click.option(
+    "--api-key-env",
+    metavar="NAME",
+    help="The environment variable holding the API key for --provider-url.",
+)
 def serve(
+    config_path: Path | None,
     socket_path: str | None,
     data_dir: Path | None,
     allowed_roots: Sequence[str],
-    max_connections: int,
+    max_connections: int | None,
     grace: float | None,
     relay_allow: Sequence[str],
-    log_level: str,
+    log_level: str | None,
+    log_format: str | None,
+    provider_url: str | None,
+    model: str | None,
+    api_key_env: str | None,
 ) -> None:
-    """Run the agent runtime and the ACP service until SIGINT or SIGTERM."""
-    _configure_logging(log_level)
-    for root in allowed_roots:
+    """Run the agent runtime and the ACP service until SIGINT or SIGTERM.
+
+    Each setting comes from its flag, else the environment, else the config file, else the
+    default.
+    """
+    config = _load_config(config_path)
+    try:
+        settings = resolve_serve_settings(
+            {
+                "socket": socket_path,
+                "data_dir": os.path.abspath(data_dir) if data_dir is not None else None,
+                "allowed_roots": tuple(allowed_roots),
+                "max_connections": max_connections,
+                "grace": grace,
+                "relay_allow": tuple(relay_allow),
+                "log_level": log_level.lower() if log_level else None,
+                "log_format": log_format,
+            },
+            os.environ,
+            config,
+        )
+    except SettingError as exc:
+        raise CliError(str(exc)) from None
+    _configure_logging(settings.log_level, settings.log_format)
+    try:
+        _serve_with(settings, config, (provider_url, model, api_key_env))
+    except CliError as exc:
+        exc.as_json = settings.log_format == "json"
+        raise
+
+
+def _announce(log_format: str) -> Callable[[str], None]:
+    """How ``serve`` writes its ready and stopped lines: plain, or as JSON log objects."""
+    if log_format == "json":
+        return lambda line: click.echo(json.dumps(_log_entry("info", __name__, line)), err=True)
+    return lambda line: click.echo(line, err=True)
+
+
+def _serve_with(
+    settings: ServeSettings,
+    config: ConfigFile,
+    provider_flags: tuple[str | None, str | None, str | None],
+) -> None:
+    for root in settings.allowed_roots:
         if not os.path.isabs(root) or not os.path.isdir(root):
             raise CliError(f"--allowed-root must be an existing absolute directory: {root!r}")
-    endpoint = _endpoint_for(socket_path)
+    table = _provider_table(config, *provider_flags)
+    engine = _provider_engine(table, config.path) if table is not None else None
+    endpoint = _prepare_endpoint(settings.socket)
     _refuse_live_endpoint(endpoint)
     try:
-        directory = prepare_data_dir(data_dir or default_data_dir(os.environ))
-    except (ConnectorEndpointError, OSError) as exc:
-        raise CliError(f"cannot use the data directory: {exc}") from None
+        directory = make_private_dir(settings.data_dir, "data directory")
+    except PrivateDirectoryError as exc:
+        raise CliError(str(exc)) from None
     from maple_acp.edge import ConfigError, EndpointError
 
-    try:
-        options = HostOptions(
-            endpoint=endpoint,
-            data_dir=directory,
-            allowed_roots=tuple(allowed_roots),
-            max_connections=max_connections,
-            provisional_grace_s=grace,
-            relay_allow=frozenset(relay_allow),
-        )
-        import trio
+    announce = _announce(settings.log_format)
+    options = HostOptions(
+        endpoint=endpoint,
+        data_dir=directory,
+        allowed_roots=settings.allowed_roots,
+        max_connections=settings.max_connections,
+        provisional_grace_s=settings.grace,
+        relay_allow=frozenset(settings.relay_allow),
+        engine=engine,
+    )
+    import trio
 
-        trio.run(_serve, options)
+    try:
+        trio.run(_serve, options, announce)
     except BaseException as exc:
         inner = _unwrap(exc)
         if isinstance(inner, EndpointError | ConfigError):
             raise CliError(str(inner)) from None
         raise
-    click.echo("maple-acp: stopped", err=True)
+    announce("maple-acp: stopped")
 
 
-# -- status ----------------------------------------------------------------------------------
+# -- status -------------------------------------------------------------------------------------
 
 
 def query_status(endpoint: Path, *, timeout: float = STATUS_TIMEOUT_S) -> dict[str, Any]:
@@ -389,25 +625,155 @@ def format_status(status: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@cli.command()
-@click.option(
+_socket_query_option = click.option(
     "--socket",
     "socket_path",
     metavar="PATH",
-    help=f"Ask the service at PATH instead of this installation's (also: ${ENDPOINT_ENV}).",
+    help=f"Ask the service at PATH (also: ${ENDPOINT_ENV}; config: socket).  "
+    "[default: this installation's endpoint]",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the raw status object.")
-def status(socket_path: str | None, as_json: bool) -> None:
-    """Tell whether a service answers on this installation's endpoint, and its counters."""
-    endpoint = resolve_endpoint(socket_path, os.environ)
-    result = query_status(endpoint)
+
+
+def _host_endpoint(socket_path: str | None, config_path: Path | None) -> Path:
+    chosen = resolve_socket(socket_path, os.environ, _load_config(config_path))
+    return resolve_endpoint(chosen, os.environ)
+
+
+@cli.command()
+@_socket_query_option
+@_config_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object, host or not.")
+def status(socket_path: str | None, config_path: Path | None, as_json: bool) -> None:
+    """Tell whether a service answers on this installation's endpoint, and its counters.
+
+    Exit status 0 when a host answered, 1 when none did. With --json the answer is always
+    one JSON object on stdout: "running" says which, "reason" says why not.
+    """
+    endpoint = _host_endpoint(socket_path, config_path)
+    try:
+        result = query_status(endpoint)
+    except CliError as exc:
+        if not as_json:
+            raise
+        report = {"running": False, "endpoint": os.fspath(endpoint), "reason": exc.message}
+        click.echo(json.dumps(report, sort_keys=True))
+        sys.exit(1)
     if as_json:
-        click.echo(json.dumps(result, sort_keys=True))
+        click.echo(json.dumps({"running": True, **result}, sort_keys=True))
     else:
         click.echo(format_status(result))
 
 
-# -- demo ------------------------------------------------------------------------------------
+# -- sessions -----------------------------------------------------------------------------------
+
+
+@contextmanager
+def _host_session(socket_path: str | None, config_path: Path | None) -> Iterator[LineClient]:
+    """An initialized client of the running host; any failure becomes one :class:`CliError`."""
+    endpoint = _host_endpoint(socket_path, config_path)
+    try:
+        with connect_host(endpoint, idle_timeout=SESSIONS_IDLE_TIMEOUT_S) as client:
+            yield client
+    except (HostUnavailable, AcpCallError) as exc:
+        raise CliError(str(exc)) from None
+
+
+def list_sessions(client: LineClient, cwd: str | None = None) -> list[dict[str, Any]]:
+    """Every session the host lists (all pages), newest first as the host orders them."""
+    params: dict[str, Any] = {} if cwd is None else {"cwd": cwd}
+    found: list[dict[str, Any]] = []
+    seen_cursors: set[str] = set()
+    for _ in range(MAX_LIST_PAGES):
+        page = client.request("session/list", params)
+        if not isinstance(page, dict):
+            break
+        found.extend(item for item in page.get("sessions", []) if isinstance(item, dict))
+        cursor = page.get("nextCursor")
+        if not isinstance(cursor, str) or cursor in seen_cursors:
+            break
+        seen_cursors.add(cursor)
+        params = {**params, "cursor": cursor}
+    return found
+
+
+@cli.group(context_settings=CONTEXT_SETTINGS)
+def sessions() -> None:
+    """List, show and delete the running host's sessions (as an ACP client of it)."""
+
+
+@sessions.command("list")
+@click.option("--cwd", metavar="DIR", help="Only sessions whose working directory is DIR.")
+@click.option("--json", "as_json", is_flag=True, help='Print {"sessions": [...]} as JSON.')
+@_socket_query_option
+@_config_option
+def sessions_list(
+    cwd: str | None, as_json: bool, socket_path: str | None, config_path: Path | None
+) -> None:
+    """One line per session: id, last update, working directory, title."""
+    with _host_session(socket_path, config_path) as client:
+        initialize(client)
+        found = list_sessions(client, os.path.abspath(cwd) if cwd else None)
+    if as_json:
+        click.echo(json.dumps({"sessions": found}, ensure_ascii=False))
+        return
+    if not found:
+        click.echo("no sessions")
+        return
+    for item in found:
+        title = f"  {printable(str(item['title']))}" if item.get("title") else ""
+        cwd_text = printable(str(item.get("cwd", "")))
+        click.echo(f"{item.get('sessionId')}  {item.get('updatedAt', '')}  {cwd_text}{title}")
+
+
+@sessions.command("show")
+@click.argument("session_id", metavar="ID")
+@_socket_query_option
+@_config_option
+def sessions_show(session_id: str, socket_path: str | None, config_path: Path | None) -> None:
+    """Print the transcript of session ID (loaded, replayed, then closed again)."""
+    with _host_session(socket_path, config_path) as client:
+        initialize(client)
+        match = [s for s in list_sessions(client) if s.get("sessionId") == session_id.strip()]
+        if not match:
+            raise CliError(f"no session {session_id!r} on this host (see: maple-acp sessions list)")
+        info = match[0]
+        try:
+            client.request(
+                "session/load",
+                {"sessionId": info["sessionId"], "cwd": info.get("cwd"), "mcpServers": []},
+            )
+        except AcpCallError as exc:
+            raise CliError(f"cannot show session {session_id}: {exc.message}") from None
+        client.request("session/close", {"sessionId": info["sessionId"]})
+    header = f"session {info['sessionId']}"
+    if info.get("title"):
+        header += f": {printable(str(info['title']))}"
+    click.echo(header)
+    click.echo(f"cwd {printable(str(info.get('cwd', '')))}, updated {info.get('updatedAt', '')}")
+    click.echo("")
+    for line in render_transcript([u.get("update", {}) for u in client.updates]):
+        click.echo(line)
+
+
+@sessions.command("delete")
+@click.argument("session_id", metavar="ID")
+@_socket_query_option
+@_config_option
+def sessions_delete(session_id: str, socket_path: str | None, config_path: Path | None) -> None:
+    """Delete session ID and its history for good (refused while it is open elsewhere)."""
+    with _host_session(socket_path, config_path) as client:
+        answer = initialize(client)
+        capabilities = answer.get("agentCapabilities", {}).get("sessionCapabilities", {})
+        if "delete" not in capabilities:
+            raise CliError("the running host does not offer deleting sessions")
+        try:
+            client.request("session/delete", {"sessionId": session_id})
+        except AcpCallError as exc:
+            raise CliError(f"cannot delete session {session_id}: {exc.message}") from None
+    click.echo(f"deleted session {session_id}")
+
+
+# -- demo ---------------------------------------------------------------------------------------
 
 
 def _short(text: str, limit: int = 72) -> str:
@@ -425,12 +791,11 @@ class Transcript:
     def say(self, line: str) -> None:
         self._write(line)
 
-    def updates(self, client: Any, label: str = "") -> None:
+    def updates(self, client: LineClient, label: str = "") -> None:
         """Print every ``session/update`` that arrived since the last call."""
-        updates = client.updates()
-        for update in updates[self._seen :]:
-            self._write(f"   <- {label}{describe_update(update)}")
-        self._seen = len(updates)
+        for params in client.updates[self._seen :]:
+            self._write(f"   <- {label}{describe_update(params.get('update', {}))}")
+        self._seen = len(client.updates)
 
     def restart(self) -> None:
         self._seen = 0
@@ -469,47 +834,73 @@ DEMO_TOOL_PROMPT: Final = '/tool shell {"command": "echo hi"}'
 DEMO_HANG_PROMPT: Final = "/echo working on it…\n/hang"
 
 
-async def run_demo(
-    endpoint: Path, project: Path, transcript: Transcript, *, connector: Sequence[str]
-) -> None:
-    """Drive one scripted session through a real connector subprocess and narrate it."""
+def _text_prompt(session_id: str, text: str) -> dict[str, Any]:
+    return {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}
+
+
+@contextmanager
+def _connector_client(
+    name: str,
+    endpoint: Path,
+    connector: Sequence[str],
+    transcript: Transcript,
+    on_request: Callable[[str, Any], Any],
+) -> Iterator[LineClient]:
+    """A real connector subprocess bridged to ``endpoint``, and a client on its stdio."""
     import subprocess
 
-    import trio
+    process = subprocess.Popen(
+        [*connector, "--socket", os.fspath(endpoint)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    stdin = process.stdin
 
-    from maple_acp.testing.client import open_acp_client
+    def write(data: bytes) -> None:
+        stdin.write(data)
+        stdin.flush()
 
-    @asynccontextmanager
-    async def connect(name: str, permission: Any) -> AsyncIterator[Any]:
-        async with trio.open_nursery() as nursery:
-            process: trio.Process = await nursery.start(
-                partial(
-                    trio.run_process,
-                    [*connector, "--socket", os.fspath(endpoint)],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    check=False,
-                )
-            )
-            transcript.say(f"== {name}: connector pid {process.pid} ({' '.join(connector[1:])})")
-            assert process.stdin is not None
-            assert process.stdout is not None
-            stream = trio.StapledStream(process.stdin, process.stdout)
-            async with open_acp_client(stream, permission=permission) as client:
-                yield client
-            await process.wait()
-            transcript.say(f"== {name}: connector exited with status {process.returncode}")
+    transcript.say(f"== {name}: connector pid {process.pid} ({' '.join(connector[1:])})")
+    try:
+        yield LineClient(
+            process.stdout.fileno(),
+            write,
+            idle_timeout=DEMO_DEADLINE_S,
+            peer="the connector",
+            on_request=on_request,
+        )
+    finally:
+        stdin.close()  # end of input: the host answers what it read, then closes
+        process.stdout.close()
+        status = process.wait(timeout=DEMO_DEADLINE_S)
+        transcript.say(f"== {name}: connector exited with status {status}")
 
-    def permission(params: Mapping[str, Any]) -> str:
-        options = ", ".join(str(o.get("optionId")) for o in params.get("options", []))
-        title = params.get("toolCall", {}).get("title")
-        transcript.say(f"   <- session/request_permission {title!r} options [{options}]")
-        transcript.say("   -> answer allow_once")
-        return "allow"
 
-    async with connect("connection 1", permission) as client:
+def run_demo(
+    endpoint: Path, project: Path, transcript: Transcript, *, connector: Sequence[str]
+) -> None:
+    """Drive one scripted session through real connector subprocesses and narrate it
+    (blocking: ``demo`` runs it in a worker thread beside the host's Trio loop)."""
+
+    def on_request(method: str, params: Any) -> Any:
+        if method != "session/request_permission" or not isinstance(params, dict):
+            raise NotServed
+        options = params.get("options", [])
+        names = ", ".join(str(o.get("optionId")) for o in options)
+        transcript.say(
+            f"   <- session/request_permission {params['toolCall'].get('title')!r} "
+            f"options [{names}]"
+        )
+        allow = next(o for o in options if o.get("kind") == "allow_once")
+        transcript.say(f"   -> answer {allow['optionId']}")
+        return {"outcome": {"outcome": "selected", "optionId": allow["optionId"]}}
+
+    cwd = os.fspath(project)
+    with _connector_client("connection 1", endpoint, connector, transcript, on_request) as client:
         transcript.say("-> initialize (protocolVersion 1)")
-        init = await client.initialize()
+        init = initialize(client)
         info = init.get("agentInfo", {})
         caps = init.get("agentCapabilities", {})
         transcript.say(
@@ -517,7 +908,7 @@ async def run_demo(
             f"protocol {init.get('protocolVersion')}, loadSession={caps.get('loadSession')}"
         )
         transcript.say(f"-> session/new cwd={project}")
-        new = await client.new_session(os.fspath(project))
+        new = client.request("session/new", {"cwd": cwd, "mcpServers": []})
         session_id = new["sessionId"]
         models = [o for o in new.get("configOptions", []) if o.get("id") == "model"]
         model = models[0].get("currentValue") if models else None
@@ -525,7 +916,11 @@ async def run_demo(
 
         for prompt in (DEMO_STREAM_PROMPT, DEMO_TOOL_PROMPT):
             transcript.say(f"-> session/prompt {_short(prompt)!r}")
-            answer = await client.prompt(session_id, prompt)
+            answer = client.request(
+                "session/prompt",
+                _text_prompt(session_id, prompt),
+                on_update=lambda _: transcript.updates(client),
+            )
             transcript.updates(client)
             usage = answer.get("usage")
             suffix = (
@@ -534,40 +929,41 @@ async def run_demo(
             transcript.say(f"   <- stopReason {answer['stopReason']}{suffix}")
 
         transcript.say(f"-> session/prompt {_short(DEMO_HANG_PROMPT)!r}")
-        result: dict[str, Any] = {}
+        cancelled = False
 
-        async def hang() -> None:
-            result.update(await client.prompt(session_id, DEMO_HANG_PROMPT))
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(hang)
-            before = len(client.updates(session_id))
-            await client.wait_until(lambda: len(client.updates(session_id)) > before)
+        def cancel_once(params: Mapping[str, Any]) -> None:
+            # The first update shows the run is under way; then the client cancels it.
+            nonlocal cancelled
             transcript.updates(client)
-            transcript.say("-> session/cancel")
-            await client.cancel(session_id)
+            if not cancelled:
+                cancelled = True
+                transcript.say("-> session/cancel")
+                client.notify("session/cancel", {"sessionId": session_id})
+
+        answer = client.request(
+            "session/prompt", _text_prompt(session_id, DEMO_HANG_PROMPT), on_update=cancel_once
+        )
         transcript.updates(client)
-        transcript.say(f"   <- stopReason {result.get('stopReason')}")
+        transcript.say(f"   <- stopReason {answer.get('stopReason')}")
 
         transcript.say("-> session/close")
-        await client.close_session(session_id)
+        client.request("session/close", {"sessionId": session_id})
         transcript.say("   <- closed (the task stays in history)")
 
     transcript.restart()
-    async with connect("connection 2", permission) as client:
+    with _connector_client("connection 2", endpoint, connector, transcript, on_request) as client:
         transcript.say("-> initialize")
-        await client.initialize()
+        initialize(client)
         transcript.say(f"-> session/list cwd={project}")
-        listing = await client.list_sessions(cwd=os.fspath(project))
-        for item in listing.get("sessions", []):
+        for item in list_sessions(client, cwd):
             title = f" {item['title']!r}" if item.get("title") else ""
             transcript.say(f"   <- {item.get('sessionId')}{title} updated {item.get('updatedAt')}")
         transcript.say(f"-> session/load {session_id} (history is replayed before the answer)")
-        await client.load_session(session_id, os.fspath(project))
+        client.request("session/load", {"sessionId": session_id, "cwd": cwd, "mcpServers": []})
         transcript.updates(client, "replay ")
         transcript.say("   <- loaded")
         transcript.say("-> session/close")
-        await client.close_session(session_id)
+        client.request("session/close", {"sessionId": session_id})
         transcript.say("   <- closed")
 
 
@@ -578,20 +974,26 @@ async def _demo_main(connector: Sequence[str], write: Callable[[str], None]) -> 
         root = Path(scratch)
         (root / "project").mkdir()
         options = HostOptions(
-            endpoint=root / "run" / "acp.sock",
-            data_dir=prepare_data_dir(root / "data"),
+            endpoint=make_private_dir(root / "run", "socket directory") / "acp.sock",
+            data_dir=make_private_dir(root / "data", "data directory"),
             account="demo",
         )
         transcript = Transcript(write)
         with trio.fail_after(DEMO_DEADLINE_S):
             async with open_default_host(options):
                 transcript.say(f"maple-acp demo: service listening on {options.endpoint}")
-                await run_demo(options.endpoint, root / "project", transcript, connector=connector)
+                # `click.echo` from the worker thread: the host's loop stays free to serve.
+                await trio.to_thread.run_sync(
+                    lambda: run_demo(
+                        options.endpoint, root / "project", transcript, connector=connector
+                    ),
+                    abandon_on_cancel=True,
+                )
         transcript.say("maple-acp demo: service stopped; done")
 
 
 @cli.command()
-@click.option("--log-level", type=click.Choice(_LOG_LEVELS), default="warning", show_default=True)
+@click.option("--log-level", type=click.Choice(LOG_LEVELS), default="warning", show_default=True)
 def demo(log_level: str) -> None:
     """Run a service in this process and a scripted session through a real connector."""
     _configure_logging(log_level)
@@ -606,4 +1008,6 @@ def demo(log_level: str) -> None:
             raise
         if isinstance(inner, trio.TooSlowError):
             raise CliError(f"the demo did not finish within {DEMO_DEADLINE_S:.0f} s") from None
+        if isinstance(inner, HostUnavailable | AcpCallError):
+            raise CliError(f"the demo failed: {inner}") from None
         raise

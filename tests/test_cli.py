@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -12,20 +13,31 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from maple_acp.cli import cli, default_data_dir, format_status, prepare_data_dir
+from maple_acp.cli import cli, format_status
+
+MAIN = [sys.executable, "-m", "maple_acp._main"]
 
 
-def test_default_data_dir_follows_xdg_and_falls_back_to_local_share() -> None:
-    assert default_data_dir({"XDG_DATA_HOME": "/xdg/data"}) == Path("/xdg/data/maple-acp")
-    home = Path(os.path.expanduser("~"))
-    assert default_data_dir({}) == home / ".local/share/maple-acp"
-    # A relative XDG value is ignored, as the base-directory rules say.
-    assert default_data_dir({"XDG_DATA_HOME": "rel"}) == home / ".local/share/maple-acp"
+def run_main(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*MAIN, *args], capture_output=True, text=True, check=False, env=env, timeout=60
+    )
 
 
-def test_data_dir_is_created_private_and_a_shared_one_is_refused(tmp_path: Path) -> None:
-    created = prepare_data_dir(tmp_path / "a" / "data")
-    assert created.stat().st_mode & 0o777 == 0o700
+def fresh_env(home: Path, **extra: str) -> dict[str, str]:
+    """A new user's environment: an empty home and no maple-acp or XDG settings."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("MAPLE_ACP_", "XDG_"))
+    }
+    env.update(HOME=str(home), **extra)
+    return env
+
+
+def test_a_shared_data_dir_is_refused_in_one_line_that_says_how_to_fix_it(
+    tmp_path: Path,
+) -> None:
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o755)
     shared.chmod(0o755)
@@ -33,9 +45,29 @@ def test_data_dir_is_created_private_and_a_shared_one_is_refused(tmp_path: Path)
         cli, ["serve", "--socket", str(tmp_path / "s.sock"), "--data-dir", str(shared)]
     )
     assert result.exit_code == 1
-    assert "cannot use the data directory" in result.output
-    assert "grants access to group or others" in result.output
+    assert result.output == (
+        f"maple-acp: cannot use the data directory {shared}: its mode 0755 grants access to "
+        f"group or others; make it private with: chmod 700 {shared}\n"
+    )
+    assert "socket directory" not in result.output
     assert not (shared / "tasks.sqlite3").exists()
+
+
+def test_a_shared_socket_dir_is_refused_in_one_line_that_says_how_to_fix_it(
+    tmp_path: Path,
+) -> None:
+    shared = tmp_path / "run"
+    shared.mkdir()
+    shared.chmod(0o755)
+    result = CliRunner().invoke(
+        cli, ["serve", "--socket", str(shared / "acp.sock"), "--data-dir", str(tmp_path / "d")]
+    )
+    assert result.exit_code == 1
+    assert result.output == (
+        f"maple-acp: cannot use the socket directory {shared}: its mode 0755 grants access to "
+        f"group or others; make it private with: chmod 700 {shared}\n"
+    )
+    assert not (tmp_path / "d").exists()
 
 
 @pytest.mark.parametrize("root", ["relative/dir", "/definitely/not/here"])
@@ -138,3 +170,135 @@ def test_package_import_is_cheap_and_exports_resolve() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) == len(__import__("maple_acp").__all__)
+
+
+def test_help_lists_every_command_acp_included_and_h_works_everywhere() -> None:
+    top = run_main("--help")
+    assert top.returncode == 0
+    for name in ("acp", "serve", "status", "sessions", "demo"):
+        assert f"\n  {name} " in top.stdout, top.stdout
+    assert run_main("-h").stdout == top.stdout
+    for command in (
+        ["serve"],
+        ["status"],
+        ["demo"],
+        ["sessions"],
+        ["sessions", "list"],
+        ["sessions", "show"],
+        ["sessions", "delete"],
+        ["acp"],
+    ):
+        done = run_main(*command, "-h")
+        assert done.returncode == 0, (command, done.stderr)
+        assert "usage" in done.stdout.lower(), command
+
+
+def test_version_takes_no_arguments() -> None:
+    for flag in ("--version", "-V"):
+        ok = run_main(flag)
+        assert (ok.returncode, ok.stdout) == (0, ok.stdout)
+        assert ok.stdout.startswith("maple-acp ")
+        bad = run_main(flag, "extra")
+        assert bad.returncode == 2
+        assert bad.stdout == ""
+        assert "takes no arguments" in bad.stderr
+        assert "'extra'" in bad.stderr
+
+
+def test_version_and_acp_stay_off_click_and_trio() -> None:
+    code = (
+        "import sys; from maple_acp._main import main; main(['--version']);"
+        "assert 'click' not in sys.modules and 'trio' not in sys.modules, 'slow path'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_serve_help_shows_the_real_defaults_with_their_fallbacks(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    done = run_main("serve", "--help", env=fresh_env(home))
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    # click wraps long lines anywhere in a path: compare the paths without any whitespace.
+    dense = "".join(done.stdout.split())
+    assert "$XDG_DATA_HOME/maple-acp,else~/.local/share/maple-acp" in dense
+    assert f"here:{home}/.local/share/maple-acp]" in dense
+    assert "$MAPLE_ACP_DATA_DIR" in text
+    assert "$MAPLE_ACP_LOG_LEVEL" in text
+    assert "[default: 8]" in text
+    assert "[default: 600]" in text
+    assert "[default: info]" in text
+    with_xdg = run_main("serve", "--help", env=fresh_env(home, XDG_DATA_HOME=str(tmp_path / "x")))
+    assert f"here:{tmp_path}/x/maple-acp]" in "".join(with_xdg.stdout.split())
+
+
+def test_status_json_without_a_host_is_still_one_json_object(tmp_path: Path) -> None:
+    path = tmp_path / "nobody.sock"
+    done = run_main("status", "--json", "--socket", str(path), env=fresh_env(tmp_path))
+    assert done.returncode == 1
+    report = json.loads(done.stdout)
+    assert report["running"] is False
+    assert report["endpoint"] == str(path)
+    assert "no socket there" in report["reason"]
+
+
+@pytest.mark.parametrize(
+    "command", [["sessions", "list"], ["sessions", "show", "abc"], ["sessions", "delete", "abc"]]
+)
+def test_sessions_without_a_host_is_one_line_and_exit_1(tmp_path: Path, command: list[str]) -> None:
+    path = tmp_path / "nobody.sock"
+    done = run_main(*command, "--socket", str(path), env=fresh_env(tmp_path))
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr == (
+        f"maple-acp: the maple-acp service is unavailable at {path}: "
+        "no socket there (is the host running?)\n"
+    )
+
+
+def test_a_bad_config_file_stops_serve_with_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("max_connections = 99\n")
+    done = run_main("serve", "--config", str(config), env=fresh_env(tmp_path))
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"maple-acp: config file {config}: max_connections: must be an integer from 1 to 8, "
+        "not 99\n"
+    )
+    # The default file is read too, from $XDG_CONFIG_HOME.
+    (tmp_path / "cfg" / "maple-acp").mkdir(parents=True)
+    (tmp_path / "cfg" / "maple-acp" / "config.toml").write_text("colour = 'blue'\n")
+    done = run_main("serve", env=fresh_env(tmp_path, XDG_CONFIG_HOME=str(tmp_path / "cfg")))
+    assert done.returncode == 1
+    assert "config.toml: colour: unknown key" in done.stderr
+    assert done.stderr.count("\n") == 1
+
+
+def test_a_bad_log_level_in_the_environment_is_one_line(tmp_path: Path) -> None:
+    done = run_main("serve", env=fresh_env(tmp_path, MAPLE_ACP_LOG_LEVEL="loud"))
+    assert done.returncode == 1
+    assert done.stderr.startswith("maple-acp: MAPLE_ACP_LOG_LEVEL: must be one of debug")
+    assert done.stderr.count("\n") == 1
+
+
+def test_provider_flags_go_together(tmp_path: Path) -> None:
+    done = run_main("serve", "--model", "m", env=fresh_env(tmp_path))
+    assert done.returncode == 1
+    assert done.stderr == (
+        "maple-acp: --provider-url and --model go together (--api-key-env is optional)\n"
+    )
+
+
+def test_a_refusal_under_json_logging_is_a_json_line(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o755)
+    done = run_main(
+        *("serve", "--log-format", "json", "--data-dir", str(shared)),
+        *("--socket", str(tmp_path / "run" / "s.sock")),
+        env=fresh_env(tmp_path),
+    )
+    assert done.returncode == 1
+    entry = json.loads(done.stderr)
+    assert entry["level"] == "error"
+    assert entry["message"].startswith(f"cannot use the data directory {shared}")

@@ -1,0 +1,356 @@
+"""Where ``maple-acp`` keeps its files, and how ``serve``'s settings are decided.
+
+Every ``serve`` option can come from four places; the first one that sets it wins:
+
+1. the command-line flag;
+2. the environment: ``MAPLE_ACP_SOCKET``, ``MAPLE_ACP_DATA_DIR``, ``MAPLE_ACP_LOG_LEVEL``;
+3. the config file: ``$XDG_CONFIG_HOME/maple-acp/config.toml`` (else
+   ``~/.config/maple-acp/config.toml``), or the file named by ``serve --config PATH``;
+4. the built-in default.
+
+The config file is TOML. Its ``serve`` keys are the flags' names with underscores
+(``data_dir``, ``allowed_roots``, ``max_connections``, ...). The provider keys
+(``[[providers]]``, ``default_model``, ``system_prompt``) are kept as raw data here and handed
+to the provider backend, which validates them. A file that cannot be used is one
+:class:`ConfigFileError` line naming the file, the key and what is wrong.
+
+Directories the command line creates are made private (0700) component by component
+(:func:`make_private_dir`); an existing directory that is not private is refused, never
+repaired, with one line that names it, says why and how to fix it.
+
+This module imports neither ``trio`` nor ``click``: ``status`` and the connector's neighbours
+stay fast.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+
+from maple_acp._exceptions import MapleAcpError
+from maple_acp_connector.endpoint import ENDPOINT_ENV, UnsafeDirectory, ensure_private_dir
+
+#: The directory name under the XDG base directories (data and config).
+APP_DIR_NAME: Final = "maple-acp"
+#: The config file inside the config directory.
+CONFIG_FILE_NAME: Final = "config.toml"
+#: Environment variables that stand in for ``serve`` flags (the socket one is shared with the
+#: connector, which reads nothing else).
+SOCKET_ENV: Final = ENDPOINT_ENV
+DATA_DIR_ENV: Final = "MAPLE_ACP_DATA_DIR"
+LOG_LEVEL_ENV: Final = "MAPLE_ACP_LOG_LEVEL"
+
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+LOG_FORMATS: Final = ("text", "json")
+#: SPEC limit on simultaneous ACP connections (the edge enforces it again).
+MAX_CONNECTIONS: Final = 8
+#: A hello carries at most this many values, so a longer allow-list is a mistake.
+MAX_RELAY_NAMES: Final = 16
+#: A config file is a few hundred bytes; anything this large is not one.
+MAX_CONFIG_BYTES: Final = 1024 * 1024
+#: The keys that belong to the provider backend: kept raw and handed over as they are.
+PROVIDER_KEYS: Final = frozenset({"providers", "default_model", "system_prompt"})
+
+_ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PRIVATE_MODE: Final = 0o700
+
+
+class ConfigFileError(MapleAcpError):
+    """A config file that cannot be used, described in one line: the file, the key (when one
+    is to blame) and what is wrong."""
+
+    def __init__(self, path: str | os.PathLike[str], key: str | None, problem: str) -> None:
+        self.path = os.fspath(path)
+        self.key = key
+        self.problem = problem
+        where = f"config file {_shown(self.path)}"
+        if key is not None:
+            where += f": {key}"
+        super().__init__(f"{where}: {problem}")
+
+
+class SettingError(MapleAcpError):
+    """An environment variable with a value ``serve`` cannot use (one line naming it)."""
+
+
+class PrivateDirectoryError(MapleAcpError):
+    """A directory that must be private to this user is not, or cannot be made; one line that
+    names it, says why and how to fix it."""
+
+    def __init__(self, what: str, path: str | os.PathLike[str], reason: str, fix: str) -> None:
+        self.what = what
+        self.path = os.fspath(path)
+        self.reason = reason
+        self.fix = fix
+        super().__init__(f"cannot use the {what} {_shown(self.path)}: {reason}; {fix}")
+
+
+def _shown(path: str) -> str:
+    """A path as one printable token (a hostile name must not forge extra lines)."""
+    return path if path.isprintable() else repr(path)
+
+
+# -- places -------------------------------------------------------------------------------------
+
+
+def _xdg_base(env: Mapping[str, str], name: str, *fallback: str) -> Path:
+    """``$name`` when it is an absolute path (the base-directory rules ignore a relative one),
+    else ``~/<fallback>``."""
+    base = env.get(name, "")
+    if os.path.isabs(base):
+        return Path(base)
+    return Path(os.path.expanduser("~"), *fallback)
+
+
+def default_data_dir(env: Mapping[str, str]) -> Path:
+    """``$XDG_DATA_HOME/maple-acp``, else ``~/.local/share/maple-acp``."""
+    return _xdg_base(env, "XDG_DATA_HOME", ".local", "share") / APP_DIR_NAME
+
+
+def default_config_file(env: Mapping[str, str]) -> Path:
+    """``$XDG_CONFIG_HOME/maple-acp/config.toml``, else ``~/.config/maple-acp/config.toml``."""
+    return _xdg_base(env, "XDG_CONFIG_HOME", ".config") / APP_DIR_NAME / CONFIG_FILE_NAME
+
+
+def _fix_for(path: str) -> str:
+    """How to repair a refused directory, judged from what is there now."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return "choose another directory"
+    if stat.S_ISLNK(st.st_mode):
+        return "use the real directory's path instead of the link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "remove it or choose another directory"
+    if st.st_uid != os.geteuid():
+        return "choose a directory you own"
+    return f"make it private with: chmod 700 {_shown(path)}"
+
+
+def make_private_dir(path: str | os.PathLike[str], what: str = "directory") -> Path:
+    """Create ``path`` and each missing parent with mode 0700, or check that the existing
+    ``path`` is a real directory private to this user; return it absolute.
+
+    Existing parents are left as they are (``/tmp`` is shared by design); only ``path`` itself
+    must be private. Raises :class:`PrivateDirectoryError` naming ``what`` (``"data
+    directory"``, ``"socket directory"``) with the reason and the fix.
+    """
+    target = Path(os.path.abspath(path))
+    missing: list[Path] = []
+    probe = target
+    while not os.path.lexists(probe) and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    try:
+        for directory in reversed(missing):
+            ensure_private_dir(directory)
+        ensure_private_dir(target)
+    except UnsafeDirectory as exc:
+        # A refused parent is named as such: it is the one the user has to fix.
+        label = what if exc.path == os.fspath(target) else f"parent of the {what}"
+        raise PrivateDirectoryError(label, exc.path, exc.reason, _fix_for(exc.path)) from None
+    except OSError as exc:
+        where = exc.filename if isinstance(exc.filename, str) else os.fspath(target)
+        reason = " ".join((exc.strerror or str(exc)).split()).lower()
+        raise PrivateDirectoryError(what, where, reason, "choose another directory") from None
+    return target
+
+
+# -- the config file ----------------------------------------------------------------------------
+
+
+def _absolute_path(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError("must be a non-empty string")
+    expanded = os.path.expanduser(value)
+    if not os.path.isabs(expanded):
+        raise ValueError(f"must be an absolute path (or start with ~), not {value!r}")
+    return expanded
+
+
+def _path_list(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ValueError("must be a list of absolute paths")
+    return tuple(_absolute_path(item) for item in value)
+
+
+def _connections(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CONNECTIONS:
+        raise ValueError(f"must be an integer from 1 to {MAX_CONNECTIONS}, not {value!r}")
+    return value
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"must be a number of seconds >= 0, not {value!r}")
+    return float(value)
+
+
+def check_relay_names(names: Any) -> tuple[str, ...]:
+    """The relay allow-list as given, or ``ValueError`` saying what is wrong with it."""
+    if not isinstance(names, list | tuple):
+        raise ValueError("must be a list of environment variable names")
+    for name in names:
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not an environment variable name")
+    if len(set(names)) > MAX_RELAY_NAMES:
+        raise ValueError(f"at most {MAX_RELAY_NAMES} names")
+    return tuple(names)
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or value.lower() not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}, not {value!r}")
+        return value.lower()
+
+    return check
+
+
+#: The ``serve`` options a config file may set, with the check that normalises each value.
+SERVE_KEYS: Final[Mapping[str, Callable[[Any], Any]]] = {
+    "socket": _absolute_path,
+    "data_dir": _absolute_path,
+    "allowed_roots": _path_list,
+    "max_connections": _connections,
+    "grace": _seconds,
+    "relay_allow": check_relay_names,
+    "log_level": _choice(LOG_LEVELS),
+    "log_format": _choice(LOG_FORMATS),
+}
+
+
+@attrs.frozen(kw_only=True)
+class ConfigFile:
+    """What a config file holds: checked ``serve`` values and the raw provider section."""
+
+    #: The file read, or ``None`` when there was none (the default file is optional).
+    path: Path | None = None
+    serve: Mapping[str, Any] = attrs.field(factory=dict)
+    #: ``providers`` / ``default_model`` / ``system_prompt`` exactly as written (TOML types).
+    providers: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+def parse_config(text: str, path: Path) -> ConfigFile:
+    """Check one config file's text; raise :class:`ConfigFileError` on the first problem."""
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigFileError(path, None, f"not valid TOML: {exc}") from None
+    serve: dict[str, Any] = {}
+    providers: dict[str, Any] = {}
+    for key, value in document.items():
+        if key in PROVIDER_KEYS:
+            providers[key] = value
+            continue
+        check = SERVE_KEYS.get(key)
+        if check is None:
+            known = ", ".join(sorted((*SERVE_KEYS, *PROVIDER_KEYS)))
+            raise ConfigFileError(path, key, f"unknown key (known: {known})")
+        try:
+            serve[key] = check(value)
+        except ValueError as exc:
+            raise ConfigFileError(path, key, str(exc)) from None
+    return ConfigFile(path=path, serve=serve, providers=providers)
+
+
+def load_config(explicit: str | os.PathLike[str] | None, env: Mapping[str, str]) -> ConfigFile:
+    """Read ``explicit`` (which must exist), else the default file if there is one."""
+    path = Path(explicit) if explicit is not None else default_config_file(env)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        if explicit is None:
+            return ConfigFile()
+        raise ConfigFileError(path, None, "no such file") from None
+    except OSError as exc:
+        raise ConfigFileError(path, None, (exc.strerror or str(exc)).lower()) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigFileError(path, None, f"larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigFileError(path, None, "not UTF-8 text") from None
+    return parse_config(text, path)
+
+
+# -- precedence ---------------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class ServeSettings:
+    """``serve``'s options after precedence; ``socket`` ``None`` means the default endpoint."""
+
+    socket: str | None
+    data_dir: Path
+    allowed_roots: tuple[str, ...] = ()
+    max_connections: int = MAX_CONNECTIONS
+    grace: float | None = None
+    relay_allow: tuple[str, ...] = ()
+    log_level: str = "info"
+    log_format: str = "text"
+
+
+#: Environment variables and the ``serve`` option each stands in for.
+ENV_KEYS: Final[Mapping[str, str]] = {
+    SOCKET_ENV: "socket",
+    DATA_DIR_ENV: "data_dir",
+    LOG_LEVEL_ENV: "log_level",
+}
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name, key in ENV_KEYS.items():
+        raw = env.get(name, "")
+        if not raw:
+            continue  # empty counts as unset, as for MAPLE_ACP_SOCKET in the connector
+        if key == "log_level":
+            try:
+                values[key] = _choice(LOG_LEVELS)(raw)
+            except ValueError as exc:
+                raise SettingError(f"{name}: {exc}") from None
+        else:
+            # A relative path is taken against the current directory, as the connector does.
+            values[key] = os.path.abspath(os.path.expanduser(raw))
+    return values
+
+
+def resolve_serve_settings(
+    flags: Mapping[str, Any], env: Mapping[str, str], config: ConfigFile
+) -> ServeSettings:
+    """Apply the precedence: ``flags`` (``None``, or an empty tuple for a repeatable flag,
+    means not given) > ``env`` > ``config`` > defaults."""
+    chosen: dict[str, Any] = dict(config.serve)
+    chosen.update(_from_env(env))
+    for key, value in flags.items():
+        if value is not None and value != ():
+            chosen[key] = value
+    data_dir = chosen.pop("data_dir", None)
+    rest: dict[str, Any] = {
+        key: tuple(v) if isinstance(v, list) else v for key, v in chosen.items()
+    }
+    return ServeSettings(
+        data_dir=Path(data_dir) if data_dir is not None else default_data_dir(env),
+        socket=chosen.pop("socket", None),
+        **{key: value for key, value in rest.items() if key != "socket"},
+    )
+
+
+def resolve_socket(flag: str | None, env: Mapping[str, str], config: ConfigFile) -> str | None:
+    """The socket for commands that talk to a host (``status``, ``sessions``): the same
+    precedence as ``serve``, so both find the same host."""
+    if flag:
+        return flag
+    if env.get(SOCKET_ENV):
+        return env[SOCKET_ENV]
+    socket = config.serve.get("socket")
+    return str(socket) if socket is not None else None
