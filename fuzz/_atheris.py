@@ -1,11 +1,36 @@
 """What every fuzz target shares when it runs under atheris (imported from ``main`` only, so
 that the test suite can load a target's ``fuzz_one`` without atheris or this directory on the
-path)."""
+path).
+
+Each target ``fuzz/fuzz_NAME.py`` keeps its seed corpus in ``fuzz/corpus/fuzz_NAME/`` (small
+files, committed). :func:`run` starts libFuzzer with:
+
+- a scratch directory first (libFuzzer writes the inputs it finds interesting into the *first*
+  corpus directory; the committed seeds stay as they are) and the seed directory second;
+- ``-artifact_prefix`` pointing into the seed directory, so a crash or a hang leaves its input
+  there as ``crash-*`` / ``timeout-*``, where the default test suite replays it on every run
+  until the defect is fixed and the file becomes an ordinary seed;
+- ``-timeout=1``: an input that takes longer than one second is a hang;
+- for JSON seeds, a token dictionary of every key and string in them.
+
+Arguments given on the command line win: a positional directory replaces the corpus pair, an
+explicit ``-timeout=``, ``-artifact_prefix=`` or ``-dict=`` replaces the default.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+import tempfile
 import types
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
+
+FUZZ_DIR = Path(__file__).resolve().parent
+CORPUS_DIR = FUZZ_DIR / "corpus"
+#: Seconds one input may take before libFuzzer reports a hang.
+HANG_TIMEOUT_S = 1
 
 
 def instrument_module(atheris: Any, module: types.ModuleType) -> None:
@@ -18,3 +43,82 @@ def instrument_module(atheris: Any, module: types.ModuleType) -> None:
             function = getattr(member, "__func__", member)
             if isinstance(function, types.FunctionType):
                 atheris.instrument_func(function)
+
+
+def _collect_tokens(value: object, tokens: set[str]) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            tokens.add(key)
+            _collect_tokens(item, tokens)
+    elif isinstance(value, list):
+        for item in value:
+            _collect_tokens(item, tokens)
+    elif isinstance(value, str) and 0 < len(value) <= 64:
+        tokens.add(value)
+
+
+def _dictionary(seeds: Path, work: Path) -> Path | None:
+    """A libFuzzer dictionary of the keys and short strings of the JSON seeds, if any."""
+    tokens: set[str] = set()
+    for path in sorted(seeds.iterdir()):
+        data = path.read_bytes()
+        # Targets whose first byte picks a mode carry their JSON after it, one or more lines.
+        for text in (data, *data[1:].splitlines()):
+            try:
+                _collect_tokens(json.loads(text), tokens)
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                continue
+            break
+    if not tokens:
+        return None
+    dictionary = work / "tokens.dict"
+    # libFuzzer's dictionary syntax: one quoted token per line, with \\ and \" escaped.
+    lines = []
+    for token in sorted(tokens):
+        quoted = json.dumps(token).replace("\\", "\\\\").replace('"', '\\"')
+        lines.append(f'"{quoted}"\n')
+    dictionary.write_text("".join(lines))
+    return dictionary
+
+
+def fuzzer_arguments(name: str, argv: list[str]) -> list[str]:
+    """``argv`` completed with the corpus pair, the artifact prefix, the hang timeout and a
+    dictionary, each unless ``argv`` already says otherwise."""
+    args = list(argv)
+    options = [arg for arg in args[1:] if arg.startswith("-")]
+    positional = [arg for arg in args[1:] if not arg.startswith("-")]
+    seeds = CORPUS_DIR / name
+    seeds.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"{name}_"))
+    if not positional:
+        (work / "corpus").mkdir()
+        args += [str(work / "corpus"), str(seeds)]
+    if not any(arg.startswith("-artifact_prefix=") for arg in options):
+        args.append(f"-artifact_prefix={seeds}/")
+    if not any(arg.startswith("-timeout=") for arg in options):
+        args.append(f"-timeout={HANG_TIMEOUT_S}")
+    if not any(arg.startswith("-dict=") for arg in options):
+        dictionary = _dictionary(seeds, work)
+        if dictionary is not None:
+            args.append(f"-dict={dictionary}")
+    return args
+
+
+def run(
+    name: str,
+    fuzz_one: Callable[[bytes], None],
+    modules: Iterable[str] | None = None,
+) -> None:
+    """Fuzz ``fuzz_one`` under atheris with ``name``'s corpus; instrument ``modules`` (already
+    imported), or everything loaded when ``modules`` is ``None``."""
+    try:
+        import atheris  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    except ImportError:
+        sys.exit("atheris is not installed; the test suite runs fuzz_one under Hypothesis")
+    if modules is None:
+        atheris.instrument_all()
+    else:
+        for module in modules:
+            instrument_module(atheris, sys.modules[module])
+    atheris.Setup(fuzzer_arguments(name, sys.argv), lambda data: fuzz_one(bytes(data)))
+    atheris.Fuzz()

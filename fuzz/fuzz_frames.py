@@ -10,7 +10,7 @@ message re-encodes to one line that parses back to an equal message.
 
 from __future__ import annotations
 
-import sys
+import json
 
 from maple_acp.rpc import (
     ErrorResponse,
@@ -68,7 +68,8 @@ def fuzz_one(data: bytes) -> None:
         if isinstance(parsed, InvalidMessage):
             reply = parsed.reply
             assert reply.code in (PARSE_ERROR, INVALID_REQUEST)
-            assert reply.id is None or type(reply.id) in (int, str)
+            # An answer echoes only an id it could read; whatever it is, it must encode.
+            assert json.loads(encode_error(reply.id, reply.to_exception()))["id"] == reply.id
             assert reply.message
             assert "\n" not in reply.message
             assert len(reply.message) <= 500
@@ -81,23 +82,11 @@ def fuzz_one(data: bytes) -> None:
 
 
 def main() -> None:
-    from _atheris import instrument_module
-
-    try:
-        import atheris  # type: ignore[import-untyped,import-not-found,unused-ignore]
-    except ImportError:
-        sys.exit("atheris is not installed; the test suite runs fuzz_one under Hypothesis")
+    from _atheris import run
 
     # Coverage guidance needs the code under test instrumented; it is imported already.
-    for name in (
-        "maple_acp.rpc._framing",
-        "maple_acp.rpc._envelope",
-        "maple_acp.wire._errors",
-        __name__,
-    ):
-        instrument_module(atheris, sys.modules[name])
-    atheris.Setup(sys.argv, lambda data: fuzz_one(bytes(data)))
-    atheris.Fuzz()
+    modules = ["maple_acp.rpc._framing", "maple_acp.rpc._envelope", "maple_acp.wire._errors"]
+    run("fuzz_frames", fuzz_one, [*modules, __name__])
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ Run ``python fuzz/fuzz_mcp_defs.py -atheris_runs=N``; tests import :func:`fuzz_o
 from __future__ import annotations
 
 import ipaddress
-import sys
 from typing import Any
 
 import httpx2
@@ -159,18 +158,11 @@ def fuzz_one(data: bytes) -> None:
 
 
 def main() -> None:
-    from _atheris import instrument_module
-
-    try:
-        import atheris  # type: ignore[import-untyped,import-not-found,unused-ignore]
-    except ImportError:
-        sys.exit("atheris is not installed; the test suite runs fuzz_one under Hypothesis")
+    from _atheris import run
 
     # Coverage guidance needs the code under test instrumented; it is imported already.
-    for name in ("maple_acp.mcp._definitions", "maple_acp.mcp._errors", __name__):
-        instrument_module(atheris, sys.modules[name])
-    atheris.Setup(sys.argv, lambda data: fuzz_one(bytes(data)))
-    atheris.Fuzz()
+    modules = ["maple_acp.mcp._definitions", "maple_acp.mcp._errors", __name__]
+    run("fuzz_mcp_defs", fuzz_one, modules)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 from typing import Any
 
 import orjson
-from fuzz_targets import load_fuzz_target
+import pytest
+from fuzz_targets import FUZZ_DIR, load_fuzz_target
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -78,14 +79,33 @@ def test_target_covers_every_method() -> None:
     assert set(fuzz_params.TARGET_TYPES) == expected
 
 
+def _corpus_documents() -> list[Any]:
+    documents = []
+    for path in sorted((FUZZ_DIR / "corpus" / "fuzz_params").glob("*.json")):
+        documents.append(orjson.loads(path.read_bytes()))
+    return documents
+
+
+def _accepts(tp: Any, document: Any) -> bool:
+    try:
+        wire.structure_params(document, tp)
+    except wire.ProtocolError:
+        return False
+    return True
+
+
 def test_seeds_are_accepted_by_some_method() -> None:
     # A seed no type accepts would start the fuzzer in the JSON parser instead of the converter.
-    for seed in fuzz_params.SEEDS:
-        accepted = 0
-        for tp in fuzz_params.TARGET_TYPES:
-            try:
-                wire.structure_params(seed, tp)
-            except wire.ProtocolError:
-                continue
-            accepted += 1
-        assert accepted, seed
+    documents = _corpus_documents()
+    assert documents
+    for document in documents:
+        assert any(_accepts(tp, document) for tp in fuzz_params.TARGET_TYPES), document
+
+
+@pytest.mark.parametrize("method", sorted(wire.AGENT_METHODS))
+def test_every_agent_method_has_a_seed(method: str) -> None:
+    # A method added to the registry is fuzzed at once; this asks for a seed that reaches it.
+    params = wire.AGENT_METHODS[method].params
+    assert any(_accepts(params, document) for document in _corpus_documents()), (
+        f"add a valid {method} params document to fuzz/corpus/fuzz_params/"
+    )
