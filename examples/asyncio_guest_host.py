@@ -35,7 +35,14 @@ import attrs
 import trio
 
 from maple_acp.backends.demo import DemoBackend, demo_catalog, demo_policy
-from maple_acp.edge import AcpService, AcpServiceConfig, HostLifecycle
+from maple_acp.config import PrivateDirectoryError, make_private_dir
+from maple_acp.edge import (
+    AcpService,
+    AcpServiceConfig,
+    ConfigError,
+    EndpointError,
+    HostLifecycle,
+)
 from maple_acp.runtime import AgentService
 from maple_acp.store import SqliteTaskStore
 
@@ -99,8 +106,14 @@ async def host_main(socket_path: Path, data_dir: Path) -> int:
 
     await asyncio.wait({ready, done}, return_when=asyncio.FIRST_COMPLETED)
     if not ready.done():
-        # Trio ended before listening (the endpoint was refused, say): report why.
-        done.result().unwrap()
+        # Trio ended before listening (the endpoint was refused, say): report why in one line.
+        try:
+            done.result().unwrap()
+        except BaseException as exc:
+            refusal = _single(exc)
+            if not isinstance(refusal, EndpointError | ConfigError):
+                raise
+            print(f"example host: {refusal}", file=sys.stderr, flush=True)
         return 1
     handles = ready.result()
     print(f"example host: serving on {socket_path}", file=sys.stderr, flush=True)
@@ -127,14 +140,28 @@ async def host_main(socket_path: Path, data_dir: Path) -> int:
     return 0
 
 
+def _single(exc: BaseException) -> BaseException:
+    """The one exception inside nested one-member groups (each Trio nursery wraps once)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="maple_acp in Trio guest mode on asyncio")
     parser.add_argument("--socket", required=True, type=Path)
     parser.add_argument("--data-dir", required=True, type=Path)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    args.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return asyncio.run(host_main(args.socket.absolute(), args.data_dir.absolute()))
+    try:
+        # Both directories hold private things (the socket, the conversations): every
+        # directory created here is 0700, and an existing one that is not private is refused.
+        make_private_dir(args.socket.absolute().parent, "socket directory")
+        data_dir = make_private_dir(args.data_dir, "data directory")
+    except PrivateDirectoryError as exc:
+        print(f"example host: {exc}", file=sys.stderr)
+        return 1
+    return asyncio.run(host_main(args.socket.absolute(), data_dir))
 
 
 if __name__ == "__main__":
