@@ -103,6 +103,7 @@ from maple_acp.model import (
     ToolStatus,
     Usage,
 )
+from maple_acp.runtime._admission import canonical_directory, within_roots
 from maple_acp.runtime._backend import AgentBackend, GoalProgress, TurnFailed
 from maple_acp.runtime._errors import (
     MAX_MESSAGE_CHARS,
@@ -129,14 +130,8 @@ from maple_acp.runtime._events import (
     UsageUpdate,
 )
 from maple_acp.runtime._goals import MAX_GOAL_ITERATIONS, MAX_GOAL_OBJECTIVE_CHARS
-from maple_acp.runtime._lease import (
-    LEASE_CLEANUP_BOUND_S,
-    SESSION_EVENT_QUEUE,
-    RouterFactory,
-    SessionEvents,
-    SessionLease,
-    TrustStatus,
-)
+from maple_acp.runtime._lease import PromptClaim, SessionLease
+from maple_acp.runtime._lease_life import LEASE_CLEANUP_BOUND_S, RouterFactory
 from maple_acp.runtime._models import (
     MODEL_CACHE_TTL_S,
     MODEL_DISCOVERY_BOUND_S,
@@ -154,7 +149,7 @@ from maple_acp.runtime._permissions import (
     PermissionResponder,
     ToolRequest,
 )
-from maple_acp.runtime._run import RUN_EVENT_QUEUE, Run, Turn
+from maple_acp.runtime._run import RUN_EVENT_QUEUE, Run
 from maple_acp.runtime._service import (
     DEFAULT_PROVISIONAL_GRACE_S,
     DRAIN_BOUND_S,
@@ -163,9 +158,8 @@ from maple_acp.runtime._service import (
     AgentService,
     ServiceStatus,
     TaskListing,
-    canonical_directory,
-    within_roots,
 )
+from maple_acp.runtime._session_events import SESSION_EVENT_QUEUE, SessionEvents
 from maple_acp.runtime._tools import (
     MAX_RELAY_TOTAL_BYTES,
     MAX_RELAY_VALUE_BYTES,
@@ -177,7 +171,8 @@ from maple_acp.runtime._tools import (
     ToolUnavailable,
     validate_relay_values,
 )
-from maple_acp.runtime._trust import SkillInfo, find_project_skills
+from maple_acp.runtime._trust import SkillInfo, TrustStatus, find_project_skills
+from maple_acp.runtime._turn import Turn
 
 __all__ = [
     "DEFAULT_PROVISIONAL_GRACE_S",
@@ -216,6 +211,7 @@ __all__ = [
     "PermissionPolicy",
     "PermissionRequest",
     "PermissionResponder",
+    "PromptClaim",
     "RejectionKind",
     "RouterFactory",
     "Run",

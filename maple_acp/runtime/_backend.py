@@ -9,7 +9,7 @@ import attrs
 from maple_acp.model import GoalStatus
 
 if TYPE_CHECKING:
-    from maple_acp.runtime._run import Turn
+    from maple_acp.runtime._turn import Turn
 
 
 class TurnFailed(Exception):

@@ -2,113 +2,37 @@
 
 from __future__ import annotations
 
-import collections
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
-import attrs
 import trio
 
-from maple_acp.model import GoalRecord, GoalStatus, ItemKind, TaskRecord, TaskSurface, TimelineItem
-from maple_acp.runtime import _goals
+from maple_acp.model import GoalRecord, ItemKind, TaskRecord, TimelineItem
+from maple_acp.runtime._barrier import OperationBarrier
+from maple_acp.runtime._context import LeaseContext
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
-from maple_acp.runtime._events import (
-    CycleStarted,
-    GoalChanged,
-    LeaseRevoked,
-    RunKind,
-    SessionEvent,
-)
+from maple_acp.runtime._events import RunKind
+from maple_acp.runtime._goal_driver import GoalCycleDriver
+from maple_acp.runtime._history import replay_view
+from maple_acp.runtime._lease_life import LeaseLifetime, ProvisionalRow, RouterFactory
 from maple_acp.runtime._models import ModelChoices
-from maple_acp.runtime._run import Run, RunHooks, Turn
-from maple_acp.runtime._tools import ExternalToolRouter, ToolContext
-from maple_acp.runtime._trust import SkillInfo, find_project_skills_async
-
-if TYPE_CHECKING:
-    from maple_acp.runtime._service import AgentService
+from maple_acp.runtime._outlet import RunHooks, RunOutlet
+from maple_acp.runtime._run import Run
+from maple_acp.runtime._session_events import SessionEvents
+from maple_acp.runtime._tools import ToolContext
+from maple_acp.runtime._trust import SkillInfo, TrustStatus, find_project_skills_async
+from maple_acp.runtime._turn import Turn
 
 logger = logging.getLogger(__name__)
 
-#: Session events waiting for the lease holder. Goal snapshots coalesce (only the newest
-#: matters) and a goal cycle starts only when there is room, so this bound is never hit by a
-#: slow reader; it only caps memory.
-SESSION_EVENT_QUEUE = 64
-#: Cleanup after a release or revocation: waiting for operations, provisional-task handling
-#: and killing children, all within one bound.
-LEASE_CLEANUP_BOUND_S = 5.0
 
-#: Called inside the lease's own nursery before the lease is handed out, so a caller can start
-#: a lease-scoped router there (and connect it) before ownership is committed.
-RouterFactory = Callable[[trio.Nursery], Awaitable[ExternalToolRouter | None]]
+class PromptClaim:
+    """Proof that the holder owns the task's one prompt slot (see
+    ``SessionLease.claim_prompt``). Opaque."""
 
-
-class SessionEvents:
-    """The lease's session event stream (goal changes, goal cycles, revocation), readable by one
-    consumer; it ends when the lease's cleanup ends."""
-
-    def __init__(self) -> None:
-        self._queue: collections.deque[SessionEvent] = collections.deque()
-        self._changed = trio.Event()
-        self._closed = False
-        self._taken = False
-
-    def publish(self, event: SessionEvent) -> None:
-        if self._closed:
-            return
-        if isinstance(event, GoalChanged):
-            self._queue = collections.deque(
-                queued for queued in self._queue if not isinstance(queued, GoalChanged)
-            )
-        elif len(self._queue) >= SESSION_EVENT_QUEUE:
-            logger.warning("session event queue full; dropping %s", type(event).__name__)
-            return
-        self._queue.append(event)
-        self._wake()
-
-    def has_room(self) -> bool:
-        return len(self._queue) < SESSION_EVENT_QUEUE - 1
-
-    async def wait_room(self) -> None:
-        while not self.has_room() and not self._closed:
-            await self._changed.wait()
-
-    def close(self) -> None:
-        self._closed = True
-        self._wake()
-
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
-
-    def __aiter__(self) -> SessionEvents:
-        return self
-
-    async def __anext__(self) -> SessionEvent:
-        while not self._queue:
-            if self._closed:
-                raise StopAsyncIteration
-            await self._changed.wait()
-        event = self._queue.popleft()
-        self._wake()
-        return event
-
-
-@attrs.frozen(kw_only=True)
-class TrustStatus:
-    """Whether a project-trust decision is needed before the task's first prompt."""
-
-    root: str
-    #: The saved decision; ``None`` when undecided.
-    trusted: bool | None
-    #: The project has real (non-symlinked) skill files.
-    has_skills: bool
-
-    @property
-    def decision_needed(self) -> bool:
-        return self.has_skills and self.trusted is None
+    __slots__ = ()
 
 
 class SessionLease:
@@ -124,7 +48,7 @@ class SessionLease:
 
     def __init__(
         self,
-        service: AgentService,
+        context: LeaseContext,
         *,
         task: TaskRecord,
         generation: int,
@@ -134,7 +58,7 @@ class SessionLease:
         goal: GoalRecord | None,
         skills: tuple[SkillInfo, ...],
     ) -> None:
-        self._service = service
+        self._context = context
         #: Opaque id of this lease (never reused).
         self.id = secrets.token_urlsafe(16)
         self.task_id = task.id
@@ -146,27 +70,34 @@ class SessionLease:
         self.created_here = created_here
         self.tools = tools
         self._task = task
-        # The row as this lease last wrote it; provisional deletion needs it to be unchanged.
-        self._snapshot: TaskRecord | None = task if created_here and task.provisional else None
-        self._prompted = not task.provisional
-        self._goal = goal
-        self._goal_epoch = 0
+        self._row = ProvisionalRow(task, created_here=created_here)
         self._skills = skills
-        self._session = SessionEvents()
-        self._session_taken = False
-        self._nursery: trio.Nursery | None = None
+        self._events = SessionEvents()
+        self._barrier = OperationBarrier()
         self._active_run: Run | None = None
         self._admission = trio.Lock()
+        self._claim: PromptClaim | None = None
         self._prompt_waiting = 0
-        self._ops = 0
-        self._idle = trio.Event()
-        self._idle.set()
-        self._goal_wake = trio.Event()
-        self._revoked = False
-        self._close_requested = False
-        self._release_requested = trio.Event()
-        self._done = trio.Event()
         self._run_serial = 0
+        self._life = LeaseLifetime(
+            context=context,
+            generation=generation,
+            tools=tools,
+            events=self._events,
+            barrier=self._barrier,
+            row=self._row,
+            on_revoke=self._on_revoke,
+        )
+        self._goals = GoalCycleDriver(
+            task_id=task.id,
+            goal=goal,
+            store=context.store,
+            now_ms=context.now_ms,
+            events=self._events,
+            launch_cycle=self._launch_cycle,
+            active_run=lambda: self._active_run,
+            quiescent=self._quiescent,
+        )
 
     # -- state -------------------------------------------------------------------------------
 
@@ -177,12 +108,12 @@ class SessionLease:
 
     @property
     def revoked(self) -> bool:
-        return self._revoked
+        return self._life.revoked
 
     @property
     def released(self) -> bool:
         """Cleanup finished; the task is free for another lease."""
-        return self._done.is_set()
+        return self._life.released
 
     @property
     def active_run(self) -> Run | None:
@@ -196,53 +127,68 @@ class SessionLease:
 
     @property
     def goal(self) -> GoalRecord | None:
-        return self._goal
+        return self._goals.goal
+
+    @property
+    def goal_cycle_active(self) -> bool:
+        return self._goals.cycle_active
 
     def session_events(self) -> SessionEvents:
         """Events outside any prompt: ``GoalChanged``, ``CycleStarted`` (read that run's events
         like a prompt's), ``LeaseRevoked``. One consumer; ends after the lease's cleanup."""
-        if self._session_taken:
-            raise RuntimeError("a lease's session events can be read only once")
-        self._session_taken = True
-        return self._session
+        return self._events.take()
+
+    # -- the operation barrier ---------------------------------------------------------------
+
+    @contextmanager
+    def operation(self) -> Iterator[None]:
+        """Mark caller work on this lease as in flight (``drain`` and ``release`` wait for it).
+        Raises ``LEASE_REVOKED`` and the admission kinds when the lease cannot be used."""
+        self._life.check_live()
+        with self._barrier.operation():
+            yield
+
+    async def drain(self) -> None:
+        """The operation barrier: wait until no operation of this lease is in flight and no
+        run is active. Does not cancel anything itself (``cancel_run`` or ``revoke`` does)."""
+        await self._barrier.wait_idle()
 
     # -- models ------------------------------------------------------------------------------
 
     async def model_choices(self, *, refresh: bool = False) -> ModelChoices:
-        with self._operation():
-            choices = await self._service._model_choices(self.generation, refresh=refresh)
-            self._check_live()
+        with self.operation():
+            choices = await self._context.model_choices(self.generation, refresh)
+            self._life.check_live()
             return choices
 
     async def set_model(self, model_id: str) -> TaskRecord:
         """Choose the task's model. Allowed until the first admitted user message; after it
         only the current model is accepted (``MODEL_LOCKED`` otherwise). ``UNKNOWN_MODEL`` if
         the catalog does not offer it."""
-        with self._operation():
+        with self.operation():
             async with self._admission:
-                self._check_live()
-                if self._prompted:
+                self._life.check_live()
+                if self._row.prompted:
                     if model_id == self._task.model:
                         return self._task
                     raise RuntimeRejection(
                         RejectionKind.MODEL_LOCKED,
                         "the model is locked once the task has a message",
                     )
-                choices = await self._service._model_choices(self.generation, refresh=False)
-                self._check_live()
+                choices = await self._context.model_choices(self.generation, False)
+                self._life.check_live()
                 if model_id not in choices:
                     raise RuntimeRejection(
                         RejectionKind.UNKNOWN_MODEL, "the model is not in the catalog"
                     )
-                record = await self._service.store.set_task_model(
-                    self.task_id, model_id, now_ms=self._service.now_ms()
+                record = await self._context.store.set_task_model(
+                    self.task_id, model_id, now_ms=self._context.now_ms()
                 )
                 if record is None:
                     raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "the task is gone")
                 self._task = record
-                if self._snapshot is not None:
-                    self._snapshot = record
-                self._check_live()
+                self._row.rewritten(record)
+                self._life.check_live()
                 return record
 
     # -- history -----------------------------------------------------------------------------
@@ -251,9 +197,9 @@ class SessionLease:
         """The task's visible history in order, ready for replay: for a tool row whose call
         ended, ``text`` is the terminal output text when there is one (the request summary
         otherwise); ``tool.raw_input`` is kept."""
-        with self._operation():
-            items = await self._service.store.history(self.task_id)
-            self._check_live()
+        with self.operation():
+            items = await self._context.store.history(self.task_id)
+            self._life.check_live()
             return replay_view(items)
 
     # -- trust -------------------------------------------------------------------------------
@@ -261,40 +207,62 @@ class SessionLease:
     async def trust_status(self) -> TrustStatus:
         """Call before the task's first prompt: whether the caller must ask for a trust
         decision (the project has real skill files and no saved decision)."""
-        with self._operation():
+        with self.operation():
             root = self._task.root
-            trusted = await self._service.store.get_trust(self.account, root)
+            trusted = await self._context.store.get_trust(self.account, root)
             skills = await find_project_skills_async(root)
-            self._check_live()
+            self._life.check_live()
             return TrustStatus(root=root, trusted=trusted, has_skills=bool(skills))
 
     async def decide_trust(self, trusted: bool) -> None:
         """Save the account's decision for this task's project and rebuild this lease's skill
         catalog. ``TRUST_BUSY`` while a run of that project is active."""
-        with self._operation():
-            await self._service._set_trust(
-                self.generation, self._task.root, trusted, allow_lease=self
-            )
+        with self.operation():
+            await self._context.set_trust(self.generation, self._task.root, trusted, self)
             await self.rebuild_skills()
 
     async def rebuild_skills(self) -> tuple[SkillInfo, ...]:
         """Recompute the skills the backend sees from the saved decision and the files."""
-        with self._operation():
-            trusted = await self._service.store.get_trust(self.account, self._task.root)
+        with self.operation():
+            trusted = await self._context.store.get_trust(self.account, self._task.root)
             skills = await find_project_skills_async(self._task.root) if trusted else ()
-            self._check_live()
+            self._life.check_live()
             self._skills = skills
             return skills
 
     # -- runs --------------------------------------------------------------------------------
 
-    async def start_run(self, prompt: str) -> Run:
+    @contextmanager
+    def claim_prompt(self) -> Iterator[PromptClaim]:
+        """Hold the task's one prompt slot for a caller's whole prompt (a trust question
+        before it included), as one operation of the lease. ``RUN_ACTIVE`` if another prompt
+        holds it or a prompt's run is active. Pass the claim to ``start_run``."""
+        with self.operation():
+            run = self._active_run
+            if self._claim is not None or (run is not None and run.kind is RunKind.PROMPT):
+                raise RuntimeRejection(RejectionKind.RUN_ACTIVE, "a prompt is already running")
+            claim = self._claim = PromptClaim()
+            try:
+                yield claim
+            finally:
+                self._claim = None
+
+    async def start_run(self, prompt: str, *, claim: PromptClaim | None = None) -> Run:
         """Admit ``prompt`` as the task's next user message (durably, before the backend sees
         it) and start a run for it. A running goal cycle is cancelled first and the prompt
-        admitted after it ended. ``RUN_ACTIVE`` if a prompt's run is still active."""
-        with self._operation():
+        admitted after it ended. ``RUN_ACTIVE`` if another prompt holds the slot or a prompt's
+        run is still active. Without ``claim`` the slot is claimed for the admission only."""
+        if claim is None:
+            with self.claim_prompt() as own:
+                return await self._admit_prompt(prompt, own)
+        return await self._admit_prompt(prompt, claim)
+
+    async def _admit_prompt(self, prompt: str, claim: PromptClaim) -> Run:
+        with self.operation():
+            if claim is not self._claim:
+                raise RuntimeRejection(RejectionKind.RUN_ACTIVE, "a prompt is already running")
             async with self._admission:
-                self._check_live()
+                self._life.check_live()
                 current = self._active_run
                 if current is not None and current.kind is RunKind.PROMPT:
                     raise RuntimeRejection(RejectionKind.RUN_ACTIVE, "a prompt is already running")
@@ -303,9 +271,9 @@ class SessionLease:
                     if current is not None:
                         current.cancel()
                         await current.wait()
-                    self._check_live()
+                    self._life.check_live()
                     run_id = self._new_run_id()
-                    now = self._service.now_ms()
+                    now = self._context.now_ms()
                     item = TimelineItem(
                         item_id=f"{run_id}-u",
                         kind=ItemKind.USER,
@@ -313,17 +281,16 @@ class SessionLease:
                         run_id=run_id,
                         text=prompt,
                     )
-                    record = await self._service.store.admit_user_message(
+                    record = await self._context.store.admit_user_message(
                         self.task_id, item, now_ms=now
                     )
                     self._task = record
-                    self._prompted = True
-                    self._snapshot = None
-                    self._check_live()
+                    self._row.admitted()
+                    self._life.check_live()
                     return await self._launch(run_id, RunKind.PROMPT, prompt)
                 finally:
                     self._prompt_waiting -= 1
-                    self._poke_goals()
+                    self._goals.poke()
 
     def cancel_run(self) -> bool:
         """Cancel the active run, if any. True if there was one."""
@@ -333,30 +300,46 @@ class SessionLease:
         run.cancel()
         return True
 
+    async def _launch_cycle(self, objective: str) -> Run:
+        return await self._launch(self._new_run_id(), RunKind.GOAL_CYCLE, objective)
+
     async def _launch(self, run_id: str, kind: RunKind, prompt: str) -> Run:
-        assert self._nursery is not None
+        nursery = self._life.nursery
+        context = self._context
         hooks = RunHooks(
-            store=self._service.store,
-            now_ms=self._service.now_ms,
-            policy=self._service.policy,
+            now_ms=context.now_ms,
+            policy=context.policy,
             set_title=self._set_title,
             set_goal=self._set_goal_from_run,
         )
-        run = Run(run_id=run_id, task_id=self.task_id, kind=kind, hooks=hooks)
-        run.turn = Turn(
-            run,
-            prompt=prompt,
-            model=self._task.model,
-            root=self._task.root,
-            skills=self._skills,
-            goal=self._goal,
-            tools=self.tools,
+        task, skills, goal, tools = self._task, self._skills, self._goals.goal, self.tools
+
+        def make_turn(outlet: RunOutlet) -> Turn:
+            return Turn(
+                outlet,
+                task_id=task.id,
+                kind=kind,
+                prompt=prompt,
+                model=task.model,
+                root=task.root,
+                skills=skills,
+                goal=goal,
+                tools=tools,
+            )
+
+        run = Run(
+            run_id=run_id,
+            task_id=self.task_id,
+            kind=kind,
+            hooks=hooks,
+            store=context.store,
+            make_turn=make_turn,
         )
         self._active_run = run
-        self._not_idle()
-        await self._nursery.start(
+        self._barrier.run_started()
+        await nursery.start(
             lambda task_status: run.drive(
-                self._service.backend, on_end=self._run_ended, task_status=task_status
+                context.backend, on_end=self._run_ended, task_status=task_status
             )
         )
         return run
@@ -364,16 +347,16 @@ class SessionLease:
     def _run_ended(self, run: Run) -> None:
         if self._active_run is run:
             self._active_run = None
-        self._maybe_idle()
-        self._poke_goals()
+            self._barrier.run_ended()
+        self._goals.poke()
 
     def _new_run_id(self) -> str:
         self._run_serial += 1
         return f"r{self._run_serial}-{secrets.token_hex(4)}"
 
     async def _set_title(self, title: str) -> None:
-        record = await self._service.store.rename_task(
-            self.task_id, title, user_renamed=False, now_ms=self._service.now_ms()
+        record = await self._context.store.rename_task(
+            self.task_id, title, user_renamed=False, now_ms=self._context.now_ms()
         )
         if record is not None:
             self._task = record
@@ -383,146 +366,43 @@ class SessionLease:
     async def set_goal(self, objective: str, *, token_budget: int | None = None) -> GoalRecord:
         """Give the task a new active goal (the objective is trimmed; ``INVALID_GOAL`` if
         blank). A running goal cycle of the previous goal is cancelled."""
-        with self._operation():
-            return await self._set_goal_from_run(objective, token_budget)
+        with self.operation():
+            return await self._goals.set(objective, token_budget)
 
     async def pause_goal(self) -> GoalRecord:
         """``GOAL_STATE`` unless the goal is active. A running goal cycle is cancelled."""
-        with self._operation():
-            goal = _goals.paused(self._goal, now_ms=self._service.now_ms())
-            self._cancel_cycle()
-            return await self._store_goal(goal)
+        with self.operation():
+            return await self._goals.pause()
 
     async def resume_goal(self) -> GoalRecord:
         """``GOAL_STATE`` unless the goal is paused, blocked or limited."""
-        with self._operation():
-            goal = _goals.resumed(self._goal, now_ms=self._service.now_ms())
-            return await self._store_goal(goal)
+        with self.operation():
+            return await self._goals.resume()
 
     async def clear_goal(self) -> None:
         """Remove the goal (no effect without one); publishes ``GoalChanged(goal=None)``."""
-        with self._operation():
-            self._goal_epoch += 1
-            self._cancel_cycle()
-            await self._put_goal(None)
+        with self.operation():
+            await self._goals.clear()
 
     async def _set_goal_from_run(self, objective: str, token_budget: int | None) -> GoalRecord:
-        self._check_live()
-        goal = _goals.new_goal(objective, now_ms=self._service.now_ms(), token_budget=token_budget)
-        self._goal_epoch += 1
-        self._cancel_cycle()
-        return await self._store_goal(goal)
+        self._life.check_live()
+        return await self._goals.set(objective, token_budget)
 
-    async def _store_goal(self, goal: GoalRecord) -> GoalRecord:
-        await self._put_goal(goal)
-        return goal
+    def _quiescent(self) -> bool:
+        return self._active_run is None and not self._prompt_waiting and self._life.live()
 
-    async def _put_goal(self, goal: GoalRecord | None) -> None:
-        # The in-memory goal changes first: a cycle ending while the write is in flight must
-        # already see a pause or a clear, or it would start the next cycle.
-        self._goal = goal
-        self._poke_goals()
-        await self._service.store.put_goal(self.task_id, goal)
-        self._session.publish(GoalChanged(self.task_id, goal))
-
-    def _cancel_cycle(self) -> None:
-        run = self._active_run
-        if run is not None and run.kind is RunKind.GOAL_CYCLE:
-            run.cancel()
-
-    def _poke_goals(self) -> None:
-        self._goal_wake.set()
-
-    def _cycle_due(self) -> bool:
-        goal = self._goal
-        return (
-            goal is not None
-            and goal.status is GoalStatus.ACTIVE
-            and self._active_run is None
-            and not self._prompt_waiting
-            and not self._revoked
-            and self._service._admits(self.generation)
-        )
-
-    async def _drive_goals(self) -> None:
-        """Run autonomous goal cycles while the goal is active and the task quiescent."""
-        try:
-            while True:
-                await self._goal_wake.wait()
-                self._goal_wake = trio.Event()
-                if not self._cycle_due():
-                    continue
-                await self._session.wait_room()
-                if not self._cycle_due():
-                    continue
-                goal = self._goal
-                assert goal is not None
-                epoch = self._goal_epoch
-                run = await self._launch(self._new_run_id(), RunKind.GOAL_CYCLE, goal.objective)
-                self._session.publish(CycleStarted(run))
-                outcome = await run.wait()
-                current = self._goal
-                if current is None or epoch != self._goal_epoch:
-                    continue
-                turn = run.turn
-                progress = turn.goal_progress if turn is not None else None
-                updated = _goals.after_cycle(
-                    current, outcome, progress, now_ms=self._service.now_ms()
-                )
-                if updated is not None:
-                    with trio.CancelScope(shield=True):
-                        await self._store_goal(updated)
-                self._poke_goals()
-        except Exception:
-            logger.exception("goal cycles of task %s stopped", self.task_id)
-
-    # -- operations, revocation, release -----------------------------------------------------
-
-    def _check_live(self) -> None:
-        if self._revoked:
-            raise RuntimeRejection(RejectionKind.LEASE_REVOKED, "the session was revoked")
-        self._service._admit(self.generation)
-
-    @contextmanager
-    def _operation(self) -> Iterator[None]:
-        self._check_live()
-        self._ops += 1
-        self._not_idle()
-        try:
-            yield
-        finally:
-            self._ops -= 1
-            self._maybe_idle()
-
-    def _not_idle(self) -> None:
-        if self._idle.is_set():
-            self._idle = trio.Event()
-
-    def _maybe_idle(self) -> None:
-        if self._ops == 0 and self._active_run is None:
-            self._idle.set()
+    # -- revocation and release --------------------------------------------------------------
 
     def revoke(self, reason: str = "the session was revoked") -> None:
         """Synchronously withdraw every capability: cancel the active run (its pending
         permissions resolve as denied), drop the relay values and the router, send SIGTERM to
         child process groups, reject every later operation. Idempotent. The task stays blocked
         for other leases until ``release`` (or the end of ``serve_*``) finishes cleanup."""
-        if self._revoked:
-            return
-        self._revoked = True
-        run = self._active_run
-        if run is not None:
-            run.cancel()
-        self.tools.revoke()
-        if self._nursery is not None:
-            self._nursery.cancel_scope.cancel()
-        self._session.publish(LeaseRevoked(reason))
-        self._poke_goals()
+        self._life.revoke(reason)
 
-    async def drain(self) -> None:
-        """The operation barrier: wait until no operation of this lease is in flight and no
-        run is active. Does not cancel anything itself (``cancel_run`` or ``revoke`` does)."""
-        await self._idle.wait()
+    def _on_revoke(self) -> None:
+        self.cancel_run()
+        self._goals.poke()
 
     async def release(self, *, close: bool = False) -> None:
         """Revoke, then wait for cleanup: operations drained, children killed, and the task
@@ -530,11 +410,7 @@ class SessionLease:
         never prompted is deleted if its row is unchanged; otherwise (a disconnect) a still
         provisional task gets the service's grace period. If the caller stops waiting (its
         own deadline), cleanup goes on in the lease's task."""
-        if close and not self._done.is_set():
-            self._close_requested = True
-        self.revoke("the session was released")
-        self._release_requested.set()
-        await self._done.wait()
+        await self._life.release(close=close)
 
     async def serve(
         self,
@@ -542,86 +418,15 @@ class SessionLease:
         *,
         task_status: trio.TaskStatus[SessionLease],
     ) -> None:
-        started = False
-        setup_error: BaseException | None = None
-        try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                if self._revoked:
-                    nursery.cancel_scope.cancel()
-                if router_factory is not None:
-                    try:
-                        router = await router_factory(nursery)
-                        self.tools.install_router(router)
-                    except Exception as exc:
-                        setup_error = exc
-                        nursery.cancel_scope.cancel()
-                if setup_error is None and not self._revoked:
-                    try:
-                        self._check_live()
-                    except RuntimeRejection as exc:
-                        setup_error = exc
-                        nursery.cancel_scope.cancel()
-                    else:
-                        nursery.start_soon(self._drive_goals)
-                        started = True
-                        task_status.started(self)
-                        self._poke_goals()
-                        await trio.sleep_forever()
-            if setup_error is not None:
-                raise setup_error
-            if not started:
-                raise RuntimeRejection(RejectionKind.LEASE_REVOKED, "the session was revoked")
-            await self._release_requested.wait()
-        finally:
-            if not started:
-                # Never handed out: nothing of it can have been used, so clean up as a close.
-                self._close_requested = True
-            with trio.CancelScope(shield=True):
-                with trio.move_on_after(LEASE_CLEANUP_BOUND_S):
-                    await self._cleanup()
-                self.tools.revoke()
-                for pgid in self.tools.live_process_groups:
-                    logger.warning("process group %d outlived its lease cleanup", pgid)
-                self._service._unregister(self)
-                self._session.close()
-                self._done.set()
+        """Serve this lease until it is released (``AgentService`` calls this)."""
 
-    async def _cleanup(self) -> None:
-        self.revoke("the session was released")
-        await self._idle.wait()
-        try:
-            await self._settle_provisional()
-        except Exception:
-            logger.warning("could not settle provisional task %s", self.task_id, exc_info=True)
-        await self.tools.reap()
+        def started() -> None:
+            task_status.started(self)
+            self._goals.poke()
 
-    async def _settle_provisional(self) -> None:
-        store = self._service.store
-        current = await store.get_task(self.task_id)
-        if current is None or not current.provisional or self.surface is not TaskSurface.EXTERNAL:
-            return
-        grace = self._service.provisional_grace_ms
-        untouched = self.created_here and not self._prompted and self._snapshot is not None
-        if untouched and (self._close_requested or grace == 0):
-            assert self._snapshot is not None
-            if await store.delete_task_if_unchanged(self._snapshot):
-                logger.debug("deleted untouched provisional task %s", self.task_id)
-                return
-        await store.set_provisional_expiry(self.task_id, self._service.now_ms() + grace)
-
-
-def replay_view(items: list[TimelineItem]) -> list[TimelineItem]:
-    """History as it is replayed: an ended tool row shows its terminal output text."""
-    view: list[TimelineItem] = []
-    for item in items:
-        tool = item.tool
-        if (
-            item.kind is ItemKind.TOOL
-            and tool is not None
-            and tool.status.terminal
-            and tool.output_text
-        ):
-            item = attrs.evolve(item, text=tool.output_text)
-        view.append(item)
-    return view
+        await self._life.serve(
+            router_factory,
+            main=self._goals.drive,
+            started=started,
+            unregister=lambda: self._context.unregister(self),
+        )

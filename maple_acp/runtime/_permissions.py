@@ -77,6 +77,15 @@ class PermissionResponder:
         self.id = responder_id
         self.run_id = broker.run_id
 
+    @property
+    def done(self) -> trio.Event:
+        """Set once the request is resolved, whichever way."""
+        return self._pending.done
+
+    @property
+    def allowed(self) -> bool:
+        return self._pending.allowed
+
     def answer(self, answer: str) -> bool:
         """Answer this request. True if the answer was accepted; any invalid form (an unknown
         option, a second answer, an answer after the run was cancelled) denies every pending
@@ -115,12 +124,11 @@ class PermissionBroker:
         """Wait (in the caller's cancel scope, which is the run's) for the answer. A
         cancellation resolves the request as denied before it propagates."""
         # Held by the responder: the answer may arrive before this wait begins.
-        pending = responder._pending
         try:
-            await pending.done.wait()
-            return pending.allowed
+            await responder.done.wait()
+            return responder.allowed
         finally:
-            if not pending.done.is_set():
+            if not responder.done.is_set():
                 self._resolve(responder.id, allowed=False)
 
     def answer(self, responder_id: str, answer: str) -> bool:

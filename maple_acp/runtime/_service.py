@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 import uuid
 from collections.abc import Collection, Mapping, Sequence
@@ -14,14 +13,31 @@ from typing import Self
 import attrs
 import trio
 
-from maple_acp.model import TaskPolicy, TaskQuery, TaskRecord, TaskSurface, TimelineItem
+from maple_acp.model import (
+    GoalRecord,
+    TaskPolicy,
+    TaskQuery,
+    TaskRecord,
+    TaskSurface,
+    TimelineItem,
+)
+from maple_acp.runtime._admission import (
+    AdmissionFence,
+    ProjectRoots,
+    canonical_directory,
+    check_attachable,
+)
 from maple_acp.runtime._backend import AgentBackend
+from maple_acp.runtime._context import LeaseContext
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
-from maple_acp.runtime._lease import RouterFactory, SessionLease, replay_view
+from maple_acp.runtime._history import replay_view
+from maple_acp.runtime._lease import SessionLease
+from maple_acp.runtime._lease_life import RouterFactory
 from maple_acp.runtime._models import ModelCatalog, ModelCatalogCache, ModelChoices
 from maple_acp.runtime._permissions import PermissionPolicy
+from maple_acp.runtime._registry import LeaseRegistry
 from maple_acp.runtime._tools import ToolContext, validate_relay_values
-from maple_acp.runtime._trust import find_project_skills_async
+from maple_acp.runtime._trust import SkillInfo, find_project_skills_async
 from maple_acp.store import InvalidCursor, TaskStore
 
 logger = logging.getLogger(__name__)
@@ -53,42 +69,6 @@ class TaskListing:
     tasks: tuple[TaskRecord, ...]
     #: Opaque; pass it back for the next page. ``None`` on the last page.
     next_cursor: str | None
-
-
-def _canonical_directory_sync(path: str) -> str:
-    def reject(message: str) -> RuntimeRejection:
-        return RuntimeRejection(RejectionKind.INVALID_CWD, message)
-
-    if not isinstance(path, str) or not path or "\x00" in path:
-        raise reject("the working directory must be a non-empty path")
-    if not os.path.isabs(path):
-        raise reject("the working directory must be an absolute path")
-    try:
-        canonical = os.path.realpath(path, strict=True)
-    except OSError as exc:
-        raise reject("the working directory does not exist or is not accessible") from exc
-    if not os.path.isdir(canonical):
-        raise reject("the working directory is not a directory")
-    if not os.access(canonical, os.R_OK | os.X_OK):
-        raise reject("the working directory is not accessible")
-    return canonical
-
-
-async def canonical_directory(path: str) -> str:
-    """The canonical form of an absolute, accessible directory (symlinks resolved). Raises
-    ``RuntimeRejection(INVALID_CWD)``."""
-    return await trio.to_thread.run_sync(_canonical_directory_sync, path)
-
-
-def within_roots(root: str, allowed_roots: Sequence[str]) -> bool:
-    """Whether the canonical directory ``root`` is one of ``allowed_roots`` or below one
-    (canonical too); an empty policy admits every directory. Admission policy, not a sandbox."""
-    if not allowed_roots:
-        return True
-    return any(
-        root == allowed or root.startswith(allowed.rstrip(os.sep) + os.sep)
-        for allowed in allowed_roots
-    )
 
 
 class AgentService:
@@ -124,18 +104,27 @@ class AgentService:
         self.installation_id = installation_id
         self.provisional_grace_ms = int(provisional_grace_s * 1000)
         self.relay_allow_list = frozenset(relay_allow_list)
-        self._allowed_roots = tuple(allowed_roots)
+        self._roots = ProjectRoots(allowed_roots)
         self._models = ModelCatalogCache(catalog)
-        self._account: str | None = None
-        self._generation = 0
-        self._ready = False
-        self._draining = False
-        self._leases: dict[str, SessionLease] = {}
+        self._fence = AdmissionFence()
+        self._leases = LeaseRegistry()
         self._sweep_lock = trio.Lock()
         self._wall_anchor_ms = 0
         self._trio_anchor = 0.0
         self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._nursery: trio.Nursery | None = None
+        self._lease_context = LeaseContext(
+            store=store,
+            backend=backend,
+            policy=policy,
+            now_ms=self.now_ms,
+            provisional_grace_ms=self.provisional_grace_ms,
+            check_admitted=self._fence.check,
+            admits=self._fence.admits,
+            model_choices=self._model_choices,
+            set_trust=self._set_trust,
+            unregister=self._leases.remove,
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -149,13 +138,11 @@ class AgentService:
         ``PROVISIONAL_SWEEP_INTERVAL_S`` until cancelled."""
         self._wall_anchor_ms = time.time_ns() // 1_000_000
         self._trio_anchor = trio.current_time()
-        self._allowed_roots = tuple(
-            [await canonical_directory(root) for root in self._allowed_roots]
-        )
+        await self._roots.canonicalise_policy()
         deleted = await self.store.sweep_provisional(now_ms=self.now_ms(), stranded=True)
         if deleted:
             logger.info("start-up sweep deleted %d stranded provisional tasks", len(deleted))
-        self._ready = True
+        self._fence.ready = True
         task_status.started()
         try:
             while True:
@@ -165,7 +152,7 @@ class AgentService:
                 except Exception:
                     logger.warning("provisional sweep failed", exc_info=True)
         finally:
-            self._ready = False
+            self._fence.ready = False
 
     async def __aenter__(self) -> Self:
         """``async with service:`` runs ``serve`` in a nursery of its own until the block
@@ -202,37 +189,36 @@ class AgentService:
         Returns the generation."""
         if not account:
             raise ValueError("an account id must be non-empty")
-        if account != self._account:
+        if account != self._fence.account:
             self._new_generation(account, "the account changed")
-        return self._generation
+        return self._fence.generation
 
     def sign_out(self) -> None:
         """Revoke every lease and reject every operation captured before."""
-        if self._account is not None:
+        if self._fence.account is not None:
             self._new_generation(None, "the account signed out")
 
     def _new_generation(self, account: str | None, reason: str) -> None:
-        self._generation += 1
-        self._account = account
-        for lease in list(self._leases.values()):
+        self._fence.new_generation(account)
+        for lease in self._leases.leases():
             lease.revoke(reason)
 
     @property
     def account(self) -> str | None:
-        return self._account
+        return self._fence.account
 
     @property
     def generation(self) -> int:
-        return self._generation
+        return self._fence.generation
 
     async def drain(self) -> bool:
         """Stop admitting work (every later operation is ``SHUTTING_DOWN``), cancel every
         active run, and wait up to ``DRAIN_BOUND_S`` for them to end. True if they all did."""
-        self._draining = True
-        for lease in list(self._leases.values()):
+        self._fence.draining = True
+        for lease in self._leases.leases():
             lease.cancel_run()
         with trio.move_on_after(DRAIN_BOUND_S):
-            for lease in list(self._leases.values()):
+            for lease in self._leases.leases():
                 run = lease.active_run
                 if run is not None:
                     await run.wait()
@@ -240,58 +226,19 @@ class AgentService:
         return False
 
     def status(self) -> ServiceStatus:
+        leases = self._leases.leases()
         return ServiceStatus(
-            ready=self._ready,
-            account=self._account,
-            generation=self._generation,
-            draining=self._draining,
-            leases=len(self._leases),
-            active_runs=sum(1 for lease in self._leases.values() if lease.active_run),
+            ready=self._fence.ready,
+            account=self._fence.account,
+            generation=self._fence.generation,
+            draining=self._fence.draining,
+            leases=len(leases),
+            active_runs=sum(1 for lease in leases if lease.active_run),
         )
-
-    # -- admission ---------------------------------------------------------------------------
-
-    def _admits(self, generation: int) -> bool:
-        return (
-            self._ready
-            and not self._draining
-            and self._account is not None
-            and generation == self._generation
-        )
-
-    def _admit(self, generation: int | None = None) -> int:
-        """The current generation, if work may be admitted under ``generation`` (default: the
-        current one)."""
-        if self._draining or not self._ready:
-            raise RuntimeRejection(RejectionKind.SHUTTING_DOWN, "the agent runtime is not serving")
-        if generation is not None and generation != self._generation:
-            raise RuntimeRejection(
-                RejectionKind.ACCOUNT_CHANGED, "the account changed since the operation began"
-            )
-        if self._account is None:
-            raise RuntimeRejection(RejectionKind.NOT_SIGNED_IN, "no account is signed in")
-        return self._generation
-
-    def _active_account(self, generation: int) -> str:
-        self._admit(generation)
-        assert self._account is not None
-        return self._account
-
-    async def _admitted_root(self, cwd: str) -> str:
-        root = await canonical_directory(cwd)
-        if not within_roots(root, self._allowed_roots):
-            raise RuntimeRejection(
-                RejectionKind.INVALID_CWD, "the working directory is outside the allowed roots"
-            )
-        return root
-
-    def _unregister(self, lease: SessionLease) -> None:
-        if self._leases.get(lease.task_id) is lease:
-            del self._leases[lease.task_id]
 
     def lease_of(self, task_id: str) -> SessionLease | None:
         """The lease holding ``task_id`` (revoked ones still cleaning up included)."""
-        return self._leases.get(task_id)
+        return self._leases.of(task_id)
 
     # -- models ------------------------------------------------------------------------------
 
@@ -300,25 +247,54 @@ class AgentService:
         recent listing unless ``refresh``; a listing takes at most 30 s, and when it fails or
         times out the previous listing (or only the default) is offered with
         ``refreshed=False``. ``ACCOUNT_CHANGED`` if the account changed meanwhile."""
-        return await self._model_choices(self._admit(), refresh=refresh)
+        return await self._model_choices(self._fence.admit(), refresh)
 
     def cached_model_choices(self) -> ModelChoices:
         """The last listing for this account, or only the host default: never waits."""
-        generation = self._admit()
-        assert self._account is not None
-        cached = self._models.cached(self._account, generation)
-        return cached if cached is not None else self._models.default_choices(self._account)
+        generation = self._fence.admit()
+        account = self._fence.account_of(generation)
+        cached = self._models.cached(account, generation)
+        return cached if cached is not None else self._models.default_choices(account)
 
-    async def _model_choices(self, generation: int, *, refresh: bool) -> ModelChoices:
-        account = self._active_account(generation)
+    async def _model_choices(self, generation: int, refresh: bool) -> ModelChoices:
+        account = self._fence.account_of(generation)
         return await self._models.choices(
-            account, generation, lambda: self._generation, refresh=refresh
+            account, generation, lambda: self._fence.generation, refresh=refresh
         )
 
     # -- leases ------------------------------------------------------------------------------
 
     def _tool_context(self, relay: Mapping[str, str] | None) -> ToolContext:
         return ToolContext(validate_relay_values(relay or {}, self.relay_allow_list))
+
+    async def _project_skills(self, account: str, root: str) -> tuple[SkillInfo, ...]:
+        if await self.store.get_trust(account, root):
+            return await find_project_skills_async(root)
+        return ()
+
+    def _open_lease(
+        self,
+        task: TaskRecord,
+        generation: int,
+        *,
+        created_here: bool,
+        tools: ToolContext,
+        goal: GoalRecord | None,
+        skills: tuple[SkillInfo, ...],
+    ) -> SessionLease:
+        """The one place a lease is made and registered."""
+        lease = SessionLease(
+            self._lease_context,
+            task=task,
+            generation=generation,
+            installation_id=self.installation_id,
+            created_here=created_here,
+            tools=tools,
+            goal=goal,
+            skills=skills,
+        )
+        self._leases.add(lease)
+        return lease
 
     async def serve_new_task(
         self,
@@ -340,14 +316,15 @@ class AgentService:
         returned. Raises ``INVALID_CWD``, ``INVALID_RELAY``, ``UNKNOWN_MODEL`` and the
         admission kinds before anything is created.
         """
-        generation = self._admit()
+        generation = self._fence.admit()
         tools = self._tool_context(relay)
-        root = await self._admitted_root(cwd)
+        root = await self._roots.admit(cwd)
         if model is None:
             model = self.cached_model_choices().default
-        elif model not in await self._model_choices(generation, refresh=False):
+        elif model not in await self._model_choices(generation, False):
             raise RuntimeRejection(RejectionKind.UNKNOWN_MODEL, "the model is not in the catalog")
-        account = self._active_account(generation)
+        account = self._fence.account_of(generation)
+        skills = await self._project_skills(account, root)
         now = self.now_ms()
         record = TaskRecord(
             id=uuid.uuid4().hex,
@@ -361,17 +338,9 @@ class AgentService:
             provisional=surface is TaskSurface.EXTERNAL,
         )
         await self.store.create_task(record)
-        lease = SessionLease(
-            self,
-            task=record,
-            generation=generation,
-            installation_id=self.installation_id,
-            created_here=True,
-            tools=tools,
-            goal=None,
-            skills=(),
+        lease = self._open_lease(
+            record, generation, created_here=True, tools=tools, goal=None, skills=skills
         )
-        self._leases[record.id] = lease
         # serve() cleans up (and deletes the untouched row) if the lease is never handed out.
         await lease.serve(router_factory, task_status=task_status)
 
@@ -395,56 +364,42 @@ class AgentService:
         the lease's nursery after the checks and before the lease is returned; if it raises,
         the lease is cleaned up and its exception propagates.
         """
-        generation = self._admit()
+        generation = self._fence.admit()
         tools = self._tool_context(relay)
-        root = await self._admitted_root(cwd)
+        root = await self._roots.admit(cwd)
         async with self._sweep_lock:
-            task = await self.store.get_task(task_id)
-            account = self._active_account(generation)
-            _check_attachable(task, account=account, root=root)
-            assert task is not None
-            holder = self._leases.get(task_id)
-            if holder is not None:
-                if holder.active_run is not None:
-                    raise RuntimeRejection(RejectionKind.RUN_ACTIVE, "the task has an active run")
-                raise RuntimeRejection(RejectionKind.TASK_LEASED, "the task is held by a session")
-            lease = SessionLease(
-                self,
-                task=task,
-                generation=generation,
-                installation_id=self.installation_id,
-                created_here=False,
-                tools=tools,
-                goal=None,
-                skills=(),
-            )
-            self._leases[task_id] = lease
+            found = await self.store.get_task(task_id)
+            account = self._fence.account_of(generation)
+            task = check_attachable(found, account=account, root=root)
+            self._leases.reserve(task_id)
             try:
                 if task.provisional and task.provisional_expires_ms is not None:
                     # Held now: the grace sweep must not take it.
-                    cleared = await self.store.set_provisional_expiry(task_id, None)
-                    lease._task = cleared or task
+                    task = await self.store.set_provisional_expiry(task_id, None) or task
             except BaseException:
-                self._unregister(lease)
+                self._leases.unreserve(task_id)
                 raise
         try:
             if task.model is not None:
-                choices = await self._model_choices(generation, refresh=False)
+                choices = await self._model_choices(generation, False)
                 if task.model not in choices:
                     raise RuntimeRejection(
                         RejectionKind.MODEL_RETIRED, "the task's model is no longer offered"
                     )
-            lease._goal = await self.store.get_goal(task_id)
-            if await self.store.get_trust(account, root):
-                lease._skills = await find_project_skills_async(root)
-            self._admit(generation)
+            goal = await self.store.get_goal(task_id)
+            skills = await self._project_skills(account, root)
+            self._fence.check(generation)
         except BaseException:
-            lease.revoke()
+            tools.revoke()
             with trio.CancelScope(shield=True):
-                if task.provisional and task.provisional_expires_ms is not None:
-                    await self.store.set_provisional_expiry(task_id, task.provisional_expires_ms)
-            self._unregister(lease)
+                expiry = found.provisional_expires_ms if found is not None else None
+                if task.provisional and expiry is not None:
+                    await self.store.set_provisional_expiry(task_id, expiry)
+            self._leases.unreserve(task_id)
             raise
+        lease = self._open_lease(
+            task, generation, created_here=False, tools=tools, goal=goal, skills=skills
+        )
         await lease.serve(router_factory, task_status=task_status)
 
     # -- tasks -------------------------------------------------------------------------------
@@ -453,11 +408,12 @@ class AgentService:
         self, *, cwd: str | None = None, cursor: str | None = None, limit: int = MAX_LIST_PAGE
     ) -> TaskListing:
         """The signed-in account's caller-mediated, non-provisional tasks, newest first, at
-        most 100 per page; ``cwd`` filters by exact canonical root. ``INVALID_CURSOR`` for a
-        cursor this service did not issue (for this query)."""
-        generation = self._admit()
-        root = await self._admitted_root(cwd) if cwd is not None else None
-        account = self._active_account(generation)
+        most 100 per page; ``cwd`` filters by exact canonical root (``INVALID_CWD`` outside
+        the allowed roots). ``INVALID_CURSOR`` for a cursor this service did not issue (for
+        this query)."""
+        generation = self._fence.admit()
+        root = await self._roots.admit(cwd) if cwd is not None else None
+        account = self._fence.account_of(generation)
         query = TaskQuery(
             account=account,
             root=root,
@@ -469,24 +425,26 @@ class AgentService:
             page = await self.store.list_tasks(query)
         except InvalidCursor as exc:
             raise RuntimeRejection(RejectionKind.INVALID_CURSOR, "the cursor is not valid") from exc
-        self._admit(generation)
-        tasks = page.tasks
-        if self._allowed_roots:
-            tasks = tuple(t for t in tasks if within_roots(t.root, self._allowed_roots))
+        self._fence.check(generation)
+        tasks = tuple(t for t in page.tasks if self._roots.admits(t.root))
         return TaskListing(tasks=tasks, next_cursor=page.next_cursor)
 
-    async def task_history(self, task_id: str) -> list[TimelineItem]:
-        """A task's history for a viewer without a lease (same rules as
-        ``SessionLease.history``)."""
-        generation = self._admit()
+    async def _own_task(self, generation: int, task_id: str) -> TaskRecord:
         task = await self.store.get_task(task_id)
-        account = self._active_account(generation)
+        account = self._fence.account_of(generation)
         if task is None:
             raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such task")
         if task.account != account:
             raise RuntimeRejection(RejectionKind.WRONG_ACCOUNT, "the task is another account's")
+        return task
+
+    async def task_history(self, task_id: str) -> list[TimelineItem]:
+        """A task's history for a viewer without a lease (same rules as
+        ``SessionLease.history``)."""
+        generation = self._fence.admit()
+        await self._own_task(generation, task_id)
         items = await self.store.history(task_id)
-        self._admit(generation)
+        self._fence.check(generation)
         return replay_view(items)
 
     async def sweep_provisional(self) -> list[str]:
@@ -497,28 +455,27 @@ class AgentService:
     # -- trust -------------------------------------------------------------------------------
 
     async def project_trust(self, cwd: str) -> bool | None:
-        generation = self._admit()
+        generation = self._fence.admit()
         root = await canonical_directory(cwd)
-        account = self._active_account(generation)
+        account = self._fence.account_of(generation)
         return await self.store.get_trust(account, root)
 
     async def set_project_trust(self, cwd: str, trusted: bool | None) -> None:
         """Save (or, with ``None``, forget) the account's decision for a project.
         ``TRUST_BUSY`` while a task of that project is leased or running."""
-        generation = self._admit()
+        generation = self._fence.admit()
         root = await canonical_directory(cwd)
-        await self._set_trust(generation, root, trusted, allow_lease=None)
+        await self._set_trust(generation, root, trusted, None)
 
     async def _set_trust(
         self,
         generation: int,
         root: str,
         trusted: bool | None,
-        *,
         allow_lease: SessionLease | None,
     ) -> None:
-        account = self._active_account(generation)
-        for lease in self._leases.values():
+        account = self._fence.account_of(generation)
+        for lease in self._leases.leases():
             if lease.task.root != root:
                 continue
             if lease.active_run is not None or (allow_lease is None and not lease.revoked):
@@ -526,19 +483,4 @@ class AgentService:
                     RejectionKind.TRUST_BUSY, "a task of this project is running or in use"
                 )
         await self.store.set_trust(account, root, trusted, now_ms=self.now_ms())
-        self._admit(generation)
-
-
-def _check_attachable(task: TaskRecord | None, *, account: str, root: str) -> None:
-    if task is None:
-        raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such task")
-    if task.account != account:
-        raise RuntimeRejection(RejectionKind.WRONG_ACCOUNT, "the task is another account's")
-    if task.root != root:
-        raise RuntimeRejection(
-            RejectionKind.ROOT_MISMATCH, "the working directory is not the task's project root"
-        )
-    if task.policy is not TaskPolicy.CALLER_MEDIATED:
-        raise RuntimeRejection(
-            RejectionKind.WRONG_POLICY, "the task is not in the caller-mediated mode"
-        )
+        self._fence.check(generation)

@@ -178,6 +178,20 @@ class ToolContext:
             raise ToolUnavailable("the session was revoked")
         self._router = router
 
+    def replace_router(self, router: ExternalToolRouter | None) -> None:
+        """Put ``router`` (already connected) in place of the current one, which is revoked:
+        a re-attach swaps the caller's servers without a moment with neither."""
+        if self._revoked:
+            if router is not None:
+                router.revoke()
+            raise ToolUnavailable("the session was revoked")
+        old, self._router = self._router, router
+        if old is not None:
+            try:
+                old.revoke()
+            except Exception:
+                logger.warning("external tool router failed to revoke", exc_info=True)
+
     def child_environment(self) -> dict[str, str]:
         """The host's environment plus this lease's relay values (and no other lease's)."""
         env = dict(os.environ)

@@ -72,3 +72,18 @@ def find_project_skills(root: str) -> tuple[SkillInfo, ...]:
 
 async def find_project_skills_async(root: str) -> tuple[SkillInfo, ...]:
     return await trio.to_thread.run_sync(find_project_skills, root)
+
+
+@attrs.frozen(kw_only=True)
+class TrustStatus:
+    """Whether a project-trust decision is needed before the task's first prompt."""
+
+    root: str
+    #: The saved decision; ``None`` when undecided.
+    trusted: bool | None
+    #: The project has real (non-symlinked) skill files.
+    has_skills: bool
+
+    @property
+    def decision_needed(self) -> bool:
+        return self.has_skills and self.trusted is None

@@ -1,0 +1,135 @@
+"""What may enter the runtime: the account and shutdown fence, and the project-directory rule
+(canonical, accessible, inside the allowed roots). Each rule is enforced here and nowhere else;
+callers translate the ``RuntimeRejection`` they get."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import trio
+
+from maple_acp.model import TaskPolicy, TaskRecord
+from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
+
+
+def _canonical_directory_sync(path: str) -> str:
+    def reject(message: str) -> RuntimeRejection:
+        return RuntimeRejection(RejectionKind.INVALID_CWD, message)
+
+    if not isinstance(path, str) or not path or "\x00" in path:
+        raise reject("the working directory must be a non-empty path")
+    if not os.path.isabs(path):
+        raise reject("the working directory must be an absolute path")
+    try:
+        canonical = os.path.realpath(path, strict=True)
+    except OSError as exc:
+        raise reject("the working directory does not exist or is not accessible") from exc
+    if not os.path.isdir(canonical):
+        raise reject("the working directory is not a directory")
+    if not os.access(canonical, os.R_OK | os.X_OK):
+        raise reject("the working directory is not accessible")
+    return canonical
+
+
+async def canonical_directory(path: str) -> str:
+    """The canonical form of an absolute, accessible directory (symlinks resolved). Raises
+    ``RuntimeRejection(INVALID_CWD)``."""
+    return await trio.to_thread.run_sync(_canonical_directory_sync, path)
+
+
+def within_roots(root: str, allowed_roots: Sequence[str]) -> bool:
+    """Whether the canonical directory ``root`` is one of ``allowed_roots`` or below one
+    (canonical too); an empty policy admits every directory. Admission policy, not a sandbox."""
+    if not allowed_roots:
+        return True
+    return any(
+        root == allowed or root.startswith(allowed.rstrip(os.sep) + os.sep)
+        for allowed in allowed_roots
+    )
+
+
+class AdmissionFence:
+    """The account and shutdown fence: each sign-in of a different account (and each
+    sign-out) starts a new generation, and work captured under an older one is refused."""
+
+    def __init__(self) -> None:
+        self.account: str | None = None
+        self.generation = 0
+        self.ready = False
+        self.draining = False
+
+    def new_generation(self, account: str | None) -> None:
+        self.generation += 1
+        self.account = account
+
+    def admits(self, generation: int) -> bool:
+        return (
+            self.ready
+            and not self.draining
+            and self.account is not None
+            and generation == self.generation
+        )
+
+    def admit(self, generation: int | None = None) -> int:
+        """The current generation, if work may be admitted under ``generation`` (default: the
+        current one). Raises ``SHUTTING_DOWN``, ``ACCOUNT_CHANGED`` or ``NOT_SIGNED_IN``."""
+        if self.draining or not self.ready:
+            raise RuntimeRejection(RejectionKind.SHUTTING_DOWN, "the agent runtime is not serving")
+        if generation is not None and generation != self.generation:
+            raise RuntimeRejection(
+                RejectionKind.ACCOUNT_CHANGED, "the account changed since the operation began"
+            )
+        if self.account is None:
+            raise RuntimeRejection(RejectionKind.NOT_SIGNED_IN, "no account is signed in")
+        return self.generation
+
+    def check(self, generation: int) -> None:
+        self.admit(generation)
+
+    def account_of(self, generation: int) -> str:
+        """The signed-in account, if work may still be admitted under ``generation``."""
+        self.admit(generation)
+        assert self.account is not None
+        return self.account
+
+
+class ProjectRoots:
+    """The allowed-roots policy over canonical project directories (empty: any directory)."""
+
+    def __init__(self, allowed: Sequence[str]) -> None:
+        self._allowed = tuple(allowed)
+
+    async def canonicalise_policy(self) -> None:
+        """Resolve the configured roots once, when the service starts serving."""
+        self._allowed = tuple([await canonical_directory(root) for root in self._allowed])
+
+    def admits(self, root: str) -> bool:
+        return within_roots(root, self._allowed)
+
+    async def admit(self, cwd: str) -> str:
+        """``cwd`` canonicalised once, if it is an accessible directory inside the allowed
+        roots. Raises ``INVALID_CWD``."""
+        root = await canonical_directory(cwd)
+        if not self.admits(root):
+            raise RuntimeRejection(
+                RejectionKind.INVALID_CWD, "the working directory is outside the allowed roots"
+            )
+        return root
+
+
+def check_attachable(task: TaskRecord | None, *, account: str, root: str) -> TaskRecord:
+    """``task`` if a caller of ``account`` in ``root`` may attach to it."""
+    if task is None:
+        raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such task")
+    if task.account != account:
+        raise RuntimeRejection(RejectionKind.WRONG_ACCOUNT, "the task is another account's")
+    if task.root != root:
+        raise RuntimeRejection(
+            RejectionKind.ROOT_MISMATCH, "the working directory is not the task's project root"
+        )
+    if task.policy is not TaskPolicy.CALLER_MEDIATED:
+        raise RuntimeRejection(
+            RejectionKind.WRONG_POLICY, "the task is not in the caller-mediated mode"
+        )
+    return task

@@ -1,0 +1,41 @@
+"""``LeaseContext``: the narrow surface a lease sees of the service that made it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import attrs
+
+from maple_acp.runtime._backend import AgentBackend
+from maple_acp.runtime._models import ModelChoices
+from maple_acp.runtime._permissions import PermissionPolicy
+from maple_acp.store import TaskStore
+
+if TYPE_CHECKING:
+    from maple_acp.runtime._lease import SessionLease
+
+
+@attrs.frozen(kw_only=True)
+class LeaseContext:
+    """What every lease of one service may use. The service builds one and hands it to each
+    lease; a lease never sees the service itself, so what it can do is exactly this list."""
+
+    store: TaskStore
+    backend: AgentBackend
+    policy: PermissionPolicy
+    #: Unix milliseconds on the service's clock (moved by trio's clock in tests).
+    now_ms: Callable[[], int]
+    #: How long a released-but-unclosed provisional task stays loadable.
+    provisional_grace_ms: int
+    #: Raises the admission kinds unless work may still be admitted under a generation.
+    check_admitted: Callable[[int], None]
+    #: The same test, without raising.
+    admits: Callable[[int], bool]
+    #: The model choices of the account of a generation (``refresh`` second).
+    model_choices: Callable[[int, bool], Awaitable[ModelChoices]]
+    #: Save a project-trust decision for a generation's account; the lease asking is allowed
+    #: to hold the project (others make it ``TRUST_BUSY``).
+    set_trust: Callable[[int, str, bool | None, SessionLease], Awaitable[None]]
+    #: The lease's cleanup ended: the task is free for another lease.
+    unregister: Callable[[SessionLease], None]

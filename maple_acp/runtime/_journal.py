@@ -1,0 +1,166 @@
+"""A run's share of the task history: its messages and tool rows, written in order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+
+from maple_acp.model import ItemKind, TimelineItem, ToolState, ToolStatus, Usage
+from maple_acp.runtime._events import RunState, ToolRow
+from maple_acp.store import TaskStore
+
+#: Text kept per message for the task history; a longer message is stored truncated (the live
+#: events still carry all of it).
+MAX_STORED_MESSAGE_CHARS = 1_000_000
+
+_TRUNCATION_MARK = "\n[truncated]"
+
+#: How a tool still open when its run ends is closed, per run outcome.
+_CLOSING = {
+    RunState.CANCELLED: ToolStatus.CANCELLED,
+    RunState.FAILED: ToolStatus.FAILED,
+    RunState.COMPLETED: ToolStatus.FAILED,
+}
+
+
+class _Message:
+    __slots__ = ("created_ms", "kind", "parts", "size", "truncated")
+
+    def __init__(self, kind: ItemKind, created_ms: int) -> None:
+        self.kind = kind
+        self.created_ms = created_ms
+        self.parts: list[str] = []
+        self.size = 0
+        self.truncated = False
+
+    def add(self, text: str) -> None:
+        if self.truncated:
+            return
+        room = MAX_STORED_MESSAGE_CHARS - self.size
+        if len(text) > room:
+            self.parts.append(text[:room])
+            self.size = MAX_STORED_MESSAGE_CHARS
+            self.truncated = True
+        else:
+            self.parts.append(text)
+            self.size += len(text)
+
+    def text(self) -> str:
+        joined = "".join(self.parts)
+        return joined + _TRUNCATION_MARK if self.truncated else joined
+
+
+class RunJournal:
+    """What one run adds to its task's history. Message text accumulates in memory and is
+    written when a tool row (or the run's end) follows it, so the history keeps the order the
+    caller saw; tool rows are written at once."""
+
+    def __init__(
+        self, *, run_id: str, task_id: str, store: TaskStore, now_ms: Callable[[], int]
+    ) -> None:
+        self.run_id = run_id
+        self.task_id = task_id
+        self._store = store
+        self._now_ms = now_ms
+        self._ids = 0
+        self._messages: dict[str, _Message] = {}
+        self._tools: dict[str, ToolState] = {}
+        self._emitted: dict[str, ToolState] = {}
+        self._order: list[str] = []
+        self._dirty: set[str] = set()
+        self._current: tuple[ItemKind, str] | None = None
+
+    def next_id(self, prefix: str) -> str:
+        self._ids += 1
+        return f"{self.run_id}-{prefix}{self._ids}"
+
+    def add_text(self, kind: ItemKind, text: str, message_id: str | None) -> str:
+        """Record message text; returns its message id (the current message of that kind
+        unless ``message_id`` is given or something else came in between)."""
+        current = self._current
+        if message_id is None:
+            if current is not None and current[0] is kind:
+                message_id = current[1]
+            else:
+                message_id = self.next_id("m")
+        message = self._messages.get(message_id)
+        if message is None:
+            message = self._messages[message_id] = _Message(kind, self._now_ms())
+            self._order.append(message_id)
+        message.add(text)
+        self._dirty.add(message_id)
+        self._current = (kind, message_id)
+        return message_id
+
+    def interrupt(self) -> None:
+        """Something other than text came: the next text starts a new message."""
+        self._current = None
+
+    def add_tool(self, tool_id: str, tool: ToolState) -> bool:
+        """Record a tool row; True if it is the first row of ``tool_id`` the caller will see."""
+        if tool_id not in self._tools:
+            self._order.append(tool_id)
+        self._tools[tool_id] = tool
+        self._dirty.add(tool_id)
+        self._current = None
+        return tool_id not in self._emitted
+
+    def tool_emitted(self, tool_id: str, tool: ToolState) -> None:
+        self._emitted[tool_id] = tool
+
+    def close_open_tools(self, state: RunState, failure: str | None) -> list[ToolRow]:
+        """End every tool still open when the run ended; returns the rows the caller has not
+        seen yet (every tool's final state must reach it, even after a cancellation)."""
+        closing = _CLOSING[state]
+        rows: list[ToolRow] = []
+        for tool_id, tool in list(self._tools.items()):
+            if not tool.status.terminal:
+                tool = attrs.evolve(
+                    tool,
+                    status=closing,
+                    output_text=failure or f"the tool call ended {closing.value}",
+                )
+                self._tools[tool_id] = tool
+                self._dirty.add(tool_id)
+            if self._emitted.get(tool_id) is not tool:
+                rows.append(ToolRow(self.run_id, tool_id, tool_id not in self._emitted, tool))
+        return rows
+
+    async def flush(self) -> None:
+        """Write what changed since the last flush, in the order it happened."""
+        if not self._dirty:
+            return
+        now = self._now_ms()
+        items: list[TimelineItem] = []
+        for item_id in self._order:
+            if item_id not in self._dirty:
+                continue
+            message = self._messages.get(item_id)
+            if message is not None:
+                items.append(
+                    TimelineItem(
+                        item_id=item_id,
+                        kind=message.kind,
+                        created_ms=message.created_ms,
+                        run_id=self.run_id,
+                        text=message.text(),
+                    )
+                )
+            else:
+                tool = self._tools[item_id]
+                items.append(
+                    TimelineItem(
+                        item_id=item_id,
+                        kind=ItemKind.TOOL,
+                        created_ms=now,
+                        run_id=self.run_id,
+                        text=tool.title or tool.name,
+                        tool=tool,
+                    )
+                )
+        self._dirty.clear()
+        await self._store.upsert_items(self.task_id, items, now_ms=now)
+
+    async def record_usage(self, usage: Usage) -> None:
+        await self._store.record_usage(self.task_id, self.run_id, usage)

@@ -1,0 +1,218 @@
+"""A lease's lifetime: the task that serves it, synchronous revocation, release with bounded
+cleanup, and what happens to a provisional task when its lease ends."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from maple_acp.model import TaskRecord, TaskSurface
+from maple_acp.runtime._barrier import OperationBarrier
+from maple_acp.runtime._context import LeaseContext
+from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
+from maple_acp.runtime._events import LeaseRevoked
+from maple_acp.runtime._session_events import SessionEvents
+from maple_acp.runtime._tools import ExternalToolRouter, ToolContext
+
+logger = logging.getLogger(__name__)
+
+#: Cleanup after a release or revocation: waiting for operations, provisional-task handling
+#: and killing children, all within one bound.
+LEASE_CLEANUP_BOUND_S = 5.0
+
+#: Called inside the lease's own nursery before the lease is handed out, so a caller can start
+#: a lease-scoped router there (and connect it) before ownership is committed.
+RouterFactory = Callable[[trio.Nursery], Awaitable[ExternalToolRouter | None]]
+
+
+class ProvisionalRow:
+    """What decides the fate of a task's row when its lease ends: a close deletes a task the
+    lease created and never prompted, if the row is exactly as the lease last wrote it; a
+    disconnect starts the grace period of a task that is still provisional."""
+
+    def __init__(self, task: TaskRecord, *, created_here: bool) -> None:
+        self.task_id = task.id
+        self.surface = task.surface
+        self.created_here = created_here
+        # The row as this lease last wrote it; deletion needs it to be unchanged.
+        self._snapshot: TaskRecord | None = task if created_here and task.provisional else None
+        self._prompted = not task.provisional
+
+    @property
+    def prompted(self) -> bool:
+        return self._prompted
+
+    def rewritten(self, record: TaskRecord) -> None:
+        """The lease wrote the row (e.g. its model) before the first prompt."""
+        if self._snapshot is not None:
+            self._snapshot = record
+
+    def admitted(self) -> None:
+        """The first user message was admitted: the task is no longer provisional."""
+        self._prompted = True
+        self._snapshot = None
+
+    async def settle(self, context: LeaseContext, *, close: bool) -> None:
+        store = context.store
+        current = await store.get_task(self.task_id)
+        if current is None or not current.provisional or self.surface is not TaskSurface.EXTERNAL:
+            return
+        grace = context.provisional_grace_ms
+        snapshot = self._snapshot
+        untouched = self.created_here and not self._prompted and snapshot is not None
+        if untouched and (close or grace == 0):
+            assert snapshot is not None
+            if await store.delete_task_if_unchanged(snapshot):
+                logger.debug("deleted untouched provisional task %s", self.task_id)
+                return
+        await store.set_provisional_expiry(self.task_id, context.now_ms() + grace)
+
+
+class LeaseLifetime:
+    """Serves one lease in its own nursery until released, and revokes it.
+
+    Revocation is synchronous and idempotent: ``on_revoke`` (the lease cancels its run), the
+    tool context (relay values and router dropped, children sent SIGTERM), the nursery, and a
+    ``LeaseRevoked`` session event. Release then waits for the operation barrier, settles the
+    provisional row and reaps children, all within ``LEASE_CLEANUP_BOUND_S``; a caller that
+    stops waiting does not stop the cleanup.
+    """
+
+    def __init__(
+        self,
+        *,
+        context: LeaseContext,
+        generation: int,
+        tools: ToolContext,
+        events: SessionEvents,
+        barrier: OperationBarrier,
+        row: ProvisionalRow,
+        on_revoke: Callable[[], None],
+    ) -> None:
+        self._context = context
+        self._generation = generation
+        self._tools = tools
+        self._events = events
+        self._barrier = barrier
+        self._row = row
+        self._on_revoke = on_revoke
+        self._nursery: trio.Nursery | None = None
+        self._revoked = False
+        self._close_requested = False
+        self._release_requested = trio.Event()
+        self._done = trio.Event()
+
+    @property
+    def revoked(self) -> bool:
+        return self._revoked
+
+    @property
+    def released(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def nursery(self) -> trio.Nursery:
+        """The lease's own nursery (runs and routers live in it). Only while serving."""
+        if self._nursery is None:
+            raise RuntimeRejection(RejectionKind.LEASE_REVOKED, "the session is not serving")
+        return self._nursery
+
+    def check_live(self) -> None:
+        if self._revoked:
+            raise RuntimeRejection(RejectionKind.LEASE_REVOKED, "the session was revoked")
+        self._context.check_admitted(self._generation)
+
+    def live(self) -> bool:
+        return not self._revoked and self._context.admits(self._generation)
+
+    def revoke(self, reason: str) -> None:
+        if self._revoked:
+            return
+        self._revoked = True
+        self._on_revoke()
+        self._tools.revoke()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+        self._events.publish(LeaseRevoked(reason))
+
+    async def release(self, *, close: bool) -> None:
+        if close and not self._done.is_set():
+            self._close_requested = True
+        self.revoke("the session was released")
+        self._release_requested.set()
+        await self._done.wait()
+
+    async def serve(
+        self,
+        router_factory: RouterFactory | None,
+        *,
+        main: Callable[[], Awaitable[None]],
+        started: Callable[[], None],
+        unregister: Callable[[], None],
+    ) -> None:
+        """Start the router, run ``main`` in the lease's nursery, call ``started`` once the
+        lease may be handed out, and serve until released; cleanup runs whatever happens."""
+        handed_out = False
+        setup_error: BaseException | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                if self._revoked:
+                    nursery.cancel_scope.cancel()
+                if router_factory is not None:
+                    try:
+                        self._tools.install_router(await router_factory(nursery))
+                    except Exception as exc:
+                        setup_error = exc
+                        nursery.cancel_scope.cancel()
+                if setup_error is None and not self._revoked:
+                    try:
+                        self.check_live()
+                    except RuntimeRejection as exc:
+                        setup_error = exc
+                        nursery.cancel_scope.cancel()
+                    else:
+                        nursery.start_soon(main)
+                        handed_out = True
+                        started()
+                        await trio.sleep_forever()
+            if setup_error is not None:
+                raise setup_error
+            if not handed_out:
+                raise RuntimeRejection(RejectionKind.LEASE_REVOKED, "the session was revoked")
+            await self._release_requested.wait()
+        finally:
+            if not handed_out:
+                # Never handed out: nothing of it can have been used, so clean up as a close.
+                self._close_requested = True
+            with trio.CancelScope(shield=True):
+                with trio.move_on_after(LEASE_CLEANUP_BOUND_S):
+                    await self._cleanup()
+                self._tools.revoke()
+                for pgid in self._tools.live_process_groups:
+                    logger.warning("process group %d outlived its lease cleanup", pgid)
+                unregister()
+                self._events.close()
+                self._done.set()
+
+    async def replace_router(self, router_factory: RouterFactory | None) -> None:
+        """Start the new router in the lease's nursery first; only once it is up does it
+        replace (and revoke) the old one. If it fails, its error propagates and the old router
+        stays."""
+        router = await router_factory(self.nursery) if router_factory is not None else None
+        if self._revoked:
+            if router is not None:
+                router.revoke()
+            raise RuntimeRejection(RejectionKind.LEASE_REVOKED, "the session was revoked")
+        self._tools.replace_router(router)
+
+    async def _cleanup(self) -> None:
+        self.revoke("the session was released")
+        await self._barrier.wait_idle()
+        try:
+            await self._row.settle(self._context, close=self._close_requested)
+        except Exception:
+            logger.warning("could not settle provisional task %s", self._row.task_id, exc_info=True)
+        await self._tools.reap()

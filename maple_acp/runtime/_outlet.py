@@ -1,0 +1,118 @@
+"""The backend's side of one run: the narrow surface through which a ``Turn`` reports."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import attrs
+
+from maple_acp.model import GoalRecord, ItemKind, ToolState, Usage
+from maple_acp.runtime._event_queue import RunEventQueue
+from maple_acp.runtime._events import (
+    PermissionRequest,
+    RunEvent,
+    TextChunk,
+    ThoughtChunk,
+    ToolRow,
+    UsageUpdate,
+)
+from maple_acp.runtime._journal import RunJournal
+from maple_acp.runtime._permissions import (
+    PermissionBroker,
+    PermissionClass,
+    PermissionPolicy,
+    ToolRequest,
+    classify,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@attrs.frozen(kw_only=True)
+class RunHooks:
+    """What a run needs from its lease, kept narrow so a run never reaches past it."""
+
+    now_ms: Callable[[], int]
+    policy: PermissionPolicy
+    set_title: Callable[[str], Awaitable[None]]
+    set_goal: Callable[[str, int | None], Awaitable[GoalRecord]]
+
+
+class RunOutlet:
+    """Where one run's reports go: the event queue, the history journal and the permission
+    broker, in the order the backend made them. A ``Turn`` holds only this."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        queue: RunEventQueue,
+        journal: RunJournal,
+        broker: PermissionBroker,
+        hooks: RunHooks,
+        cancel_run: Callable[[], None],
+    ) -> None:
+        self.run_id = run_id
+        self.hooks = hooks
+        self._queue = queue
+        self._journal = journal
+        self._broker = broker
+        self._cancel_run = cancel_run
+        self._usage = Usage()
+        self._overflowed = False
+
+    @property
+    def usage(self) -> Usage:
+        return self._usage
+
+    @property
+    def overflowed(self) -> bool:
+        """A send that could not wait found the queue full, and the run was cancelled."""
+        return self._overflowed
+
+    def next_id(self, prefix: str) -> str:
+        return self._journal.next_id(prefix)
+
+    async def send(self, event: RunEvent) -> None:
+        await self._queue.send(event)
+
+    async def send_text(self, kind: ItemKind, text: str, message_id: str | None) -> str:
+        event = self._text_event(kind, text, message_id)
+        await self._queue.send(event)
+        return event.message_id
+
+    def send_text_nowait(self, kind: ItemKind, text: str, message_id: str | None) -> str:
+        event = self._text_event(kind, text, message_id)
+        if not self._overflowed and not self._queue.send_nowait(event):
+            logger.warning("event queue of run %s overflowed; cancelling it", self.run_id)
+            self._overflowed = True
+            self._cancel_run()
+        return event.message_id
+
+    def _text_event(
+        self, kind: ItemKind, text: str, message_id: str | None
+    ) -> TextChunk | ThoughtChunk:
+        message_id = self._journal.add_text(kind, text, message_id)
+        if kind is ItemKind.THOUGHT:
+            return ThoughtChunk(self.run_id, message_id, text)
+        return TextChunk(self.run_id, message_id, text)
+
+    async def send_tool_row(self, tool_id: str, tool: ToolState) -> None:
+        first = self._journal.add_tool(tool_id, tool)
+        # Written at once, with the text before it, so a crash keeps the history ordered.
+        await self._journal.flush()
+        await self._queue.send(ToolRow(self.run_id, tool_id, first, tool))
+        self._journal.tool_emitted(tool_id, tool)
+
+    async def ask_permission(self, request: ToolRequest) -> bool:
+        if classify(self.hooks.policy, request) is PermissionClass.ALLOW:
+            return True
+        responder = self._broker.open_request()
+        self._journal.interrupt()
+        await self._queue.send(PermissionRequest(self.run_id, responder, request))
+        return await self._broker.wait(responder)
+
+    async def add_usage(self, usage: Usage) -> None:
+        self._usage = self._usage + usage
+        await self._queue.send(UsageUpdate(self.run_id, self._usage))

@@ -1,0 +1,76 @@
+"""A lease's session event stream: what happens outside any prompt (goal changes, goal
+cycles, revocation)."""
+
+from __future__ import annotations
+
+import collections
+import logging
+
+import trio
+
+from maple_acp.runtime._events import GoalChanged, SessionEvent
+
+logger = logging.getLogger(__name__)
+
+#: Session events waiting for the lease holder. Goal snapshots coalesce (only the newest
+#: matters) and a goal cycle starts only when there is room, so this bound is never hit by a
+#: slow reader; it only caps memory.
+SESSION_EVENT_QUEUE = 64
+
+
+class SessionEvents:
+    """The lease's session event stream (goal changes, goal cycles, revocation), readable by one
+    consumer; it ends when the lease's cleanup ends."""
+
+    def __init__(self) -> None:
+        self._queue: collections.deque[SessionEvent] = collections.deque()
+        self._changed = trio.Event()
+        self._closed = False
+        self._taken = False
+
+    def publish(self, event: SessionEvent) -> None:
+        if self._closed:
+            return
+        if isinstance(event, GoalChanged):
+            self._queue = collections.deque(
+                queued for queued in self._queue if not isinstance(queued, GoalChanged)
+            )
+        elif len(self._queue) >= SESSION_EVENT_QUEUE:
+            logger.warning("session event queue full; dropping %s", type(event).__name__)
+            return
+        self._queue.append(event)
+        self._wake()
+
+    def take(self) -> SessionEvents:
+        """The stream, for its one consumer."""
+        if self._taken:
+            raise RuntimeError("a lease's session events can be read only once")
+        self._taken = True
+        return self
+
+    def has_room(self) -> bool:
+        return len(self._queue) < SESSION_EVENT_QUEUE - 1
+
+    async def wait_room(self) -> None:
+        while not self.has_room() and not self._closed:
+            await self._changed.wait()
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def __aiter__(self) -> SessionEvents:
+        return self
+
+    async def __anext__(self) -> SessionEvent:
+        while not self._queue:
+            if self._closed:
+                raise StopAsyncIteration
+            await self._changed.wait()
+        event = self._queue.popleft()
+        self._wake()
+        return event

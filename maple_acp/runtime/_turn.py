@@ -1,0 +1,97 @@
+"""``Turn``: everything a backend receives for one run and every way it reports back."""
+
+from __future__ import annotations
+
+from maple_acp.model import GoalRecord, ItemKind, ToolState, Usage
+from maple_acp.runtime._backend import GoalProgress
+from maple_acp.runtime._errors import bounded_text
+from maple_acp.runtime._events import RunKind, RunNotice, TitleChanged
+from maple_acp.runtime._outlet import RunOutlet
+from maple_acp.runtime._permissions import ToolRequest
+from maple_acp.runtime._tools import ToolContext
+from maple_acp.runtime._trust import SkillInfo
+
+#: A title a backend sets is one line of at most this many characters.
+MAX_TITLE_CHARS = 200
+
+
+class Turn:
+    """The backend's view of one run: what to do, and where to report it.
+
+    Every ``send_*``/report method is ordered with the others. The awaited ones wait for room
+    in the run's event queue (this is how a slow consumer slows the backend); the one ``*_nowait``
+    method is for producers that cannot wait, and cancels the run if the queue is full.
+    """
+
+    def __init__(
+        self,
+        outlet: RunOutlet,
+        *,
+        task_id: str,
+        kind: RunKind,
+        prompt: str,
+        model: str | None,
+        root: str,
+        skills: tuple[SkillInfo, ...],
+        goal: GoalRecord | None,
+        tools: ToolContext,
+    ) -> None:
+        self._outlet = outlet
+        self.run_id = outlet.run_id
+        self.task_id = task_id
+        self.kind = kind
+        #: The prompt text (joined by the caller), or the goal objective for a goal cycle.
+        self.prompt = prompt
+        self.model = model
+        #: The task's canonical project directory.
+        self.root = root
+        #: Project skills visible to the model: empty unless the project is trusted.
+        self.skills = skills
+        #: The task's goal when the turn started.
+        self.goal = goal
+        self.tools = tools
+        #: Set by a goal cycle to say how the goal stands after it.
+        self.goal_progress: GoalProgress | None = None
+
+    def new_message_id(self) -> str:
+        return self._outlet.next_id("m")
+
+    async def send_text(self, text: str, *, message_id: str | None = None) -> str:
+        """Agent message text; returns the message id used (the current text message unless
+        one is given or another kind of event came in between)."""
+        return await self._outlet.send_text(ItemKind.ASSISTANT, text, message_id)
+
+    def send_text_nowait(self, text: str, *, message_id: str | None = None) -> str:
+        """``send_text`` for a producer that cannot wait: if the queue is full the run is
+        cancelled with a terminal notice instead."""
+        return self._outlet.send_text_nowait(ItemKind.ASSISTANT, text, message_id)
+
+    async def send_thought(self, text: str, *, message_id: str | None = None) -> str:
+        return await self._outlet.send_text(ItemKind.THOUGHT, text, message_id)
+
+    async def send_tool_row(self, tool_id: str, tool: ToolState) -> None:
+        """Report a tool call's state; the first row of an id opens the call, later rows update
+        it. Rows are also written to the task history."""
+        await self._outlet.send_tool_row(tool_id, tool)
+
+    async def ask_permission(self, request: ToolRequest) -> bool:
+        """Ask whether ``request`` may run. Allowed by the host policy: True at once. Otherwise
+        the run's caller answers; a deny, a cancellation or any invalid answer is False (the
+        invalid ones also cancel the run)."""
+        return await self._outlet.ask_permission(request)
+
+    async def report_usage(self, usage: Usage) -> None:
+        """Add token usage to this run's total."""
+        await self._outlet.add_usage(usage)
+
+    async def set_title(self, title: str) -> None:
+        title = bounded_text(title, MAX_TITLE_CHARS)
+        await self._outlet.hooks.set_title(title)
+        await self._outlet.send(TitleChanged(self.run_id, title))
+
+    async def notice(self, text: str) -> None:
+        await self._outlet.send(RunNotice(self.run_id, bounded_text(text)))
+
+    async def set_goal(self, objective: str, *, token_budget: int | None = None) -> GoalRecord:
+        """Give the task a (new) active goal, as a caller's ``set`` would."""
+        return await self._outlet.hooks.set_goal(objective, token_budget)
