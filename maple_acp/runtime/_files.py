@@ -103,15 +103,21 @@ def read_text(root: str, path: str, *, max_chars: int = MAX_READ_CHARS) -> FileR
     return FileRead(path=resolved, text=text[:limit], truncated=len(text) > limit)
 
 
-def write_text(root: str, path: str, content: str) -> FileChange:
+def write_text(root: str, path: str, content: str, *, dry_run: bool = False) -> FileChange:
     """Create or replace a text file inside ``root`` (creating missing parent directories
-    inside it too)."""
+    inside it too). ``dry_run`` checks everything and returns the change without making it,
+    so a caller can show the diff before asking."""
     if not isinstance(content, str):
         raise FileToolError("the file content must be text")
     if len(content) > MAX_WRITE_CHARS:
         raise FileToolError(f"a file written by a tool is limited to {MAX_WRITE_CHARS} characters")
     resolved = resolve_in_root(root, path)
     old = _read_existing(resolved, path)
+    change = FileChange(
+        path=resolved, old_text=old, new_text=content, line=_first_changed_line(old, content)
+    )
+    if dry_run:
+        return change
     parent = os.path.dirname(resolved)
     try:
         os.makedirs(parent, exist_ok=True)
@@ -123,13 +129,14 @@ def write_text(root: str, path: str, content: str) -> FileChange:
     if os.path.realpath(parent) != parent or not _inside(os.path.realpath(root), parent):
         raise FileToolError(f"{_shown(path)} is outside the session's project directory")
     _write(resolved, path, content)
-    return FileChange(
-        path=resolved, old_text=old, new_text=content, line=_first_changed_line(old, content)
-    )
+    return change
 
 
-def edit_text(root: str, path: str, old_text: str, new_text: str) -> FileChange:
-    """Replace the one occurrence of ``old_text`` in an existing text file inside ``root``."""
+def edit_text(
+    root: str, path: str, old_text: str, new_text: str, *, dry_run: bool = False
+) -> FileChange:
+    """Replace the one occurrence of ``old_text`` in an existing text file inside ``root``
+    (``dry_run``: as for ``write_text``)."""
     if not isinstance(old_text, str) or not isinstance(new_text, str):
         raise FileToolError("old_text and new_text must be text")
     if not old_text:
@@ -149,7 +156,8 @@ def edit_text(root: str, path: str, old_text: str, new_text: str) -> FileChange:
     updated = current[:at] + new_text + current[at + len(old_text) :]
     if len(updated) > MAX_WRITE_CHARS:
         raise FileToolError(f"a file written by a tool is limited to {MAX_WRITE_CHARS} characters")
-    _write(resolved, path, updated)
+    if not dry_run:
+        _write(resolved, path, updated)
     return FileChange(
         path=resolved, old_text=current, new_text=updated, line=current.count("\n", 0, at) + 1
     )
@@ -159,12 +167,18 @@ async def read_text_async(root: str, path: str, *, max_chars: int = MAX_READ_CHA
     return await trio.to_thread.run_sync(lambda: read_text(root, path, max_chars=max_chars))
 
 
-async def write_text_async(root: str, path: str, content: str) -> FileChange:
-    return await trio.to_thread.run_sync(write_text, root, path, content)
+async def write_text_async(
+    root: str, path: str, content: str, *, dry_run: bool = False
+) -> FileChange:
+    return await trio.to_thread.run_sync(lambda: write_text(root, path, content, dry_run=dry_run))
 
 
-async def edit_text_async(root: str, path: str, old_text: str, new_text: str) -> FileChange:
-    return await trio.to_thread.run_sync(edit_text, root, path, old_text, new_text)
+async def edit_text_async(
+    root: str, path: str, old_text: str, new_text: str, *, dry_run: bool = False
+) -> FileChange:
+    return await trio.to_thread.run_sync(
+        lambda: edit_text(root, path, old_text, new_text, dry_run=dry_run)
+    )
 
 
 def _inside(root: str, path: str) -> bool:

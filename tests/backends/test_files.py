@@ -163,3 +163,13 @@ async def test_async_forms_run_the_same_tools(root: Path) -> None:
     await write_text_async(str(root), "a.txt", "one")
     await edit_text_async(str(root), "a.txt", "one", "two")
     assert (await read_text_async(str(root), "a.txt")).text == "two"
+
+
+def test_a_dry_run_reports_the_change_without_making_it(root: Path) -> None:
+    (root / "f.txt").write_text("a\n")
+    planned = write_text(str(root), "f.txt", "b\n", dry_run=True)
+    assert (planned.old_text, planned.new_text) == ("a\n", "b\n")
+    assert edit_text(str(root), "f.txt", "a", "c", dry_run=True).new_text == "c\n"
+    assert write_text(str(root), "new/g.txt", "x", dry_run=True).old_text is None
+    assert (root / "f.txt").read_text() == "a\n"
+    assert not (root / "new").exists()

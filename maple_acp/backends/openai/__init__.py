@@ -1,0 +1,117 @@
+"""A real engine: any OpenAI-compatible Chat Completions endpoint (OpenAI, OpenRouter, vLLM, the
+llama.cpp server, LM Studio, Ollama's ``/v1``) as an ``AgentBackend``.
+
+Configuration (``config.toml``)::
+
+    default_model = "ollama/qwen2.5-coder"
+    system_prompt = "..."            # optional
+
+    [[providers]]
+    name = "ollama"
+    base_url = "http://localhost:11434/v1"
+    # api_key_env = "OPENAI_API_KEY" # the NAME of a variable; the key never goes in the file
+    # models = ["qwen2.5-coder"]     # optional: else discovered from GET /models
+    # context_window = 32768         # optional: enables context usage and trimming
+
+A host (or ``maple-acp serve``) checks it with :func:`load_provider_config` (or
+:func:`provider_config_from_flags` for ``--provider-url``/``--model``), then
+:func:`build_backend` reads the keys from the environment once and returns the backend and the
+model catalog to hand to ``AgentService``, with :func:`provider_policy` as its permission
+policy. The ``openai`` SDK is imported only by :func:`build_backend`; without the extra it
+raises :class:`ProviderUnavailable` saying which ``pip install`` fixes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from maple_acp._exceptions import MapleAcpError
+from maple_acp.backends.openai._config import (
+    FLAG_PROVIDER_NAME,
+    FLAG_SOURCE,
+    ProviderConfig,
+    ProviderConfigError,
+    ProviderEntry,
+    load_provider_config,
+    provider_config_from_flags,
+    split_model_id,
+)
+from maple_acp.runtime import AskForTools
+
+if TYPE_CHECKING:
+    from maple_acp.backends.openai._backend import ProviderBackend
+    from maple_acp.backends.openai._client import ProviderCatalog, RequestTimeouts
+
+__all__ = [
+    "FLAG_PROVIDER_NAME",
+    "INSTALL_HINT",
+    "ProviderConfig",
+    "ProviderConfigError",
+    "ProviderEntry",
+    "ProviderUnavailable",
+    "build_backend",
+    "load_provider_config",
+    "provider_config_from_flags",
+    "provider_policy",
+    "split_model_id",
+]
+
+INSTALL_HINT = "pip install 'maple-acp[openai]'"
+
+
+class ProviderUnavailable(MapleAcpError):
+    """The provider backend cannot be used here (its optional dependency is missing)."""
+
+
+def provider_policy() -> AskForTools:
+    """The permission policy for this backend's tools: ask before ``shell``, ``write_file``
+    and ``edit_file`` (``external_mcp`` is always asked); ``read_file`` runs without asking."""
+    return AskForTools(frozenset({"shell", "write_file", "edit_file"}))
+
+
+def build_backend(
+    config: ProviderConfig,
+    env: Mapping[str, str],
+    *,
+    timeouts: RequestTimeouts | None = None,
+    max_turn_requests: int | None = None,
+) -> tuple[ProviderBackend, ProviderCatalog]:
+    """The backend and the model catalog for ``config``. Each provider's key is read from
+    ``env`` (usually ``os.environ``) here, once, and kept only in memory.
+
+    Raises ``ProviderUnavailable`` without the ``openai`` extra, and ``ProviderConfigError``
+    when a named key variable is unset or empty (naming the variable, never a value)."""
+    try:
+        from maple_acp.backends.openai._backend import MAX_TURN_REQUESTS, ProviderBackend
+        from maple_acp.backends.openai._client import ProviderCatalog, ProviderKeys
+    except ImportError as exc:
+        if exc.name is not None and exc.name.split(".")[0] in ("openai", "httpx2"):
+            raise ProviderUnavailable(
+                f"the OpenAI-compatible provider needs the openai package: {INSTALL_HINT}"
+            ) from None
+        raise
+    keys: dict[str, str | None] = {}
+    for index, entry in enumerate(config.providers):
+        if entry.api_key_env is None:
+            keys[entry.name] = None
+            continue
+        value = env.get(entry.api_key_env)
+        if not value:
+            key = (
+                "--api-key-env"
+                if config.source == FLAG_SOURCE
+                else f"providers[{index}].api_key_env"
+            )
+            raise ProviderConfigError(
+                f"{config.source}: {key}: the environment variable {entry.api_key_env} is not set"
+            )
+        keys[entry.name] = value
+    held = ProviderKeys(keys)
+    backend = ProviderBackend(
+        config,
+        held,
+        timeouts=timeouts,
+        max_turn_requests=max_turn_requests or MAX_TURN_REQUESTS,
+    )
+    return backend, ProviderCatalog(config, held)

@@ -1,0 +1,413 @@
+"""The turn loop of the OpenAI-compatible backend: rebuild the conversation, stream one model
+request, forward text and reasoning, run the tool calls it asked for, and go again until the
+model answers without tools (or a bound or a fault ends the turn)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, NoReturn
+
+import attrs
+import openai
+import trio
+
+from maple_acp.backends.openai._client import (
+    ProviderKeys,
+    RequestTimeouts,
+    open_provider_client,
+    where,
+)
+from maple_acp.backends.openai._config import ProviderConfig, ProviderEntry, split_model_id
+from maple_acp.backends.openai._conversation import (
+    Message,
+    bound_result,
+    fit_to_window,
+    history_messages,
+)
+from maple_acp.backends.openai._faults import (
+    BROKEN_STREAM,
+    MALFORMED_STREAM,
+    ProviderFault,
+    RetryPlan,
+    connection_fault,
+    give_up_line,
+    status_fault,
+)
+from maple_acp.backends.openai._native import (
+    MAX_ARGUMENT_CHARS,
+    ToolCall,
+    offered_tools,
+    run_tool_call,
+)
+from maple_acp.runtime import GoalProgress, GoalStatus, RunKind, Turn, TurnFailed, Usage
+
+logger = logging.getLogger(__name__)
+
+#: Model requests in one turn; the next one would end the turn as ``max_turn_requests``.
+MAX_TURN_REQUESTS = 64
+#: Closing a stream's connection after a cancel or a fault: shielded, but never for long.
+STREAM_CLOSE_BOUND_S = 1.0
+#: Part of a known context window kept free for the model's answer when trimming.
+ANSWER_RESERVE_FRACTION = 0.25
+#: Tool calls kept from one response; more is a broken model, not a plan.
+MAX_TOOL_CALLS_PER_RESPONSE = 64
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a coding assistant working in the project directory {root}. Use the tools to "
+    "read files, change them and run commands there; give paths relative to that directory. "
+    "Be brief, and say what you changed."
+)
+GOAL_PROMPT = (
+    "Keep working toward this goal: {objective}\n"
+    "End your answer with one line: GOAL COMPLETE when it is achieved, GOAL BLOCKED when you "
+    "cannot go on without the user, or GOAL CONTINUE when more work remains."
+)
+
+
+@attrs.define
+class _ToolDraft:
+    call_id: str = ""
+    name: str = ""
+    arguments: list[str] = attrs.field(factory=list)
+    size: int = 0
+
+
+@attrs.define
+class _Response:
+    """One streamed answer as it was assembled."""
+
+    text: list[str] = attrs.field(factory=list)
+    tools: dict[int, _ToolDraft] = attrs.field(factory=dict)
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    context_used: int | None = None
+    #: Something of this answer already reached the caller: it can no longer be retried.
+    forwarded: bool = False
+
+    def tool_calls(self) -> list[ToolCall]:
+        calls = []
+        for index in sorted(self.tools):
+            draft = self.tools[index]
+            arguments = "".join(draft.arguments) if draft.size <= MAX_ARGUMENT_CHARS else ""
+            if draft.size > MAX_ARGUMENT_CHARS:
+                arguments = "x" * (MAX_ARGUMENT_CHARS + 1)
+            calls.append(
+                ToolCall(
+                    call_id=draft.call_id or f"call_{index}", name=draft.name, arguments=arguments
+                )
+            )
+        return calls
+
+
+class ProviderBackend:
+    """An ``AgentBackend`` over OpenAI-compatible Chat Completions endpoints.
+
+    Resource handling: each turn opens its own HTTP client and closes it (and every stream)
+    when the turn ends, is cancelled or fails; a cancelled turn's stream is closed at once, so
+    the provider sees its connection end.
+
+    Error handling: provider faults end the turn with ``TurnFailed`` and one safe line (never
+    the key or the provider's own error text). Rate limits, server errors and lost connections
+    before any of the answer was forwarded are retried (``_faults``); nothing else is.
+    """
+
+    def __init__(
+        self,
+        config: ProviderConfig,
+        keys: ProviderKeys,
+        *,
+        timeouts: RequestTimeouts | None = None,
+        max_turn_requests: int = MAX_TURN_REQUESTS,
+    ) -> None:
+        self._config = config
+        self._keys = keys
+        self._timeouts = timeouts or RequestTimeouts()
+        self._max_requests = max(1, min(max_turn_requests, MAX_TURN_REQUESTS))
+
+    async def run_turn(self, turn: Turn) -> None:
+        model_id = turn.model or self._config.default_model
+        try:
+            provider_name, model = split_model_id(model_id)
+        except ValueError:
+            raise TurnFailed(f"the model id {model_id[:200]!r} is not provider/model") from None
+        entry = self._config.provider(provider_name)
+        if entry is None:
+            raise TurnFailed(f"the model {model_id[:200]!r} is no longer configured")
+        messages = self._conversation(turn)
+        tools = offered_tools(turn)
+        async with open_provider_client(
+            entry, self._keys.key_for(entry.name), self._timeouts
+        ) as client:
+            answer = await self._loop(turn, client, entry, model, messages, tools)
+        if turn.kind is RunKind.GOAL_CYCLE:
+            turn.goal_progress = _goal_progress(answer)
+
+    def _conversation(self, turn: Turn) -> list[Message]:
+        system = self._config.system_prompt or DEFAULT_SYSTEM_PROMPT.format(root=turn.root)
+        if turn.skills:
+            listed = "\n".join(f"- {skill.name}: {skill.path}" for skill in turn.skills)
+            system += (
+                f"\n\nProject skills (read a skill's file when the task matches it):\n{listed}"
+            )
+        history = getattr(turn, "history", ())
+        prompt = turn.prompt
+        if turn.kind is RunKind.GOAL_CYCLE:
+            prompt = GOAL_PROMPT.format(objective=turn.prompt)
+        return [
+            {"role": "system", "content": system},
+            *history_messages(history),
+            {"role": "user", "content": prompt},
+        ]
+
+    async def _loop(
+        self,
+        turn: Turn,
+        client: openai.AsyncOpenAI,
+        entry: ProviderEntry,
+        model: str,
+        messages: list[Message],
+        tools: list[Any],
+    ) -> str:
+        window = entry.context_window
+        answer = ""
+        for number in range(1, self._max_requests + 1):
+            sent = messages
+            if window is not None:
+                sent = fit_to_window(messages, int(window * (1 - ANSWER_RESERVE_FRACTION)))
+            response = await self._request(turn, client, entry, model, sent, tools)
+            if response.usage is not None:
+                await turn.report_usage(response.usage)
+            if window is not None and response.context_used is not None:
+                report = getattr(turn, "report_context", None)
+                if report is not None:
+                    await report(response.context_used, window)
+            answer = "".join(response.text)
+            if response.finish_reason == "length":
+                _set_stop(turn, "MAX_TOKENS")
+                return answer
+            if response.finish_reason == "content_filter":
+                _set_stop(turn, "REFUSAL")
+                return answer
+            calls = response.tool_calls()
+            if not calls:
+                return answer
+            if number == self._max_requests:
+                _set_stop(turn, "MAX_TURN_REQUESTS")
+                return answer
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": answer or None,
+                    "tool_calls": [
+                        {
+                            "id": call.call_id,
+                            "type": "function",
+                            "function": {"name": call.name, "arguments": call.arguments},
+                        }
+                        for call in calls
+                    ],
+                }
+            )
+            for call in calls:
+                await trio.lowlevel.checkpoint_if_cancelled()
+                result = await run_tool_call(turn, call, f"{turn.new_message_id()}-tool")
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call.call_id,
+                        "content": bound_result(result.content),
+                    }
+                )
+        return answer
+
+    async def _request(
+        self,
+        turn: Turn,
+        client: openai.AsyncOpenAI,
+        entry: ProviderEntry,
+        model: str,
+        messages: list[Message],
+        tools: list[Any],
+    ) -> _Response:
+        started = trio.current_time()
+        retries = 0
+        while True:
+            response = _Response()
+            try:
+                await self._stream(turn, client, entry, model, messages, tools, response)
+                return response
+            except ProviderFault as fault:
+                if response.forwarded:
+                    # Part of the answer is already with the caller: a retry would repeat it.
+                    line = MALFORMED_STREAM if fault.line == MALFORMED_STREAM else BROKEN_STREAM
+                    raise TurnFailed(line) from None
+                wait = RetryPlan(fault, retries, trio.current_time() - started).wait()
+                if wait is None:
+                    raise TurnFailed(give_up_line(fault, retries)) from None
+                logger.info(
+                    "provider %s: %s; retry %d in %.1f s", entry.name, fault.line, retries + 1, wait
+                )
+                await trio.sleep(wait)
+                retries += 1
+
+    async def _stream(
+        self,
+        turn: Turn,
+        client: openai.AsyncOpenAI,
+        entry: ProviderEntry,
+        model: str,
+        messages: list[Message],
+        tools: list[Any],
+        response: _Response,
+    ) -> None:
+        # Messages and tools are plain dicts built here; the SDK's typed overloads add nothing.
+        create: Any = client.chat.completions.create
+        extra: dict[str, Any] = {"tools": tools} if tools else {}
+        try:
+            stream = await create(
+                model=model,
+                messages=messages,
+                stream=True,
+                stream_options={"include_usage": True},
+                **extra,
+            )
+        except Exception as exc:
+            _raise_fault(exc, entry, model)
+        try:
+            await _read_stream(turn, stream, response)
+        except ProviderFault:
+            raise
+        except Exception as exc:
+            _raise_fault(exc, entry, model)
+        finally:
+            # On a cancel the provider must see the connection end now, not at collection.
+            with trio.CancelScope(shield=True), trio.move_on_after(STREAM_CLOSE_BOUND_S):
+                await stream.close()
+
+
+async def _read_stream(turn: Turn, stream: Any, response: _Response) -> None:
+    text_id: str | None = None
+    thought_id: str | None = None
+    async for chunk in stream:
+        usage = chunk.usage
+        if usage is not None:
+            response.usage, response.context_used = _usage(usage)
+        choices = chunk.choices
+        if not choices:
+            continue
+        choice = choices[0]
+        delta = choice.delta
+        if delta is not None:
+            content = delta.content
+            if content:
+                if not isinstance(content, str):
+                    raise ProviderFault(MALFORMED_STREAM)
+                response.forwarded = True
+                response.text.append(content)
+                text_id = await turn.send_text(content, message_id=text_id)
+            extra = delta.model_extra
+            if extra:
+                reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+                if reasoning and isinstance(reasoning, str):
+                    response.forwarded = True
+                    thought_id = await turn.send_thought(reasoning, message_id=thought_id)
+            fragments = delta.tool_calls
+            if fragments:
+                _add_tool_fragments(response, fragments)
+        if choice.finish_reason:
+            response.finish_reason = choice.finish_reason
+
+
+def _add_tool_fragments(response: _Response, fragments: Any) -> None:
+    for fragment in fragments:
+        index = fragment.index if isinstance(fragment.index, int) else len(response.tools)
+        draft = response.tools.get(index)
+        if draft is None:
+            if len(response.tools) >= MAX_TOOL_CALLS_PER_RESPONSE:
+                raise ProviderFault(MALFORMED_STREAM)
+            draft = response.tools[index] = _ToolDraft()
+        if fragment.id and not draft.call_id:
+            draft.call_id = str(fragment.id)
+        function = fragment.function
+        if function is None:
+            continue
+        if function.name and not draft.name:
+            draft.name = str(function.name)
+        arguments = function.arguments
+        if arguments:
+            draft.size += len(arguments)
+            if draft.size <= MAX_ARGUMENT_CHARS:
+                draft.arguments.append(str(arguments))
+
+
+def _usage(usage: Any) -> tuple[Usage, int]:
+    prompt = _int(getattr(usage, "prompt_tokens", 0))
+    completion = _int(getattr(usage, "completion_tokens", 0))
+    total = _int(getattr(usage, "total_tokens", 0)) or prompt + completion
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = _int(getattr(details, "cached_tokens", 0)) if details is not None else 0
+    return (
+        Usage(
+            input_tokens=prompt,
+            output_tokens=completion,
+            total_tokens=total,
+            cache_read_tokens=cached,
+        ),
+        prompt + completion,
+    )
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _raise_fault(exc: Exception, entry: ProviderEntry, model: str) -> NoReturn:
+    fault = _fault(exc, entry, model)
+    if fault is exc:
+        raise exc
+    # Not chained: the SDK's exception text may quote the provider's answer.
+    raise fault from None
+
+
+def _fault(exc: Exception, entry: ProviderEntry, model: str) -> Exception:
+    """The ``ProviderFault`` an SDK or transport error means; anything else (a bug) as it
+    was."""
+    inner: BaseException = exc
+    while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
+        inner = inner.exceptions[0]
+    if isinstance(inner, openai.APIStatusError):
+        body: object = inner.body
+        return status_fault(inner.status_code, inner.response.headers, body, model)
+    if isinstance(inner, openai.APITimeoutError):
+        return connection_fault(where(entry), timed_out=True)
+    if isinstance(inner, openai.APIConnectionError):
+        return connection_fault(where(entry), timed_out=False)
+    if isinstance(inner, (json.JSONDecodeError, openai.APIResponseValidationError)):
+        return ProviderFault(MALFORMED_STREAM)
+    if isinstance(inner, openai.APIError):
+        # An error event inside the stream; its text is the provider's, so not shown.
+        return ProviderFault("the provider reported an error inside its stream")
+    if isinstance(inner, (AttributeError, TypeError)):
+        # A chunk of the wrong shape (the SDK builds chunks without validating them).
+        return ProviderFault(MALFORMED_STREAM)
+    return exc
+
+
+def _set_stop(turn: Turn, name: str) -> None:
+    import maple_acp.runtime as runtime
+
+    reasons = getattr(runtime, "StopReason", None)
+    if reasons is not None:
+        setattr(turn, "stop_reason", getattr(reasons, name))  # noqa: B010 - until Turn has it
+    logger.info("turn %s stopped: %s", turn.run_id, name.lower())
+
+
+def _goal_progress(answer: str) -> GoalProgress:
+    lines = [line.strip().upper() for line in answer.strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    if "GOAL COMPLETE" in last:
+        return GoalProgress(status=GoalStatus.COMPLETE, reason="the model reports the goal met")
+    if "GOAL BLOCKED" in last:
+        return GoalProgress(status=GoalStatus.BLOCKED, reason="the model needs the user")
+    return GoalProgress(reason="more work remains")

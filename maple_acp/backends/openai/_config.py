@@ -1,0 +1,271 @@
+"""The provider configuration: ``[[providers]]``, ``default_model`` and ``system_prompt`` as read
+from ``config.toml`` (or built from ``serve --provider-url``), checked once, into plain values.
+
+No SDK import here: a host may validate its configuration without the ``openai`` extra.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import attrs
+
+from maple_acp._exceptions import MapleAcpError
+
+#: Names become the first part of every model id a client sees; keep them short and plain.
+MAX_PROVIDER_NAME_CHARS = 64
+#: A configuration is typed by hand; more than this many providers is a mistake.
+MAX_PROVIDERS = 32
+#: Model ids listed for one provider.
+MAX_LISTED_MODELS = 1024
+#: A system prompt sent with every request.
+MAX_SYSTEM_PROMPT_CHARS = 64 * 1024
+#: The provider name ``serve --provider-url`` uses, so that its model ids stay the same when
+#: the URL changes (a task locked to ``provider/llama3`` stays loadable).
+FLAG_PROVIDER_NAME = "provider"
+#: The ``source`` of a configuration built from ``serve`` flags.
+FLAG_SOURCE = "the command line"
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_KNOWN_TOP_KEYS = ("providers", "default_model", "system_prompt")
+_KNOWN_PROVIDER_KEYS = frozenset({"name", "base_url", "api_key_env", "models", "context_window"})
+#: Bound on the text of a configuration error (one line).
+_MAX_ERROR_CHARS = 500
+
+
+class ProviderConfigError(MapleAcpError):
+    """A provider configuration that cannot be used: one line naming the file, the key and what
+    is wrong. Never contains a key's value."""
+
+
+@attrs.frozen(kw_only=True)
+class ProviderEntry:
+    """One OpenAI-compatible endpoint."""
+
+    name: str
+    #: The Chat Completions base URL (``.../v1``), without credentials.
+    base_url: str
+    #: The name of the environment variable that holds the API key (never the key itself);
+    #: ``None`` for a server that needs none.
+    api_key_env: str | None = None
+    #: The models offered, without the provider prefix; ``None`` = discover from ``GET /models``.
+    models: tuple[str, ...] | None = None
+    #: The context window in tokens, when known (enables context usage and trimming).
+    context_window: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ProviderConfig:
+    providers: tuple[ProviderEntry, ...]
+    #: A ``provider/model`` id.
+    default_model: str
+    system_prompt: str | None = None
+    #: Where the configuration came from (a file path, or the command line), for errors.
+    source: str = "configuration"
+
+    def provider(self, name: str) -> ProviderEntry | None:
+        for entry in self.providers:
+            if entry.name == name:
+                return entry
+        return None
+
+
+def split_model_id(model_id: str) -> tuple[str, str]:
+    """``"provider/model"`` -> ``("provider", "model")``; the model part may contain ``/``."""
+    provider, sep, model = model_id.partition("/")
+    if not sep or not provider or not model:
+        raise ValueError(f"model ids look like provider/model, not {model_id[:200]!r}")
+    return provider, model
+
+
+def load_provider_config(raw: Mapping[str, Any], source: str) -> ProviderConfig:
+    """Check the provider part of a configuration file.
+
+    ``raw`` is the parsed TOML table (other keys are ignored: they belong to other readers);
+    ``source`` names the file in errors. Raises ``ProviderConfigError``."""
+
+    def fail(key: str, what: str) -> ProviderConfigError:
+        return _error(source, key, what)
+
+    providers_raw = raw.get("providers")
+    if providers_raw is None:
+        raise fail("providers", "no [[providers]] table is configured")
+    if not isinstance(providers_raw, Sequence) or isinstance(providers_raw, (str, bytes)):
+        raise fail("providers", "must be an array of tables ([[providers]])")
+    if not providers_raw:
+        raise fail("providers", "must list at least one provider")
+    if len(providers_raw) > MAX_PROVIDERS:
+        raise fail("providers", f"at most {MAX_PROVIDERS} providers are supported")
+    providers: list[ProviderEntry] = []
+    for index, table in enumerate(providers_raw):
+        entry = _provider(table, f"providers[{index}]", fail)
+        if any(other.name == entry.name for other in providers):
+            raise fail(f"providers[{index}].name", f"{entry.name!r} is used by another provider")
+        providers.append(entry)
+    system_prompt = raw.get("system_prompt")
+    if system_prompt is not None:
+        if not isinstance(system_prompt, str):
+            raise fail("system_prompt", "must be a string")
+        if len(system_prompt) > MAX_SYSTEM_PROMPT_CHARS:
+            raise fail("system_prompt", f"is longer than {MAX_SYSTEM_PROMPT_CHARS} characters")
+        if not system_prompt.strip():
+            system_prompt = None
+    default = _default_model(raw.get("default_model"), providers, fail)
+    return ProviderConfig(
+        providers=tuple(providers),
+        default_model=default,
+        system_prompt=system_prompt,
+        source=source,
+    )
+
+
+def provider_config_from_flags(
+    base_url: str,
+    model: str,
+    *,
+    api_key_env: str | None = None,
+    context_window: int | None = None,
+    system_prompt: str | None = None,
+) -> ProviderConfig:
+    """The configuration of ``serve --provider-url URL --model ID [--api-key-env NAME]``: one
+    provider named ``provider`` offering exactly ``ID`` (clients see ``provider/ID``)."""
+    raw: dict[str, Any] = {
+        "providers": [
+            {
+                "name": FLAG_PROVIDER_NAME,
+                "base_url": base_url,
+                "models": [model],
+                **({"api_key_env": api_key_env} if api_key_env is not None else {}),
+                **({"context_window": context_window} if context_window is not None else {}),
+            }
+        ],
+        "default_model": f"{FLAG_PROVIDER_NAME}/{model}",
+    }
+    if system_prompt is not None:
+        raw["system_prompt"] = system_prompt
+    try:
+        return load_provider_config(raw, FLAG_SOURCE)
+    except ProviderConfigError as exc:
+        # Say which flag, not which key of a table the user never wrote.
+        text = str(exc)
+        for key, flag in (
+            ("providers[0].base_url", "--provider-url"),
+            ("providers[0].models[0]", "--model"),
+            ("providers[0].api_key_env", "--api-key-env"),
+            ("providers[0].context_window", "--context-window"),
+        ):
+            text = text.replace(key, flag)
+        raise ProviderConfigError(text) from None
+
+
+def _provider(table: object, where: str, fail: Any) -> ProviderEntry:
+    if not isinstance(table, Mapping):
+        raise fail(where, "must be a table")
+    unknown = sorted(str(key) for key in table if key not in _KNOWN_PROVIDER_KEYS)
+    if unknown:
+        raise fail(f"{where}.{unknown[0][:64]}", "is not a provider setting")
+    name = table.get("name")
+    if not isinstance(name, str) or not name:
+        raise fail(f"{where}.name", "is required (a short name such as 'ollama')")
+    if len(name) > MAX_PROVIDER_NAME_CHARS or not _NAME.match(name):
+        raise fail(
+            f"{where}.name",
+            f"must be 1-{MAX_PROVIDER_NAME_CHARS} letters, digits, '.', '_' or '-' (no '/')",
+        )
+    base_url = _base_url(table.get("base_url"), f"{where}.base_url", fail)
+    api_key_env = table.get("api_key_env")
+    if api_key_env is not None and (
+        not isinstance(api_key_env, str) or not _ENV_NAME.match(api_key_env)
+    ):
+        raise fail(
+            f"{where}.api_key_env",
+            "must be the name of an environment variable (the key itself never goes in the file)",
+        )
+    models = table.get("models")
+    listed: tuple[str, ...] | None = None
+    if models is not None:
+        if not isinstance(models, Sequence) or isinstance(models, (str, bytes)):
+            raise fail(f"{where}.models", "must be an array of model names")
+        if not models:
+            raise fail(f"{where}.models", "is empty (leave it out to discover the models)")
+        if len(models) > MAX_LISTED_MODELS:
+            raise fail(f"{where}.models", f"lists more than {MAX_LISTED_MODELS} models")
+        seen: set[str] = set()
+        for index, model in enumerate(models):
+            key = f"{where}.models[{index}]"
+            if not isinstance(model, str) or not model.strip() or model != model.strip():
+                raise fail(key, "must be a non-blank model name without surrounding spaces")
+            if any(ord(char) < 32 for char in model) or len(model) > 256:
+                raise fail(key, "must be one line of at most 256 characters")
+            if model in seen:
+                raise fail(key, f"{model!r} is listed twice")
+            seen.add(model)
+        listed = tuple(models)
+    window = table.get("context_window")
+    if window is not None and (
+        not isinstance(window, int) or isinstance(window, bool) or window <= 0
+    ):
+        raise fail(f"{where}.context_window", "must be a positive number of tokens")
+    return ProviderEntry(
+        name=name,
+        base_url=base_url,
+        api_key_env=api_key_env,
+        models=listed,
+        context_window=window,
+    )
+
+
+def _base_url(value: object, key: str, fail: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise fail(key, "is required (for example 'http://localhost:11434/v1')")
+    if any(ord(char) < 33 for char in value) or len(value) > 2048:
+        raise fail(key, "must be one URL without spaces")
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        raise fail(key, "is not a valid URL") from None
+    del port
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise fail(key, "must be an http:// or https:// URL with a host")
+    if parts.username is not None or parts.password is not None:
+        # A URL is logged and shown in errors; a credential in it would leak.
+        raise fail(key, "must not carry credentials; name an environment variable in api_key_env")
+    if parts.fragment:
+        raise fail(key, "must not have a #fragment")
+    return value.rstrip("/")
+
+
+def _default_model(value: object, providers: list[ProviderEntry], fail: Any) -> str:
+    if value is None:
+        first = providers[0]
+        if first.models is None:
+            raise fail(
+                "default_model",
+                f"is required when provider {first.name!r} lists no models (e.g. "
+                f"'{first.name}/MODEL')",
+            )
+        return f"{first.name}/{first.models[0]}"
+    if not isinstance(value, str):
+        raise fail("default_model", "must be a string 'provider/model'")
+    try:
+        name, model = split_model_id(value)
+    except ValueError:
+        raise fail("default_model", "must look like 'provider/model'") from None
+    entry = next((entry for entry in providers if entry.name == name), None)
+    if entry is None:
+        raise fail("default_model", f"names provider {name!r}, which is not configured")
+    if entry.models is not None and model not in entry.models:
+        raise fail("default_model", f"{model!r} is not in the models of provider {name!r}")
+    return value
+
+
+def _error(source: str, key: str, what: str) -> ProviderConfigError:
+    text = f"{source}: {key}: {what}".replace("\n", " ").replace("\r", " ")
+    if len(text) > _MAX_ERROR_CHARS:
+        text = text[: _MAX_ERROR_CHARS - 3] + "..."
+    return ProviderConfigError(text)

@@ -1,0 +1,147 @@
+"""The conversation a request carries: rebuilt from the task's history, and trimmed to fit a
+known context window. Pure functions over Chat Completions message dicts."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from maple_acp.model import ItemKind, TimelineItem
+
+Message = dict[str, Any]
+
+#: Rough characters per token for the estimate used before a request (the provider's own
+#: count, when it reports one, is what the caller sees as context usage).
+CHARS_PER_TOKEN = 4
+#: Fixed cost of each message's envelope, in estimated tokens.
+MESSAGE_OVERHEAD_TOKENS = 4
+#: What replaces a tool output dropped to fit the window, so the model knows it existed.
+DROPPED_OUTPUT = "[output dropped to fit the context window]"
+#: A tool result the model is sent; the row shown to the user has its own bound.
+MAX_TOOL_RESULT_CHARS = 32_000
+
+_TOOL_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def history_messages(items: Sequence[TimelineItem]) -> list[Message]:
+    """Chat messages for a task's visible history: user and agent messages, and each tool call
+    as an assistant ``tool_calls`` entry followed by its result. Thoughts and plans are not
+    sent back (providers do not accept foreign reasoning)."""
+    messages: list[Message] = []
+    text: list[str] = []
+    calls: list[dict[str, Any]] = []
+    results: list[Message] = []
+
+    def flush() -> None:
+        if text or calls:
+            message: Message = {"role": "assistant", "content": "".join(text) or None}
+            if calls:
+                message["tool_calls"] = list(calls)
+            messages.append(message)
+            messages.extend(results)
+        text.clear()
+        calls.clear()
+        results.clear()
+
+    for item in items:
+        if item.kind is ItemKind.USER:
+            flush()
+            messages.append({"role": "user", "content": item.text})
+        elif item.kind is ItemKind.ASSISTANT:
+            if calls:
+                flush()
+            text.append(item.text)
+        elif item.kind is ItemKind.TOOL and item.tool is not None:
+            call_id = f"call_{len(messages)}_{len(calls)}"
+            tool = item.tool
+            calls.append(
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": tool_name(tool.name), "arguments": _arguments(tool)},
+                }
+            )
+            outcome = tool.output_text
+            if outcome is None:
+                outcome = f"the tool call ended {tool.status.value}"
+            results.append(
+                {"role": "tool", "tool_call_id": call_id, "content": bound_result(outcome)}
+            )
+    flush()
+    return messages
+
+
+def tool_name(name: str) -> str:
+    """A name a provider accepts for a function (history may hold any host's tool names)."""
+    cleaned = _TOOL_NAME.sub("_", name)[:64]
+    return cleaned or "tool"
+
+
+def bound_result(text: str) -> str:
+    if len(text) <= MAX_TOOL_RESULT_CHARS:
+        return text
+    return (
+        text[:MAX_TOOL_RESULT_CHARS]
+        + f"\n[cut: {len(text) - MAX_TOOL_RESULT_CHARS} more characters]"
+    )
+
+
+def _arguments(tool: Any) -> str:
+    raw = tool.raw_input
+    if raw is None:
+        return "{}"
+    try:
+        return orjson.dumps(raw).decode()
+    except TypeError:
+        return "{}"
+
+
+def estimate_tokens(message: Message) -> int:
+    size = 0
+    content = message.get("content")
+    if isinstance(content, str):
+        size += len(content)
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        size += len(function.get("name") or "") + len(function.get("arguments") or "")
+    return size // CHARS_PER_TOKEN + MESSAGE_OVERHEAD_TOKENS
+
+
+def fit_to_window(messages: Sequence[Message], budget: int) -> list[Message]:
+    """``messages`` (system prompt first, if any, and the latest message last) cut to an
+    estimated ``budget`` tokens: first the oldest tool outputs are replaced by a marker, then
+    the oldest whole turns (a user message and everything up to the next one) are dropped. The
+    system prompt and the latest message are always kept; so is the pairing of every tool call
+    with its result. The input is not modified."""
+    result = [dict(message) for message in messages]
+    sizes = [estimate_tokens(message) for message in result]
+    total = sum(sizes)
+    if total <= budget or len(result) <= 1:
+        return result
+    head = 1 if result[0].get("role") == "system" else 0
+    last = len(result) - 1
+    for index in range(head, last):
+        if total <= budget:
+            return result
+        message = result[index]
+        if message.get("role") == "tool" and message.get("content") != DROPPED_OUTPUT:
+            message["content"] = DROPPED_OUTPUT
+            new_size = estimate_tokens(message)
+            total -= sizes[index] - new_size
+            sizes[index] = new_size
+    if total <= budget:
+        return result
+    # Drop the oldest turns. A turn starts at a user message; the one holding the latest
+    # message (the last start) is never dropped, so no tool result loses its call.
+    keep_from = head
+    for start in range(head + 1, len(result)):
+        if total <= budget:
+            break
+        if result[start].get("role") != "user":
+            continue
+        total -= sum(sizes[keep_from:start])
+        keep_from = start
+    return result[:head] + result[keep_from:]

@@ -1,0 +1,140 @@
+"""What a provider fault means for a turn: retry it (and after how long), or end the turn with
+one safe line. Plain functions of status codes and headers, so the rules are tested without a
+server. No line ever carries the provider's own error text: it may quote the key."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Mapping
+
+import attrs
+
+#: Retries after the first attempt, for rate limits, server errors and lost connections.
+MAX_RETRIES = 3
+#: All retrying of one model request (the waits and the attempts) ends within this bound.
+RETRY_BUDGET_S = 30.0
+#: Backoff before retry 1, 2, 3 when the provider gives no ``Retry-After``.
+BACKOFF_S = (1.0, 2.0, 4.0)
+
+MALFORMED_STREAM = "the provider sent a malformed stream"
+BROKEN_STREAM = "the provider's stream broke off before the answer ended"
+
+
+class ProviderFault(Exception):
+    """A request that failed. ``line`` is one safe sentence; ``retryable`` says whether the
+    same request may be sent again; ``retry_after`` is the provider's own wait, if it gave one."""
+
+    def __init__(self, line: str, *, retryable: bool = False, retry_after: float | None = None):
+        super().__init__(line)
+        self.line = line
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+def status_fault(
+    status: int, headers: Mapping[str, str], body: object, model: str, *, now: float | None = None
+) -> ProviderFault:
+    """The fault for an HTTP error status from the provider."""
+    if status in (401, 403):
+        return ProviderFault(f"the provider refused the credentials (HTTP {status})")
+    code = _error_code(body)
+    if status == 404 or code == "model_not_found":
+        return ProviderFault(
+            f"the provider does not know the model {model[:200]!r} (HTTP {status})"
+        )
+    if status == 429:
+        return ProviderFault(
+            "the provider is limiting the rate of requests (HTTP 429)",
+            retryable=True,
+            retry_after=retry_after_seconds(headers, now=now),
+        )
+    if status >= 500:
+        return ProviderFault(
+            f"the provider failed to answer (HTTP {status})",
+            retryable=True,
+            retry_after=retry_after_seconds(headers, now=now),
+        )
+    if code == "context_length_exceeded":
+        return ProviderFault(
+            f"the conversation is longer than the model's context window (HTTP {status})"
+        )
+    if 300 <= status < 400:
+        return ProviderFault(f"the provider answered with a redirect (HTTP {status}), not followed")
+    return ProviderFault(f"the provider rejected the request (HTTP {status})")
+
+
+def connection_fault(where: str, *, timed_out: bool) -> ProviderFault:
+    if timed_out:
+        return ProviderFault(f"the provider at {where} did not answer in time", retryable=True)
+    return ProviderFault(f"could not reach the provider at {where}", retryable=True)
+
+
+def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """The provider's ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date), if any
+    and sane."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            value = float(millis) / 1000
+        except ValueError:
+            value = -1.0
+        if 0 <= value < 86_400:
+            return value
+    text = headers.get("retry-after")
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        value = when.timestamp() - (time.time() if now is None else now)
+        value = max(value, 0.0)
+    if not 0 <= value < 86_400:
+        return None
+    return value
+
+
+@attrs.frozen
+class RetryPlan:
+    """Whether to retry after ``fault`` as attempt ``retries_done + 1`` with ``elapsed`` seconds
+    of the budget spent: the wait, or ``None`` to give up."""
+
+    fault: ProviderFault
+    retries_done: int
+    elapsed: float
+
+    def wait(self) -> float | None:
+        if not self.fault.retryable or self.retries_done >= MAX_RETRIES:
+            return None
+        delay = self.fault.retry_after
+        if delay is None:
+            delay = BACKOFF_S[min(self.retries_done, len(BACKOFF_S) - 1)]
+        if self.elapsed + delay > RETRY_BUDGET_S:
+            return None
+        return delay
+
+
+def give_up_line(fault: ProviderFault, retries_done: int) -> str:
+    if not fault.retryable:
+        return fault.line
+    if retries_done == 0:
+        return f"{fault.line}; not retried (its wait exceeds {RETRY_BUDGET_S:.0f} s)"
+    plural = "retry" if retries_done == 1 else "retries"
+    return f"{fault.line}; gave up after {retries_done} {plural}"
+
+
+def _error_code(body: object) -> str | None:
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping):
+            code = inner.get("code")
+            if isinstance(code, str):
+                return code
+            kind = inner.get("type")
+            if isinstance(kind, str):
+                return kind
+    return None

@@ -1,0 +1,337 @@
+"""The tools the model sees, and how one call of them runs as a tool row.
+
+``shell`` asks (by the host's policy) and runs through the lease's tool context;
+``read_file`` needs no permission and stays inside the session root; ``write_file`` and
+``edit_file`` ask, showing the diff they would make, then make it; ``external_mcp`` (when the
+session has MCP servers) is always asked by the runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import orjson
+import trio
+
+from maple_acp.model import FileDiff, ToolLocation
+from maple_acp.runtime import (
+    EXTERNAL_MCP_TOOL,
+    ToolRequest,
+    ToolState,
+    ToolStatus,
+    ToolUnavailable,
+    Turn,
+)
+from maple_acp.runtime._files import (
+    FileChange,
+    FileToolError,
+    edit_text_async,
+    read_text_async,
+    write_text_async,
+)
+
+#: Text of a tool's result shown in its row; the model gets its own bound.
+MAX_ROW_TEXT_CHARS = 16_000
+#: A model's arguments for one call; more is refused without being parsed.
+MAX_ARGUMENT_CHARS = 4 * 1024 * 1024
+
+SHELL = "shell"
+READ_FILE = "read_file"
+WRITE_FILE = "write_file"
+EDIT_FILE = "edit_file"
+
+DENIED = "the user denied this tool call"
+
+
+def _spec(name: str, description: str, properties: dict[str, Any], required: list[str]) -> Any:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+NATIVE_TOOLS: tuple[Any, ...] = (
+    _spec(
+        SHELL,
+        "Run a shell command (/bin/sh) in the project directory; returns its exit code and "
+        "combined output. The user is asked first.",
+        {"command": {"type": "string", "description": "The command line."}},
+        ["command"],
+    ),
+    _spec(
+        READ_FILE,
+        "Read a UTF-8 text file inside the project directory.",
+        {"path": {"type": "string", "description": "Relative to the project directory."}},
+        ["path"],
+    ),
+    _spec(
+        WRITE_FILE,
+        "Create or replace a text file inside the project directory. The user sees the diff "
+        "and is asked first.",
+        {
+            "path": {"type": "string", "description": "Relative to the project directory."},
+            "content": {"type": "string", "description": "The whole new content."},
+        },
+        ["path", "content"],
+    ),
+    _spec(
+        EDIT_FILE,
+        "Replace exactly one occurrence of old_text with new_text in a text file inside the "
+        "project directory. The user sees the diff and is asked first.",
+        {
+            "path": {"type": "string", "description": "Relative to the project directory."},
+            "old_text": {"type": "string", "description": "Text that occurs exactly once."},
+            "new_text": {"type": "string", "description": "Its replacement."},
+        },
+        ["path", "old_text", "new_text"],
+    ),
+)
+
+
+def offered_tools(turn: Turn) -> list[Any]:
+    """The native tools plus what the turn offers (``external_mcp`` while the session has MCP
+    servers)."""
+    tools = list(NATIVE_TOOLS)
+    extra: Sequence[Any] = getattr(turn, "offered_tools", None) or turn.tools.external_tools
+    for spec in extra:
+        tools.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": spec.name,
+                    "description": spec.description,
+                    "parameters": dict(spec.input_schema),
+                },
+            }
+        )
+    return tools
+
+
+@attrs.frozen(kw_only=True)
+class ToolCall:
+    """One call the model asked for, assembled from its streamed fragments."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+@attrs.frozen(kw_only=True)
+class ToolResult:
+    """What the model is told about a call."""
+
+    content: str
+
+
+async def run_tool_call(turn: Turn, call: ToolCall, row_id: str) -> ToolResult:
+    """Run one call as a tool row: pending (with its diff when it writes) -> permission ->
+    in progress -> completed or failed. Never raises for the tool's own failure."""
+    row = _Row(turn, row_id, call.name)
+    args = _parse_arguments(call.arguments)
+    if isinstance(args, str):
+        await row.update(ToolStatus.PENDING, raw_input={"arguments": call.arguments[:4096]})
+        return await row.fail(args)
+    raw_input: Any = args
+    title = _title(call.name, args)
+    row.title = title
+    try:
+        if call.name == READ_FILE:
+            await row.update(ToolStatus.PENDING, raw_input=raw_input)
+            return await _read_file(row, turn, args)
+        if call.name in (WRITE_FILE, EDIT_FILE):
+            return await _change_file(row, turn, call.name, args)
+        if call.name == SHELL:
+            await row.update(ToolStatus.PENDING, raw_input=raw_input)
+            return await _shell(row, turn, args)
+        if call.name == EXTERNAL_MCP_TOOL and _external_available(turn):
+            await row.update(ToolStatus.PENDING, raw_input=raw_input)
+            return await _external(row, turn, args)
+    except FileToolError as exc:
+        return await row.fail(str(exc))
+    await row.update(ToolStatus.PENDING, raw_input=raw_input)
+    return await row.fail(f"there is no tool named {call.name[:64]!r}")
+
+
+class _Row:
+    """The successive states of one tool row."""
+
+    def __init__(self, turn: Turn, row_id: str, name: str) -> None:
+        self.turn = turn
+        self.row_id = row_id
+        self.name = name
+        self.title = name
+        self.raw_input: Any = None
+        self.locations: tuple[ToolLocation, ...] = ()
+        self.diffs: tuple[FileDiff, ...] = ()
+
+    async def update(self, status: ToolStatus, **fields: Any) -> None:
+        if "raw_input" in fields:
+            self.raw_input = fields.pop("raw_input")
+        await self.turn.send_tool_row(
+            self.row_id,
+            ToolState(
+                name=self.name,
+                status=status,
+                title=self.title,
+                raw_input=self.raw_input,
+                locations=self.locations,
+                diffs=self.diffs,
+                **fields,
+            ),
+        )
+
+    async def ask(self) -> bool:
+        request = ToolRequest(
+            tool_id=self.row_id, name=self.name, title=self.title, raw_input=self.raw_input
+        )
+        allowed = await self.turn.ask_permission(request)
+        # A cancelled run must not run the tool, even if the answer came in just before.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        return allowed
+
+    async def fail(self, text: str, raw_output: Any = None) -> ToolResult:
+        await self.update(
+            ToolStatus.FAILED, output_text=text[:MAX_ROW_TEXT_CHARS], raw_output=raw_output
+        )
+        return ToolResult(content=f"error: {text}")
+
+    async def done(self, text: str, raw_output: Any = None) -> ToolResult:
+        await self.update(
+            ToolStatus.COMPLETED, output_text=text[:MAX_ROW_TEXT_CHARS], raw_output=raw_output
+        )
+        return ToolResult(content=text)
+
+
+async def _read_file(row: _Row, turn: Turn, args: Mapping[str, Any]) -> ToolResult:
+    path = _string(args, "path")
+    read = await read_text_async(turn.root, path)
+    row.locations = (ToolLocation(path=read.path),)
+    text = read.text
+    if read.truncated:
+        text += "\n[the file is longer; only its beginning was read]"
+    return await row.done(text)
+
+
+async def _change_file(row: _Row, turn: Turn, name: str, args: Mapping[str, Any]) -> ToolResult:
+    await row.update(ToolStatus.PENDING, raw_input=_shown_input(name, args))
+    path = _string(args, "path")
+    change = await _apply_change(turn, name, path, args, dry_run=True)
+    row.locations = (change.location(),)
+    row.diffs = (change.diff(),)
+    await row.update(ToolStatus.PENDING)
+    if not await row.ask():
+        await row.fail("permission denied")
+        return ToolResult(content=DENIED)
+    await row.update(ToolStatus.IN_PROGRESS)
+    # The file may have changed while the user decided: the applied change is the real one.
+    change = await _apply_change(turn, name, path, args, dry_run=False)
+    row.locations = (change.location(),)
+    row.diffs = (change.diff(),)
+    verb = "created" if change.old_text is None else "updated"
+    return await row.done(f"{verb} {change.path}")
+
+
+async def _apply_change(
+    turn: Turn, name: str, path: str, args: Mapping[str, Any], *, dry_run: bool
+) -> FileChange:
+    if name == WRITE_FILE:
+        return await write_text_async(turn.root, path, _string(args, "content"), dry_run=dry_run)
+    return await edit_text_async(
+        turn.root, path, _string(args, "old_text"), _string(args, "new_text"), dry_run=dry_run
+    )
+
+
+async def _shell(row: _Row, turn: Turn, args: Mapping[str, Any]) -> ToolResult:
+    command = args.get("command")
+    if not isinstance(command, str) or not command.strip():
+        return await row.fail("no command given")
+    if not await row.ask():
+        await row.fail("permission denied")
+        return ToolResult(content=DENIED)
+    await row.update(ToolStatus.IN_PROGRESS)
+    try:
+        result = await turn.tools.run_shell(command, cwd=turn.root)
+    except (ToolUnavailable, OSError) as exc:
+        return await row.fail(str(exc) or type(exc).__name__)
+    raw = {"exit_code": result.exit_code, "output": result.output, "truncated": result.truncated}
+    text = result.output + ("\n[output cut]" if result.truncated else "")
+    for_model = f"exit code {result.exit_code}\n{text}"
+    if result.exit_code == 0:
+        await row.done(text, raw_output=raw)
+    else:
+        await row.fail(text, raw_output=raw)
+    return ToolResult(content=for_model)
+
+
+async def _external(row: _Row, turn: Turn, args: Mapping[str, Any]) -> ToolResult:
+    tool_id = args.get("tool")
+    arguments = args.get("arguments", {})
+    if not isinstance(tool_id, str) or not isinstance(arguments, dict):
+        return await row.fail("external_mcp takes {tool: string, arguments: object}")
+    if not await row.ask():
+        await row.fail("permission denied")
+        return ToolResult(content=DENIED)
+    await row.update(ToolStatus.IN_PROGRESS)
+    try:
+        result = await turn.tools.call_external(tool_id, arguments)
+    except trio.Cancelled:
+        raise
+    except Exception as exc:
+        return await row.fail(str(exc)[:500] or type(exc).__name__)
+    text = orjson.dumps(result).decode()
+    return await row.done(text, raw_output=result)
+
+
+def _external_available(turn: Turn) -> bool:
+    return bool(turn.tools.external_tools)
+
+
+def _parse_arguments(text: str) -> dict[str, Any] | str:
+    if len(text) > MAX_ARGUMENT_CHARS:
+        return "the arguments are too long"
+    if not text.strip():
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return "the arguments are not valid JSON"
+    if not isinstance(value, dict):
+        return "the arguments must be a JSON object"
+    return value
+
+
+def _string(args: Mapping[str, Any], key: str) -> str:
+    value = args.get(key)
+    if not isinstance(value, str):
+        raise FileToolError(f"{key} must be a string")
+    return value
+
+
+def _title(name: str, args: Mapping[str, Any]) -> str:
+    if name == SHELL and isinstance(args.get("command"), str):
+        return f"shell: {args['command'][:200]}"
+    if name in (READ_FILE, WRITE_FILE, EDIT_FILE) and isinstance(args.get("path"), str):
+        return f"{name}: {args['path'][:200]}"
+    if name == EXTERNAL_MCP_TOOL and isinstance(args.get("tool"), str):
+        return f"external_mcp: {args['tool'][:64]}"
+    return name[:64]
+
+
+def _shown_input(name: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """A write's raw input without the whole content (the diff shows it)."""
+    if name == WRITE_FILE:
+        content = args.get("content")
+        size = len(content) if isinstance(content, str) else 0
+        return {"path": args.get("path"), "content_chars": size}
+    return dict(args)

@@ -1,0 +1,312 @@
+"""A real OpenAI-compatible HTTP server on 127.0.0.1, scripted per test.
+
+It speaks HTTP/1.1 over a real TCP socket (keep-alive, chunked streaming), answers
+``POST .../chat/completions`` from a queue of scripted replies and ``GET .../models`` from a
+fixed reply, records every request it read, and notices when a client drops a connection.
+Streaming replies are ``data:`` lines with ``[DONE]``; a reply can also stall, break off, carry
+a malformed line, or be an error status with a body and headers (``Retry-After``).
+
+Run as a script (``python loopback.py PORT_FILE N_TOKENS``) it serves one endless stream
+script for the provider benchmark from a separate process.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from typing import Any
+
+import attrs
+import trio
+
+_MAX_HEAD = 64 * 1024
+
+
+@attrs.define
+class Reply:
+    """One scripted answer. ``events`` are ``data:`` payloads (dicts become JSON; strings are
+    sent as they are); a non-streaming reply has ``body``."""
+
+    status: int = 200
+    headers: dict[str, str] = attrs.field(factory=dict)
+    body: Any = None
+    events: list[Any] | None = None
+    #: Send ``data: [DONE]`` after the events.
+    done: bool = True
+    #: After the events, send nothing more until the client goes away.
+    stall: bool = False
+    #: After the events, drop the connection without ending the chunked body.
+    break_off: bool = False
+    #: Wait for this event before sending the events (to hold a stream open).
+    hold: trio.Event | None = None
+
+
+@attrs.define
+class Recorded:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+def chunk(
+    *,
+    content: str | None = None,
+    reasoning_content: str | None = None,
+    reasoning: str | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
+    finish_reason: str | None = None,
+) -> dict[str, Any]:
+    """One ``chat.completion.chunk`` with one choice."""
+    delta: dict[str, Any] = {}
+    if content is not None:
+        delta["content"] = content
+    if reasoning_content is not None:
+        delta["reasoning_content"] = reasoning_content
+    if reasoning is not None:
+        delta["reasoning"] = reasoning
+    if tool_calls is not None:
+        delta["tool_calls"] = tool_calls
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "test-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+    }
+
+
+def usage_chunk(prompt: int, completion: int, *, cached: int = 0) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "test-model",
+        "choices": [],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        },
+    }
+
+
+def text_reply(
+    *pieces: str, usage: tuple[int, int] | None = (10, 5), finish: str = "stop"
+) -> Reply:
+    events: list[Any] = [chunk(content=piece) for piece in pieces]
+    events.append(chunk(finish_reason=finish))
+    if usage is not None:
+        events.append(usage_chunk(*usage))
+    return Reply(events=events)
+
+
+def tool_call_reply(
+    *calls: tuple[str, str, dict[str, Any]],
+    text: str | None = None,
+    pieces: int = 3,
+    usage: tuple[int, int] | None = (20, 10),
+) -> Reply:
+    """A response asking for ``calls`` (id, name, arguments), each call's arguments split into
+    ``pieces`` fragments across chunks."""
+    events: list[Any] = []
+    if text is not None:
+        events.append(chunk(content=text))
+    for index, (call_id, name, arguments) in enumerate(calls):
+        encoded = json.dumps(arguments)
+        step = max(1, -(-len(encoded) // pieces))
+        parts = [encoded[i : i + step] for i in range(0, len(encoded), step)]
+        events.append(
+            chunk(
+                tool_calls=[
+                    {
+                        "index": index,
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": name, "arguments": ""},
+                    }
+                ]
+            )
+        )
+        events.extend(
+            chunk(tool_calls=[{"index": index, "function": {"arguments": part}}]) for part in parts
+        )
+    events.append(chunk(finish_reason="tool_calls"))
+    if usage is not None:
+        events.append(usage_chunk(*usage))
+    return Reply(events=events)
+
+
+def error_reply(status: int, message: str = "error", **headers: str) -> Reply:
+    return Reply(
+        status=status,
+        headers={key.replace("_", "-"): value for key, value in headers.items()},
+        body={"error": {"message": message, "type": "test_error", "code": None}},
+    )
+
+
+class LoopbackProvider:
+    """The server. ``script`` answers chat requests in order; ``models`` answers model lists."""
+
+    def __init__(self) -> None:
+        self.script: deque[Reply] = deque()
+        self.models: Reply = error_reply(404, "no model list")
+        self.requests: list[Recorded] = []
+        #: Connections the client closed, counted as they close.
+        self.closed = 0
+        self.closed_event = trio.Event()
+        self.port = 0
+        #: Set while a reply is stalled or held, so a test can cancel at that moment.
+        self.streaming = trio.Event()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def add(self, *replies: Reply) -> None:
+        self.script.extend(replies)
+
+    def chat_requests(self) -> list[Recorded]:
+        return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        task_status.started()
+        await trio.serve_listeners(self._connection, listeners)
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        buffer = bytearray()
+        try:
+            while True:
+                request = await _read_request(stream, buffer)
+                if request is None:
+                    return
+                self.requests.append(request)
+                if request.path.endswith("/models"):
+                    reply = self.models
+                elif self.script:
+                    reply = self.script.popleft()
+                else:
+                    reply = error_reply(500, "no scripted reply left")
+                if not await self._answer(stream, reply):
+                    return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        finally:
+            self.closed += 1
+            self.closed_event.set()
+            self.closed_event = trio.Event()
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def _answer(self, stream: trio.SocketStream, reply: Reply) -> bool:
+        """Send ``reply``; False when the connection is to be dropped."""
+        if reply.events is None:
+            body = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+            head = _head(reply.status, {"content-type": "application/json", **reply.headers})
+            head += f"content-length: {len(body)}\r\n\r\n".encode()
+            await stream.send_all(head + body)
+            return True
+        head = _head(
+            reply.status,
+            {"content-type": "text/event-stream", "transfer-encoding": "chunked", **reply.headers},
+        )
+        await stream.send_all(head + b"\r\n")
+        if reply.hold is not None:
+            self.streaming.set()
+            await _wait_or_peer_gone(stream, reply.hold)
+        for event in reply.events:
+            payload = event if isinstance(event, str) else json.dumps(event)
+            await _send_chunk(stream, f"data: {payload}\n\n".encode())
+        if reply.stall:
+            self.streaming.set()
+            await _wait_for_close(stream)
+            return False
+        if reply.break_off:
+            return False
+        if reply.done:
+            await _send_chunk(stream, b"data: [DONE]\n\n")
+        await stream.send_all(b"0\r\n\r\n")
+        return True
+
+
+def _head(status: int, headers: dict[str, str]) -> bytes:
+    lines = [f"HTTP/1.1 {status} {'OK' if status < 400 else 'Error'}"]
+    lines.extend(f"{key}: {value}" for key, value in headers.items())
+    return ("\r\n".join(lines) + "\r\n").encode()
+
+
+async def _send_chunk(stream: trio.SocketStream, data: bytes) -> None:
+    await stream.send_all(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+
+
+async def _wait_for_close(stream: trio.SocketStream) -> None:
+    while await stream.receive_some(65536):
+        pass
+
+
+async def _wait_or_peer_gone(stream: trio.SocketStream, event: trio.Event) -> None:
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            await _wait_for_close(stream)
+            nursery.cancel_scope.cancel()
+            raise trio.BrokenResourceError("the client went away")
+
+        nursery.start_soon(watch)
+        await event.wait()
+        nursery.cancel_scope.cancel()
+
+
+async def _read_request(stream: trio.SocketStream, buffer: bytearray) -> Recorded | None:
+    while b"\r\n\r\n" not in buffer:
+        data = await stream.receive_some(65536)
+        if not data:
+            return None
+        buffer += data
+        if len(buffer) > _MAX_HEAD:
+            raise trio.BrokenResourceError("request head too large")
+    head, _, rest = bytes(buffer).partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    method, path, _version = lines[0].split(" ", 2)
+    headers = {}
+    for line in lines[1:]:
+        key, _, value = line.partition(":")
+        headers[key.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", "0"))
+    body = bytearray(rest)
+    while len(body) < length:
+        data = await stream.receive_some(65536)
+        if not data:
+            return None
+        body += data
+    buffer[:] = body[length:]
+    parsed: Any = json.loads(bytes(body[:length])) if length else None
+    return Recorded(method=method, path=path, headers=headers, body=parsed)
+
+
+async def _bench_main(port_file: str, tokens: int) -> None:
+    """Serve the same long text stream to every chat request, for the benchmark."""
+    server = LoopbackProvider()
+
+    class Endless(deque[Reply]):
+        def popleft(self) -> Reply:
+            return text_reply(*(["tok "] * tokens), usage=(10, tokens))
+
+        def __bool__(self) -> bool:
+            return True
+
+    server.script = Endless()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        with open(port_file, "w") as handle:
+            handle.write(str(server.port))
+        await trio.sleep_forever()
+
+
+if __name__ == "__main__":
+    import sys
+
+    trio.run(_bench_main, sys.argv[1], int(sys.argv[2]))
