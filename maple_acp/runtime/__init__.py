@@ -149,6 +149,13 @@ from maple_acp.runtime._permissions import (
     PermissionResponder,
     ToolRequest,
 )
+from maple_acp.runtime._relay import (
+    MAX_RELAY_TOTAL_BYTES,
+    MAX_RELAY_VALUE_BYTES,
+    MAX_RELAY_VALUES,
+    RelayValues,
+    validate_relay_values,
+)
 from maple_acp.runtime._run import RUN_EVENT_QUEUE, Run
 from maple_acp.runtime._service import (
     DEFAULT_PROVISIONAL_GRACE_S,
@@ -161,15 +168,11 @@ from maple_acp.runtime._service import (
 )
 from maple_acp.runtime._session_events import SESSION_EVENT_QUEUE, SessionEvents
 from maple_acp.runtime._tools import (
-    MAX_RELAY_TOTAL_BYTES,
-    MAX_RELAY_VALUE_BYTES,
-    MAX_RELAY_VALUES,
     ExternalToolDefinition,
     ExternalToolRouter,
     ShellResult,
     ToolContext,
     ToolUnavailable,
-    validate_relay_values,
 )
 from maple_acp.runtime._trust import SkillInfo, TrustStatus, find_project_skills
 from maple_acp.runtime._turn import Turn
@@ -213,6 +216,7 @@ __all__ = [
     "PermissionResponder",
     "PromptClaim",
     "RejectionKind",
+    "RelayValues",
     "RouterFactory",
     "Run",
     "RunEnded",

@@ -36,7 +36,8 @@ from maple_acp.runtime._lease_life import RouterFactory
 from maple_acp.runtime._models import ModelCatalog, ModelCatalogCache, ModelChoices
 from maple_acp.runtime._permissions import PermissionPolicy
 from maple_acp.runtime._registry import LeaseRegistry
-from maple_acp.runtime._tools import ToolContext, validate_relay_values
+from maple_acp.runtime._relay import RelayValues, validate_relay_values
+from maple_acp.runtime._tools import ToolContext
 from maple_acp.runtime._trust import SkillInfo, find_project_skills_async
 from maple_acp.store import InvalidCursor, TaskStore
 
@@ -264,7 +265,17 @@ class AgentService:
 
     # -- leases ------------------------------------------------------------------------------
 
+    def accept_relay(self, offered: Mapping[str, str]) -> RelayValues:
+        """Check relay values a connector offers, once: names the host does not allow are
+        left out (``RelayValues.dropped`` counts them), the rest must meet the limits.
+        ``INVALID_RELAY`` otherwise; the message names a variable, never a value. Pass the
+        result as ``relay=`` to ``serve_new_task``/``serve_task``."""
+        return RelayValues.accept(offered, self.relay_allow_list)
+
     def _tool_context(self, relay: Mapping[str, str] | None) -> ToolContext:
+        if isinstance(relay, RelayValues):
+            # Checked by accept_relay; the allow-list cannot have changed since.
+            return ToolContext(relay)
         return ToolContext(validate_relay_values(relay or {}, self.relay_allow_list))
 
     async def _project_skills(self, account: str, root: str) -> tuple[SkillInfo, ...]:

@@ -6,26 +6,18 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 import signal
 import subprocess
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import attrs
 import trio
 
-from maple_acp.runtime._errors import RejectionKind, RuntimeRejection, bounded_text
+from maple_acp.runtime._errors import bounded_text
 
 logger = logging.getLogger(__name__)
 
-#: Relay values are credentials handed over by a local connector; these bounds keep one
-#: connection from parking unbounded data in the host's memory and children's environments.
-MAX_RELAY_VALUES = 16
-#: Per value, in UTF-8 bytes.
-MAX_RELAY_VALUE_BYTES = 16 * 1024
-#: All values together, in UTF-8 bytes.
-MAX_RELAY_TOTAL_BYTES = 32 * 1024
 #: A child's output kept for the tool result; the rest is read and dropped so the child never
 #: blocks on a full pipe.
 MAX_SHELL_OUTPUT_BYTES = 64 * 1024
@@ -37,36 +29,6 @@ KILL_POLL_S = 0.005
 #: After a child exits, how long its output pipe may stay open (a background grandchild holds
 #: it) before reading stops.
 SHELL_OUTPUT_DRAIN_S = 1.0
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-def validate_relay_values(values: Mapping[str, str], allowed: Collection[str]) -> dict[str, str]:
-    """Check relay values against the host's allow-list and the limits; returns a private copy.
-    Raises ``RuntimeRejection(INVALID_RELAY)``; the message names a variable, never a value."""
-
-    def reject(message: str) -> RuntimeRejection:
-        return RuntimeRejection(RejectionKind.INVALID_RELAY, message)
-
-    if len(values) > MAX_RELAY_VALUES:
-        raise reject(f"at most {MAX_RELAY_VALUES} relay values are accepted")
-    total = 0
-    checked: dict[str, str] = {}
-    for name, value in values.items():
-        if not isinstance(name, str) or not _ENV_NAME.match(name):
-            raise reject("a relay value has an invalid name")
-        if name not in allowed:
-            raise reject(f"relay value {name} is not allowed by the host")
-        if not isinstance(value, str) or "\x00" in value:
-            raise reject(f"relay value {name} is not a string without NUL")
-        size = len(value.encode("utf-8", "surrogatepass"))
-        if size > MAX_RELAY_VALUE_BYTES:
-            raise reject(f"relay value {name} exceeds {MAX_RELAY_VALUE_BYTES} bytes")
-        total += size
-        checked[name] = value
-    if total > MAX_RELAY_TOTAL_BYTES:
-        raise reject(f"relay values exceed {MAX_RELAY_TOTAL_BYTES} bytes in all")
-    return checked
 
 
 class ExternalToolDefinition(Protocol):

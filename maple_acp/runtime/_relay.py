@@ -1,0 +1,83 @@
+"""Relay values: credentials a local connector hands over for the host's shell-like tools.
+
+They are checked once, here (the host's allow-list, the size limits, no NUL), live only in a
+lease's in-memory tool context, and never reach the store, a log or a client: every tool row is
+passed through ``RelayRedactor`` before it is stored or sent.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterator, Mapping
+
+from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
+
+#: Relay values are credentials handed over by a local connector; these bounds keep one
+#: connection from parking unbounded data in the host's memory and children's environments.
+MAX_RELAY_VALUES = 16
+#: Per value, in UTF-8 bytes.
+MAX_RELAY_VALUE_BYTES = 16 * 1024
+#: All values together, in UTF-8 bytes.
+MAX_RELAY_TOTAL_BYTES = 32 * 1024
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def validate_relay_values(values: Mapping[str, str], allowed: Collection[str]) -> dict[str, str]:
+    """Check relay values against the host's allow-list and the limits; returns a private copy.
+    Raises ``RuntimeRejection(INVALID_RELAY)``; the message names a variable, never a value."""
+
+    def reject(message: str) -> RuntimeRejection:
+        return RuntimeRejection(RejectionKind.INVALID_RELAY, message)
+
+    if len(values) > MAX_RELAY_VALUES:
+        raise reject(f"at most {MAX_RELAY_VALUES} relay values are accepted")
+    total = 0
+    checked: dict[str, str] = {}
+    for name, value in values.items():
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            raise reject("a relay value has an invalid name")
+        if name not in allowed:
+            raise reject(f"relay value {name} is not allowed by the host")
+        if not isinstance(value, str) or "\x00" in value:
+            raise reject(f"relay value {name} is not a string without NUL")
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if size > MAX_RELAY_VALUE_BYTES:
+            raise reject(f"relay value {name} exceeds {MAX_RELAY_VALUE_BYTES} bytes")
+        total += size
+        checked[name] = value
+    if total > MAX_RELAY_TOTAL_BYTES:
+        raise reject(f"relay values exceed {MAX_RELAY_TOTAL_BYTES} bytes in all")
+    return checked
+
+
+class RelayValues(Mapping[str, str]):
+    """Relay values the runtime has already checked; a lease takes them without checking
+    again. Made by ``AgentService.accept_relay``. Its ``repr`` names variables, never values."""
+
+    __slots__ = ("_values", "dropped")
+
+    def __init__(self, checked: Mapping[str, str], *, dropped: int = 0) -> None:
+        self._values = dict(checked)
+        #: Offered names the host's allow-list does not include (they were left out).
+        self.dropped = dropped
+
+    @classmethod
+    def accept(cls, offered: Mapping[str, str], allowed: Collection[str]) -> RelayValues:
+        """Keep the offered names the host allows (a connector may offer more), then check
+        them. Raises ``INVALID_RELAY``."""
+        if not isinstance(offered, Mapping):
+            raise RuntimeRejection(RejectionKind.INVALID_RELAY, "relay values must be a mapping")
+        kept = {name: value for name, value in offered.items() if name in allowed}
+        return cls(validate_relay_values(kept, allowed), dropped=len(offered) - len(kept))
+
+    def __getitem__(self, name: str) -> str:
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"RelayValues(names={sorted(self._values)!r})"
