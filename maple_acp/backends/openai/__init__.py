@@ -23,7 +23,7 @@ raises :class:`ProviderUnavailable` saying which ``pip install`` fixes it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from maple_acp._exceptions import MapleAcpError
@@ -76,6 +76,7 @@ def build_backend(
     *,
     timeouts: RequestTimeouts | None = None,
     max_turn_requests: int | None = None,
+    backoff: Sequence[float] | None = None,
 ) -> tuple[ProviderBackend, ProviderCatalog]:
     """The backend and the model catalog for ``config``. Each provider's key is read from
     ``env`` (usually ``os.environ``) here, once, and kept only in memory.
@@ -113,5 +114,6 @@ def build_backend(
         held,
         timeouts=timeouts,
         max_turn_requests=max_turn_requests or MAX_TURN_REQUESTS,
+        **({"backoff": backoff} if backoff is not None else {}),
     )
     return backend, ProviderCatalog(config, held)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import attrs
@@ -26,12 +27,12 @@ from maple_acp.backends.openai._conversation import (
     history_messages,
 )
 from maple_acp.backends.openai._faults import (
+    BACKOFF_S,
     BROKEN_STREAM,
     MALFORMED_STREAM,
     ProviderFault,
-    RetryPlan,
     connection_fault,
-    give_up_line,
+    retrying,
     status_fault,
 )
 from maple_acp.backends.openai._native import (
@@ -119,11 +120,14 @@ class ProviderBackend:
         *,
         timeouts: RequestTimeouts | None = None,
         max_turn_requests: int = MAX_TURN_REQUESTS,
+        backoff: Sequence[float] = BACKOFF_S,
     ) -> None:
         self._config = config
         self._keys = keys
         self._timeouts = timeouts or RequestTimeouts()
         self._max_requests = max(1, min(max_turn_requests, MAX_TURN_REQUESTS))
+        #: Waits before retries 1, 2, 3 when the provider names none.
+        self._backoff = tuple(backoff) or BACKOFF_S
 
     async def run_turn(self, turn: Turn) -> None:
         model_id = turn.model or self._config.default_model
@@ -230,26 +234,22 @@ class ProviderBackend:
         messages: list[Message],
         tools: list[Any],
     ) -> _Response:
-        started = trio.current_time()
-        retries = 0
-        while True:
+        async def attempt() -> _Response:
             response = _Response()
             try:
                 await self._stream(turn, client, entry, model, messages, tools, response)
-                return response
             except ProviderFault as fault:
-                if response.forwarded:
-                    # Part of the answer is already with the caller: a retry would repeat it.
-                    line = MALFORMED_STREAM if fault.line == MALFORMED_STREAM else BROKEN_STREAM
-                    raise TurnFailed(line) from None
-                wait = RetryPlan(fault, retries, trio.current_time() - started).wait()
-                if wait is None:
-                    raise TurnFailed(give_up_line(fault, retries)) from None
-                logger.info(
-                    "provider %s: %s; retry %d in %.1f s", entry.name, fault.line, retries + 1, wait
-                )
-                await trio.sleep(wait)
-                retries += 1
+                if not response.forwarded:
+                    raise
+                # Part of the answer is already with the caller: a retry would repeat it.
+                line = MALFORMED_STREAM if fault.line == MALFORMED_STREAM else BROKEN_STREAM
+                raise ProviderFault(line) from None
+            return response
+
+        try:
+            return await retrying(attempt, backoff=self._backoff, label=f"provider {entry.name}: ")
+        except ProviderFault as fault:
+            raise TurnFailed(fault.line) from None
 
     async def _stream(
         self,

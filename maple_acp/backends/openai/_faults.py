@@ -5,10 +5,17 @@ server. No line ever carries the provider's own error text: it may quote the key
 from __future__ import annotations
 
 import email.utils
+import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
 
 import attrs
+import trio
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Retries after the first attempt, for rate limits, server errors and lost connections.
 MAX_RETRIES = 3
@@ -106,16 +113,37 @@ class RetryPlan:
     fault: ProviderFault
     retries_done: int
     elapsed: float
+    backoff: Sequence[float] = BACKOFF_S
 
     def wait(self) -> float | None:
         if not self.fault.retryable or self.retries_done >= MAX_RETRIES:
             return None
         delay = self.fault.retry_after
         if delay is None:
-            delay = BACKOFF_S[min(self.retries_done, len(BACKOFF_S) - 1)]
+            delay = self.backoff[min(self.retries_done, len(self.backoff) - 1)]
         if self.elapsed + delay > RETRY_BUDGET_S:
             return None
         return delay
+
+
+async def retrying(
+    attempt: Callable[[], Awaitable[T]], *, backoff: Sequence[float] = BACKOFF_S, label: str = ""
+) -> T:
+    """``await attempt()``, again after each retryable ``ProviderFault`` while ``RetryPlan``
+    allows; then the last fault, its line saying how many retries were made. The waits are
+    plain Trio sleeps: a cancel ends them at once."""
+    started = trio.current_time()
+    retries = 0
+    while True:
+        try:
+            return await attempt()
+        except ProviderFault as fault:
+            wait = RetryPlan(fault, retries, trio.current_time() - started, backoff).wait()
+            if wait is None:
+                raise ProviderFault(give_up_line(fault, retries)) from None
+            logger.info("%s%s; retry %d in %.1f s", label, fault.line, retries + 1, wait)
+            await trio.sleep(wait)
+            retries += 1
 
 
 def give_up_line(fault: ProviderFault, retries_done: int) -> str:

@@ -159,6 +159,8 @@ class LoopbackProvider:
         self.port = 0
         #: Set while a reply is stalled or held, so a test can cancel at that moment.
         self.streaming = trio.Event()
+        #: Set when a request has been read.
+        self.requested = trio.Event()
 
     @property
     def base_url(self) -> str:
@@ -184,6 +186,7 @@ class LoopbackProvider:
                 if request is None:
                     return
                 self.requests.append(request)
+                self.requested.set()
                 if request.path.endswith("/models"):
                     reply = self.models
                 elif self.script:
