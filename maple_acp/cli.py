@@ -315,49 +315,47 @@ def _check_relay_names(
 # -- the provider engine ------------------------------------------------------------------------
 
 
-def _provider_table(
+def _provider_engine(
     config: ConfigFile, url: str | None, model: str | None, key_env: str | None
-) -> Mapping[str, Any] | None:
-    """The raw provider section to hand to the provider backend, or ``None`` for the demo.
+) -> EngineFactory | None:
+    """The provider engine when one is configured (``None``: the demo engine), built now so
+    that a bad section, a missing key variable or a missing extra is one line before anything
+    starts.
 
-    ``--provider-url URL --model ID`` stands for a one-provider file; it replaces the file's
-    providers (flags win over the file, as everywhere).
+    ``--provider-url URL --model ID`` stands for a one-provider file and replaces the file's
+    providers (flags win over the file, as everywhere); the file's ``system_prompt`` still
+    applies.
     """
-    if url is None and model is None and key_env is None:
-        return dict(config.providers) if config.providers.get("providers") else None
-    if url is None or model is None:
+    flags_given = not (url is None and model is None and key_env is None)
+    if not flags_given and not config.providers:
+        return None
+    if flags_given and (url is None or model is None):
         raise CliError("--provider-url and --model go together (--api-key-env is optional)")
-    provider: dict[str, Any] = {"name": "default", "base_url": url, "models": [model]}
-    if key_env is not None:
-        provider["api_key_env"] = key_env
-    table: dict[str, Any] = {"providers": [provider], "default_model": f"default/{model}"}
-    if "system_prompt" in config.providers:
-        table["system_prompt"] = config.providers["system_prompt"]
-    return table
-
-
-def _provider_engine(table: Mapping[str, Any], source: Path | None) -> EngineFactory:
-    """Check the provider section now (a bad one is one line before anything starts) and
-    return the factory that builds the provider engine inside the Trio run."""
-    try:
-        from maple_acp.backends.openai import engine_from_config  # type: ignore[attr-defined]
-    except ImportError as exc:
-        missing = getattr(exc, "name", "") or ""
-        if missing == "openai":
-            raise CliError(
-                "the provider backend needs the openai extra: pip install 'maple-acp[openai]'"
-            ) from None
-        raise CliError(
-            "this build has no provider backend (maple_acp.backends.openai); "
-            "remove [[providers]] and --provider-url to run the demo engine"
-        ) from None
-    from maple_acp._exceptions import MapleAcpError
+    from maple_acp.backends.openai import (
+        ProviderConfigError,
+        ProviderUnavailable,
+        build_backend,
+        load_provider_config,
+        provider_config_from_flags,
+        provider_policy,
+    )
 
     try:
-        factory: EngineFactory = engine_from_config(table, source)
-    except MapleAcpError as exc:
+        if url is not None and model is not None:
+            prompt = config.providers.get("system_prompt")
+            provider = provider_config_from_flags(
+                url,
+                model,
+                api_key_env=key_env,
+                system_prompt=prompt if isinstance(prompt, str) else None,
+            )
+        else:
+            provider = load_provider_config(config.providers, f"config file {config.path}")
+        backend, catalog = build_backend(provider, os.environ)
+    except (ProviderConfigError, ProviderUnavailable) as exc:
         raise CliError(str(exc)) from None
-    return factory
+    policy = provider_policy()
+    return lambda: (backend, catalog, policy)
 
 
 # -- the command line ---------------------------------------------------------------------------
@@ -459,13 +457,18 @@ _config_option = click.option(
 @click.option(
     "--provider-url",
     metavar="URL",
-    help="Use the OpenAI-compatible endpoint URL instead of the demo engine (with --model).",
+    help="Use the OpenAI-compatible Chat Completions endpoint URL (e.g. "
+    "http://localhost:11434/v1) instead of the demo engine or the config file's providers; "
+    "needs --model.",
 )
-@click.option("--model", metavar="ID", help="The model to use at --provider-url.")
+@click.option(
+    "--model", metavar="ID", help="The model at --provider-url (clients see provider/ID)."
+)
 @click.option(
     "--api-key-env",
     metavar="NAME",
-    help="The environment variable holding the API key for --provider-url.",
+    help="The NAME of the environment variable holding the API key for --provider-url "
+    "(read once at start; the key itself is never a flag).",
 )
 def serve(
     config_path: Path | None,
@@ -527,8 +530,7 @@ def _serve_with(
     for root in settings.allowed_roots:
         if not os.path.isabs(root) or not os.path.isdir(root):
             raise CliError(f"--allowed-root must be an existing absolute directory: {root!r}")
-    table = _provider_table(config, *provider_flags)
-    engine = _provider_engine(table, config.path) if table is not None else None
+    engine = _provider_engine(config, *provider_flags)
     endpoint = _prepare_endpoint(settings.socket)
     _refuse_live_endpoint(endpoint)
     try:

@@ -1,13 +1,15 @@
-"""Shared test configuration: the ACP schema location and Hypothesis profiles."""
+"""Shared test configuration: the ACP schema requirement under CI and Hypothesis profiles."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from maple_acp.testing.schema import find_schema_dir
 
 # The default suite replays the same examples on every run, so a CI verdict depends on the
 # code and not on the draw; the "long" profile (nox -s long) explores with fresh randomness.
@@ -25,10 +27,28 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
+#: Values of ``CI`` that mean "this is a CI run" (CI services set ``CI=true``).
+_CI_VALUES = frozenset({"1", "true", "yes"})
 
-def acp_schema_dir() -> Path:
-    """Where the official ACP v1 schema lives (``ACP_SCHEMA_DIR``, else ``../shared``)."""
-    env = os.environ.get("ACP_SCHEMA_DIR")
-    if env:
-        return Path(env)
-    return REPO_ROOT.parent / "shared" / "acp-schema" / "v1"
+
+def schema_problem(env: Mapping[str, str]) -> str | None:
+    """Why a CI run cannot check frames against the ACP schema, or ``None`` if it can."""
+    if env.get("CI", "").strip().lower() not in _CI_VALUES:
+        return None
+    explicit = env.get("ACP_SCHEMA_DIR")
+    if explicit and not (Path(explicit) / "schema.json").is_file():
+        return f"CI is set but ACP_SCHEMA_DIR={explicit} holds no schema.json"
+    if find_schema_dir() is None:
+        return (
+            "CI is set but the ACP schema was not found: set ACP_SCHEMA_DIR to the directory "
+            "holding schema.json (acp-schema/v1)"
+        )
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under CI a missing ACP schema stops the run: locally the schema tests skip with a
+    reason, but a CI run that skipped them would pass without checking a single frame."""
+    problem = schema_problem(os.environ)
+    if problem is not None:
+        raise pytest.UsageError(problem)

@@ -1,0 +1,177 @@
+"""``maple-acp serve`` with a real model provider: the one-line flags and ``[[providers]]`` in
+the config file, against a loopback OpenAI-compatible server, through a real connector."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import trio
+
+from .conftest import DEADLINE, SERVE, LineReader, clean_env, connector_client
+
+pytest.importorskip("openai", reason="the provider backend needs the openai extra")
+
+
+def _loopback() -> ModuleType:
+    """The provider tests' scripted OpenAI-compatible server (a file, not a package)."""
+    path = Path(__file__).resolve().parents[1] / "backends" / "openai" / "loopback.py"
+    spec = importlib.util.spec_from_file_location("provider_loopback", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+loopback = _loopback()
+SECRET = "sk-test-4bd1c0ffee-never-printed"
+
+
+def provider_env(short_dir: Path) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in clean_env().items()
+        if not key.startswith(("MAPLE_ACP_", "XDG_"))
+    }
+    env.update(
+        HOME=os.fspath(short_dir),
+        XDG_CONFIG_HOME=os.fspath(short_dir / "cfg"),
+        MY_PROVIDER_KEY=SECRET,
+    )
+    return env
+
+
+async def chat_through_serve(
+    short_dir: Path, project: Path, setup: Callable[[int], list[str]], server: Any
+) -> tuple[dict[str, Any], str, list[str]]:
+    """Start the loopback ``server``, then ``serve`` with ``setup(port)``'s arguments, and run
+    one prompt through a real connector."""
+    socket_path = short_dir / "run" / "acp.sock"
+    command = [*SERVE, "--socket", os.fspath(socket_path), "--data-dir", os.fspath(short_dir / "d")]
+    env = provider_env(short_dir)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        host: trio.Process = await nursery.start(
+            partial(
+                trio.run_process,
+                [*command, *setup(server.port), "--log-level", "debug"],
+                stdin=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                check=False,
+                env=env,
+            )
+        )
+        assert host.stderr is not None
+        stderr = LineReader()
+        nursery.start_soon(stderr.pump, host.stderr)
+        await stderr.wait_for(lambda line: "serving on" in line)
+        async with connector_client(socket_path) as connector:
+            client = connector.client
+            await client.initialize()
+            new = await client.new_session(os.fspath(project))
+            session_id = new["sessionId"]
+            answer = await client.prompt(session_id, "say hello")
+            text = client.text(session_id)
+        host.send_signal(signal.SIGTERM)
+        assert await host.wait() == 0
+        await stderr.wait_closed()
+        nursery.cancel_scope.cancel()
+    return {"new": new, "answer": answer}, text, stderr.lines
+
+
+async def test_provider_flags_make_serve_a_real_agent(short_dir: Path, project: Path) -> None:
+    server = loopback.LoopbackProvider()
+    server.add(loopback.text_reply("hello ", "from the model"))
+
+    def flags(port: int) -> list[str]:
+        return [
+            *("--provider-url", f"http://127.0.0.1:{port}/v1", "--model", "test-model"),
+            *("--api-key-env", "MY_PROVIDER_KEY"),
+        ]
+
+    with trio.fail_after(DEADLINE):
+        result, text, stderr = await chat_through_serve(short_dir, project, flags, server)
+    assert result["answer"]["stopReason"] == "end_turn"
+    assert text == "hello from the model"
+    models = [o for o in result["new"]["configOptions"] if o["id"] == "model"]
+    assert models[0]["currentValue"] == "provider/test-model"
+    request = server.chat_requests()[0]
+    assert request.headers["authorization"] == f"Bearer {SECRET}"
+    assert request.body["model"] == "test-model"
+    assert not any(SECRET in line for line in stderr)
+
+
+async def test_providers_from_the_config_file(short_dir: Path, project: Path) -> None:
+    server = loopback.LoopbackProvider()
+    server.add(loopback.text_reply("configured"))
+    (short_dir / "cfg" / "maple-acp").mkdir(parents=True)
+    config = short_dir / "cfg" / "maple-acp" / "config.toml"
+
+    def write_config(port: int) -> list[str]:
+        config.write_text(
+            'default_model = "local/m1"\n'
+            'system_prompt = "Answer briefly."\n'
+            "[[providers]]\n"
+            'name = "local"\n'
+            f'base_url = "http://127.0.0.1:{port}/v1"\n'
+            'api_key_env = "MY_PROVIDER_KEY"\n'
+            'models = ["m1", "m2"]\n'
+        )
+        return []
+
+    with trio.fail_after(DEADLINE):
+        result, text, _ = await chat_through_serve(short_dir, project, write_config, server)
+    assert text == "configured"
+    models = next(o for o in result["new"]["configOptions"] if o["id"] == "model")
+    assert models["currentValue"] == "local/m1"
+    assert [o["value"] for o in models["options"]] == ["local/m1", "local/m2"]
+    messages = server.chat_requests()[0].body["messages"]
+    assert messages[0] == {"role": "system", "content": "Answer briefly."}
+
+
+@pytest.mark.parametrize(
+    ("config", "args", "expected"),
+    [
+        (
+            'default_model = "x/m"\n[[providers]]\nname = "x"\n'
+            'base_url = "http://127.0.0.1:9/v1"\napi_key_env = "UNSET_KEY_VARIABLE"\n',
+            [],
+            "api_key_env: the environment variable UNSET_KEY_VARIABLE is not set",
+        ),
+        ("[[providers]]\nname = 3\n", [], "providers[0].name"),
+        (
+            "",
+            ["--provider-url", "http://127.0.0.1:9/v1", "--model", "m", "--api-key-env", "NOPE"],
+            "--api-key-env: the environment variable NOPE is not set",
+        ),
+    ],
+)
+def test_a_bad_provider_setting_is_one_line(
+    short_dir: Path, config: str, args: list[str], expected: str
+) -> None:
+    (short_dir / "cfg" / "maple-acp").mkdir(parents=True)
+    (short_dir / "cfg" / "maple-acp" / "config.toml").write_text(config)
+    done = subprocess.run(
+        [*SERVE, "--socket", os.fspath(short_dir / "run" / "s.sock"), *args],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        env=provider_env(short_dir),
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("maple-acp: ")
+    assert expected in done.stderr
+    assert not (short_dir / "run").exists()
