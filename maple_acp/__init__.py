@@ -6,7 +6,9 @@ The public names below are loaded on first use, so that importing ``maple_acp`` 
     from maple_acp import AgentService, AcpService, SqliteTaskStore
 
 - runtime: :class:`AgentService` and what a host supplies to it (``AgentBackend``,
-  ``ModelCatalog``, ``PermissionPolicy``);
+  ``ModelCatalog``, ``PermissionPolicy``); its refusals, ``RuntimeRejection`` with a
+  ``RejectionKind``;
+- errors: :class:`MapleAcpError`, the base of every exception the library raises on purpose;
 - store: :class:`SqliteTaskStore`;
 - edge: :class:`AcpService`, :class:`AcpServiceConfig`, :class:`HostLifecycle`;
 - the demo backend: :class:`DemoBackend` (see ``maple_acp.backends.demo``);
@@ -24,6 +26,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from maple_acp._exceptions import MapleAcpError
     from maple_acp.backends.demo import DemoBackend, demo_catalog, demo_policy
     from maple_acp.edge import AcpService, AcpServiceConfig, HostLifecycle
     from maple_acp.runtime import (
@@ -31,12 +34,14 @@ if TYPE_CHECKING:
         AgentService,
         ModelCatalog,
         PermissionPolicy,
+        RejectionKind,
         RuntimeRejection,
         StaticModelCatalog,
     )
     from maple_acp.store import SqliteTaskStore, TaskStore
 
 _EXPORTS = {
+    "MapleAcpError": "maple_acp._exceptions",
     "AcpService": "maple_acp.edge",
     "AcpServiceConfig": "maple_acp.edge",
     "HostLifecycle": "maple_acp.edge",
@@ -44,6 +49,7 @@ _EXPORTS = {
     "AgentService": "maple_acp.runtime",
     "ModelCatalog": "maple_acp.runtime",
     "PermissionPolicy": "maple_acp.runtime",
+    "RejectionKind": "maple_acp.runtime",
     "RuntimeRejection": "maple_acp.runtime",
     "StaticModelCatalog": "maple_acp.runtime",
     "SqliteTaskStore": "maple_acp.store",
@@ -60,8 +66,10 @@ __all__ = [
     "AgentService",
     "DemoBackend",
     "HostLifecycle",
+    "MapleAcpError",
     "ModelCatalog",
     "PermissionPolicy",
+    "RejectionKind",
     "RuntimeRejection",
     "SqliteTaskStore",
     "StaticModelCatalog",

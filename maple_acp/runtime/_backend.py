@@ -6,13 +6,14 @@ from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
+from maple_acp._exceptions import MapleAcpError
 from maple_acp.model import GoalStatus
 
 if TYPE_CHECKING:
     from maple_acp.runtime._turn import Turn
 
 
-class TurnFailed(Exception):
+class TurnFailed(MapleAcpError):
     """Raised by a backend to end its turn as failed. ``str(exc)`` becomes the run's failure
     text (bounded to one line of 500 characters), so it must be safe to show."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 
+from maple_acp._exceptions import MapleAcpError
 from maple_acp._text import MAX_MESSAGE_CHARS as _MAX_MESSAGE_CHARS
 from maple_acp._text import one_line
 
@@ -61,7 +62,7 @@ class RejectionKind(enum.Enum):
     TRUST_BUSY = "trust_busy"
 
 
-class RuntimeRejection(Exception):
+class RuntimeRejection(MapleAcpError):
     """The runtime refused an operation. ``kind`` says why; ``message`` is one safe line (no
     credentials, no relay values) of at most ``MAX_MESSAGE_CHARS`` characters."""
 

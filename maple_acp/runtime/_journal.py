@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import attrs
 
+from maple_acp._text import CUT_TEXT, truncate
 from maple_acp.model import ItemKind, TimelineItem, ToolState, ToolStatus, Usage
 from maple_acp.runtime._events import RunState, ToolRow
 from maple_acp.store import TaskStore
@@ -14,7 +15,6 @@ from maple_acp.store import TaskStore
 #: events still carry all of it).
 MAX_STORED_MESSAGE_CHARS = 1_000_000
 
-_TRUNCATION_MARK = "\n[truncated]"
 
 #: How a tool still open when its run ends is closed, per run outcome.
 _CLOSING = {
@@ -37,18 +37,18 @@ class _Message:
     def add(self, text: str) -> None:
         if self.truncated:
             return
-        room = MAX_STORED_MESSAGE_CHARS - self.size
-        if len(text) > room:
+        # One character past the limit is kept, so that text() knows it must cut.
+        room = MAX_STORED_MESSAGE_CHARS + 1 - self.size
+        if len(text) >= room:
             self.parts.append(text[:room])
-            self.size = MAX_STORED_MESSAGE_CHARS
-            self.truncated = True
+            self.size += min(room, len(text))
+            self.truncated = self.size > MAX_STORED_MESSAGE_CHARS
         else:
             self.parts.append(text)
             self.size += len(text)
 
     def text(self) -> str:
-        joined = "".join(self.parts)
-        return joined + _TRUNCATION_MARK if self.truncated else joined
+        return truncate("".join(self.parts), MAX_STORED_MESSAGE_CHARS, CUT_TEXT)
 
 
 class RunJournal:

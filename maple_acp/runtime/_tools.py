@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from maple_acp._exceptions import MapleAcpError
 from maple_acp.runtime._errors import bounded_text
 
 logger = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class ExternalToolRouter(Protocol):
         ...
 
 
-class ToolUnavailable(Exception):
+class ToolUnavailable(MapleAcpError):
     """A tool cannot be used in this context (no router, lease revoked). The message is safe."""
 
 
