@@ -206,6 +206,11 @@ class LoopbackProvider:
 
     async def _answer(self, stream: trio.SocketStream, reply: Reply) -> bool:
         """Send ``reply``; False when the connection is to be dropped."""
+        if reply.events is None and reply.stall:
+            await stream.send_all(_head(reply.status, {"content-length": "100"}) + b"\r\n")
+            self.streaming.set()
+            await _wait_for_close(stream)
+            return False
         if reply.events is None:
             body = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
             head = _head(reply.status, {"content-type": "application/json", **reply.headers})
