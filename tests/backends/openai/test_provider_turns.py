@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 from conftest import TEST_KEY
@@ -367,3 +368,84 @@ async def test_events_are_read_by_collect_events_too(
         events = await collect_events(run)
         await lease.release(close=False)
     assert text_of(events) == "x"
+
+
+@attrs.frozen
+class Definition:
+    name: str = "external_mcp"
+    description: str = "Call a tool of the session's MCP servers."
+    input_schema: dict[str, Any] = attrs.field(
+        factory=lambda: {
+            "type": "object",
+            "properties": {"tool": {"type": "string", "enum": ["srv__ping"]}, "arguments": {}},
+            "required": ["tool", "arguments"],
+        }
+    )
+
+
+class EchoRouter:
+    """The lease's external tool router as the runtime sees it (the real MCP router has its
+    own tests; here only what the backend does with the one static tool matters)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def tool_definition(self) -> Definition:
+        return Definition()
+
+    async def call(self, tool_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append((tool_id, arguments))
+        return {"content": [{"type": "text", "text": "pong"}]}
+
+    def revoke(self) -> None:
+        pass
+
+
+async def test_external_mcp_is_offered_asked_and_routed(
+    service: AgentService, provider: LoopbackProvider, project: Path
+) -> None:
+    router = EchoRouter()
+
+    async def factory(nursery: trio.Nursery) -> EchoRouter:
+        return router
+
+    provider.add(
+        tool_call_reply(("m", "external_mcp", {"tool": "srv__ping", "arguments": {"n": 1}})),
+        text_reply("pong received"),
+    )
+    async with trio.open_nursery() as nursery:
+        lease = await nursery.start(
+            lambda task_status: service.serve_new_task(
+                str(project), router_factory=factory, task_status=task_status
+            )
+        )
+        run = await lease.start_run("ping")
+        events = await answering(run, "allow_once")
+        outcome = await run.wait()
+        await lease.release(close=False)
+    assert outcome.state is RunState.COMPLETED
+    (ask,) = [e for e in events if isinstance(e, PermissionRequest)]
+    assert ask.request.name == "external_mcp"
+    assert router.calls == [("srv__ping", {"n": 1})]
+    first = provider.chat_requests()[0].body
+    offered = {tool["function"]["name"]: tool["function"] for tool in first["tools"]}
+    assert offered["external_mcp"]["parameters"]["properties"]["tool"]["enum"] == ["srv__ping"]
+    result = provider.chat_requests()[1].body["messages"][-1]["content"]
+    assert json.loads(result) == {"content": [{"type": "text", "text": "pong"}]}
+
+
+async def test_external_mcp_is_not_offered_without_servers(
+    service: AgentService, provider: LoopbackProvider, project: Path
+) -> None:
+    provider.add(
+        tool_call_reply(("m", "external_mcp", {"tool": "srv__ping", "arguments": {}})),
+        text_reply("ok"),
+    )
+    async with trio.open_nursery() as nursery:
+        lease = await open_lease(service, project, nursery)
+        events, _ = await run_prompt(lease, "ping")
+        await lease.release(close=False)
+    tools = {tool["function"]["name"] for tool in provider.chat_requests()[0].body["tools"]}
+    assert "external_mcp" not in tools
+    assert not [e for e in events if isinstance(e, PermissionRequest)]
+    assert "no tool named 'external_mcp'" in (rows(events)[-1].tool.output_text or "")
