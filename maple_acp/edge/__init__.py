@@ -6,6 +6,7 @@
 """
 
 from maple_acp.edge._bounds import MAX_RAW_BYTES, MAX_TOOL_TEXT_CHARS
+from maple_acp.edge._closing import CLOSE_DEADLINE_S
 from maple_acp.edge._config import (
     MAX_CONNECTIONS_LIMIT,
     AcpServiceConfig,
@@ -13,15 +14,14 @@ from maple_acp.edge._config import (
     PersistedServiceState,
     ServiceStateFile,
 )
-from maple_acp.edge._connection import (
-    CLOSE_DEADLINE_S,
-    DISCONNECT_CLEANUP_S,
-    PROTOCOL_VERSION,
-    STATUS_METHOD,
-)
+from maple_acp.edge._connection import DISCONNECT_CLEANUP_S
 from maple_acp.edge._lifecycle import HostLifecycle, ShutdownReport
-from maple_acp.edge._listener import EndpointError, EndpointInUse
-from maple_acp.edge._service import AcpService, AcpServiceStatus
+from maple_acp.edge._listener import EndpointInUse, ListenerError
+from maple_acp.edge._service import PROTOCOL_VERSION, AcpService, AcpServiceStatus
+from maple_acp.wire import STATUS_METHOD
+
+#: The listener's error under its former name, until every caller says ``ListenerError``.
+EndpointError = ListenerError
 
 __all__ = [
     "CLOSE_DEADLINE_S",
@@ -38,6 +38,7 @@ __all__ = [
     "EndpointError",
     "EndpointInUse",
     "HostLifecycle",
+    "ListenerError",
     "PersistedServiceState",
     "ServiceStateFile",
     "ShutdownReport",

@@ -8,11 +8,12 @@ unbounded frame.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any, Final
 
 import orjson
 
-from maple_acp.wire import ToolKind
+from maple_acp.wire import ToolCallLocation, ToolKind
 
 #: Tool and message text per update (SPEC.md limits).
 MAX_TOOL_TEXT_CHARS: Final = 16_000
@@ -68,7 +69,24 @@ def infer_tool_kind(name: str) -> ToolKind:
     return "other"
 
 
-def absolute_locations(paths: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
-    """ACP tool-call locations for the absolute paths among ``paths`` (others are dropped:
-    a relative path means nothing to a client that does not know the tool's cwd)."""
-    return [{"path": p} for p in paths if isinstance(p, str) and os.path.isabs(p)]
+def tool_locations(locations: Iterable[Any]) -> tuple[ToolCallLocation, ...]:
+    """ACP tool-call locations for the absolute paths among ``locations`` (records with a
+    ``path`` and an optional ``line``, or plain paths). Others are dropped: a relative path
+    means nothing to a client that does not know the tool's cwd, and a negative line is no
+    line at all."""
+    out: list[ToolCallLocation] = []
+    for location in locations:
+        path, line = (
+            (location, None)
+            if isinstance(location, str)
+            else (
+                getattr(location, "path", None),
+                getattr(location, "line", None),
+            )
+        )
+        if not isinstance(path, str) or not os.path.isabs(path):
+            continue
+        if not isinstance(line, int) or isinstance(line, bool) or line < 0:
+            line = None
+        out.append(ToolCallLocation(path=path, line=line))
+    return tuple(out)

@@ -16,6 +16,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
+from maple_acp._exceptions import MapleAcpError
 from maple_acp.runtime import within_roots
 from maple_acp_connector.endpoint import UnsafeDirectory, ensure_private_dir
 
@@ -32,7 +33,7 @@ MAX_OUTBOUND_BYTES_LIMIT: Final = 4 * 1024 * 1024
 MAX_PERSISTED_BYTES: Final = 64 * 1024
 
 
-class ConfigError(ValueError):
+class ConfigError(MapleAcpError, ValueError):
     """An invalid service configuration (one line, safe to show)."""
 
 
@@ -90,7 +91,8 @@ class AcpServiceConfig:
     """How an :class:`~maple_acp.edge.AcpService` admits connections and sessions.
 
     ``allowed_roots`` is admission policy for session working directories, not a sandbox: an
-    empty tuple admits any absolute directory the host can access. Roots are canonicalised
+    empty tuple admits any absolute directory the host can access. ``allow_session_delete``
+    advertises and serves ``session/delete`` (off unless the host opts in). Roots are canonicalised
     (symlinks resolved) when the config is built.
     """
 
@@ -107,6 +109,8 @@ class AcpServiceConfig:
     )
     agent_name: str = "maple-acp"
     agent_title: str = "Maple ACP"
+    #: Whether clients may delete tasks (``session/delete``); a host opts in.
+    allow_session_delete: bool = False
 
     def admits(self, canonical_dir: str) -> bool:
         """Whether a canonical directory lies under an allowed root (or any, if none set)."""

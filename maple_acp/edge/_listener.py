@@ -22,6 +22,7 @@ from typing import Final
 import attrs
 import trio
 
+from maple_acp._exceptions import MapleAcpError
 from maple_acp.edge._config import ConfigError, ensure_owner_only_dir
 
 logger = logging.getLogger(__name__)
@@ -38,11 +39,12 @@ ACCEPT_RETRY_SECONDS: Final = 0.1
 PROBE_TIMEOUT_SECONDS: Final = 1.0
 
 
-class EndpointError(Exception):
-    """The endpoint cannot be used (one line, safe to show)."""
+class ListenerError(MapleAcpError):
+    """The service cannot listen on the endpoint (one line, safe to show). Not the
+    connector's ``ListenerError``, which is about reaching a service."""
 
 
-class EndpointInUse(EndpointError):
+class EndpointInUse(ListenerError):
     """Another service already answers on the endpoint."""
 
 
@@ -63,7 +65,7 @@ def _probe_live(path: Path) -> bool:
     except OSError as exc:
         # A timeout or a permission error means something is there that we cannot judge;
         # refusing to start is the safe answer.
-        raise EndpointError(
+        raise ListenerError(
             f"cannot probe the existing socket at {path}: {exc.strerror or exc}"
         ) from exc
     finally:
@@ -77,9 +79,9 @@ def _clear_stale(path: Path) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISLNK(info.st_mode):
-        raise EndpointError(f"refusing to replace a symlink at {path}")
+        raise ListenerError(f"refusing to replace a symlink at {path}")
     if not stat.S_ISSOCK(info.st_mode):
-        raise EndpointError(f"refusing to replace a non-socket at {path}")
+        raise ListenerError(f"refusing to replace a non-socket at {path}")
     if _probe_live(path):
         raise EndpointInUse(f"another service is already listening at {path}")
     logger.info("removing stale socket %s", path)
@@ -89,11 +91,11 @@ def _clear_stale(path: Path) -> None:
 def bind_endpoint(path: Path) -> tuple[socket.socket, _SocketIdentity]:
     """Create the listening socket at ``path`` following the endpoint rules (blocking)."""
     if not path.is_absolute():
-        raise EndpointError("the socket path must be absolute")
+        raise ListenerError("the socket path must be absolute")
     try:
         ensure_owner_only_dir(path.parent)
     except ConfigError as exc:
-        raise EndpointError(str(exc)) from exc
+        raise ListenerError(str(exc)) from exc
     _clear_stale(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.bind")
     with contextlib.suppress(FileNotFoundError):
@@ -103,7 +105,7 @@ def bind_endpoint(path: Path) -> tuple[socket.socket, _SocketIdentity]:
         try:
             sock.bind(os.fspath(tmp))
         except OSError as exc:
-            raise EndpointError(f"cannot bind {path}: {exc.strerror or exc}") from exc
+            raise ListenerError(f"cannot bind {path}: {exc.strerror or exc}") from exc
         os.chmod(tmp, 0o600)
         # rename() would silently replace a socket bound by a racing service; link() refuses.
         try:
@@ -163,7 +165,7 @@ async def serve_endpoint(
     still ours); each connection's stream is closed when its handler returns. Handlers run in a
     nursery this function owns, so cancelling it ends every connection.
 
-    Error handling: endpoint rule violations raise :class:`EndpointError` before
+    Error handling: endpoint rule violations raise :class:`ListenerError` before
     ``task_status.started``. A connection beyond the gate's maximum is closed at once and
     logged. ``accept`` failing with EMFILE/ENFILE/ENOMEM/ENOBUFS is logged and retried after a
     short pause; any other accept error propagates.

@@ -1,8 +1,14 @@
-"""Runtime events and stored history as ``session/update`` params (sans-I/O).
+"""Runtime events and stored history as typed ``session/update`` notifications (sans-I/O).
 
 One :class:`SessionProjector` per session keeps the only state projection needs: which tool
 ids were already announced, so the first row of a tool id becomes ``tool_call`` and every
 later row ``tool_call_update`` — for live runs and history replay alike.
+
+Every update is a :class:`~maple_acp.wire.SessionNotification` except text chunks, the
+streaming hot path: those are complete pre-encoded lines built from a template (the typed
+line of the same message with the text cut out), so a chunk costs one ``orjson.dumps`` of its
+text. The template is derived from the typed path, never written by hand, and a test checks
+that both give the same bytes.
 """
 
 from __future__ import annotations
@@ -10,13 +16,16 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
+import orjson
+
 from maple_acp.edge._bounds import (
     MAX_TOOL_TEXT_CHARS,
-    absolute_locations,
     bound_raw,
     bound_text,
     infer_tool_kind,
+    tool_locations,
 )
+from maple_acp.rpc import encode_notification
 from maple_acp.runtime import (
     GoalRecord,
     ItemKind,
@@ -27,22 +36,51 @@ from maple_acp.runtime import (
 )
 from maple_acp.wire import (
     GOAL_CONTROL_METHOD,
+    AgentMessageChunk,
+    AgentThoughtChunk,
+    AvailableCommand,
+    AvailableCommandsUpdate,
     ChunkKind,
+    ConfigOptionUpdate,
+    Content,
+    Diff,
+    GoalSnapshot,
+    Plan,
+    PlanEntry,
     SessionConfigOption,
     SessionConfigSelect,
     SessionConfigSelectOption,
+    SessionInfoUpdate,
     SessionMode,
     SessionModeState,
-    text_chunk_update,
+    SessionNotification,
+    SessionUpdate,
+    TextContent,
+    ToolCall,
+    ToolCallContent,
+    ToolCallStatus,
+    ToolCallUpdate,
+    UnstructuredCommandInput,
+    UsageUpdate,
+    UserMessageChunk,
+    goal_info_update,
     unstructure,
 )
 
+#: The notification every update travels in.
+UPDATE_METHOD: Final = "session/update"
 #: The one session mode: every undecided tool request goes to the caller.
 MODE_ID: Final = "interactive"
 MODEL_OPTION_ID: Final = "model"
 MODE_OPTION_ID: Final = "mode"
+#: Marker appended to a diff whose text was cut before it reached the edge.
+DIFF_TRUNCATED: Final = "\n… [diff truncated]"
+#: Titles and notices are short by nature; a longer one is cut.
+MAX_TITLE_CHARS: Final = 500
+#: Text templates kept per session (one per message being streamed; older ones are rebuilt).
+MAX_TEMPLATES: Final = 16
 
-_STATUS: Final = {
+_STATUS: Final[dict[ToolStatus, ToolCallStatus]] = {
     ToolStatus.PENDING: "pending",
     ToolStatus.IN_PROGRESS: "in_progress",
     ToolStatus.COMPLETED: "completed",
@@ -55,6 +93,20 @@ _CHUNK_KIND: Final[dict[ItemKind, ChunkKind]] = {
     ItemKind.ASSISTANT: "agent_message_chunk",
     ItemKind.THOUGHT: "agent_thought_chunk",
 }
+_CHUNK_TYPES: Final[
+    dict[str, type[UserMessageChunk] | type[AgentMessageChunk] | type[AgentThoughtChunk]]
+] = {
+    "user_message_chunk": UserMessageChunk,
+    "agent_message_chunk": AgentMessageChunk,
+    "agent_thought_chunk": AgentThoughtChunk,
+}
+#: Stands in for the text while a template is cut from a typed line; NUL never occurs in a
+#: session or message id we issue, and a template is only used when the marker occurs once.
+_MARK: Final = "\x00text\x00"
+_MARK_JSON: Final = orjson.dumps(_MARK)
+
+#: What a projection yields: a typed notification, or a text chunk's finished line.
+Outbound = SessionNotification | bytes
 
 
 def _pieces(text: str) -> Iterator[str]:
@@ -67,6 +119,30 @@ def _pieces(text: str) -> Iterator[str]:
         return
     for start in range(0, len(text), MAX_TOOL_TEXT_CHARS):
         yield text[start : start + MAX_TOOL_TEXT_CHARS]
+
+
+def text_chunk(session_id: str, kind: ChunkKind, message_id: str, text: str) -> SessionNotification:
+    """The typed notification of one text chunk."""
+    variant = _CHUNK_TYPES[kind]
+    return SessionNotification(
+        session_id=session_id,
+        update=variant(content=TextContent(text=text), message_id=message_id),
+    )
+
+
+def encode_update(notification: SessionNotification) -> bytes:
+    """The typed path: one ``session/update`` line (newline included)."""
+    return encode_notification(UPDATE_METHOD, unstructure(notification))
+
+
+def text_template(session_id: str, kind: ChunkKind, message_id: str) -> tuple[bytes, bytes] | None:
+    """The bytes before and after the encoded text in a text chunk's line, cut from the typed
+    path's line; ``None`` if the ids make the cut ambiguous (then the typed path is used)."""
+    line = encode_update(text_chunk(session_id, kind, message_id, _MARK))
+    if line.count(_MARK_JSON) != 1:
+        return None
+    head, _, tail = line.partition(_MARK_JSON)
+    return head, tail
 
 
 def mode_state() -> SessionModeState:
@@ -82,7 +158,9 @@ def mode_state() -> SessionModeState:
     )
 
 
-def config_options(choices: ModelChoices, current_model: str, *, locked: bool) -> list[Any]:
+def config_options(
+    choices: ModelChoices, current_model: str, *, locked: bool
+) -> tuple[SessionConfigOption, ...]:
     """The session's config options: ``model`` (all choices, or only the locked model once
     the task has history) and ``mode`` (the one interactive mode)."""
     if locked:
@@ -96,7 +174,7 @@ def config_options(choices: ModelChoices, current_model: str, *, locked: bool) -
             SessionConfigSelectOption(value=m.id, name=m.name, description=m.description or None)
             for m in choices.models
         ]
-    options: list[SessionConfigOption] = [
+    return (
         SessionConfigSelect(
             id=MODEL_OPTION_ID,
             name="Model",
@@ -112,100 +190,162 @@ def config_options(choices: ModelChoices, current_model: str, *, locked: bool) -
             current_value=MODE_ID,
             options=(SessionConfigSelectOption(value=MODE_ID, name="Interactive"),),
         ),
-    ]
-    return [unstructure(option, as_type=SessionConfigOption) for option in options]
+    )
 
 
-def goal_snapshot(goal: GoalRecord) -> dict[str, Any]:
+def goal_snapshot(goal: GoalRecord) -> GoalSnapshot:
     """The goal extension's snapshot of a stored goal (Unix ms timestamps)."""
-    snapshot: dict[str, Any] = {
-        "objective": goal.objective,
-        "status": goal.status.value,
-        "iterations": goal.iterations,
-        "createdAt": goal.created_ms,
-        "updatedAt": goal.updated_ms,
-        "controlMethod": GOAL_CONTROL_METHOD,
-    }
-    if goal.last_reason is not None:
-        snapshot["lastReason"] = bound_text(goal.last_reason, 500)
     budgets: dict[str, Any] = {}
     if goal.token_budget is not None:
         budgets["tokenBudget"] = goal.token_budget
     if goal.tokens_used is not None:
         budgets["tokensUsed"] = goal.tokens_used
-    if budgets:
-        snapshot["budgets"] = budgets
-    return snapshot
+    return GoalSnapshot(
+        objective=goal.objective,
+        status=goal.status.value,
+        iterations=goal.iterations,
+        last_reason=None if goal.last_reason is None else bound_text(goal.last_reason, 500),
+        created_at=goal.created_ms,
+        updated_at=goal.updated_ms,
+        budgets=budgets or None,
+        control_method=GOAL_CONTROL_METHOD,
+    )
+
+
+def _diff(diff: Any) -> Diff:
+    new_text = bound_text(diff.new_text)
+    if diff.truncated and not new_text.endswith(DIFF_TRUNCATED):
+        new_text = new_text[: MAX_TOOL_TEXT_CHARS - len(DIFF_TRUNCATED)] + DIFF_TRUNCATED
+    old_text = None if diff.old_text is None else bound_text(diff.old_text)
+    return Diff(path=diff.path, new_text=new_text, old_text=old_text)
 
 
 class SessionProjector:
-    """Builds the params of every ``session/update`` for one session."""
+    """Builds every ``session/update`` of one session."""
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self._announced: set[str] = set()
+        self._templates: dict[tuple[str, str], tuple[bytes, bytes] | None] = {}
 
-    def _params(self, update: dict[str, Any]) -> dict[str, Any]:
-        return {"sessionId": self.session_id, "update": update}
+    def _wrap(self, update: SessionUpdate) -> SessionNotification:
+        return SessionNotification(session_id=self.session_id, update=update)
 
-    def text(self, kind: ChunkKind, message_id: str, text: str) -> list[dict[str, Any]]:
-        return [
-            text_chunk_update(self.session_id, kind, message_id, piece) for piece in _pieces(text)
-        ]
-
-    def tool(
-        self, tool_id: str, tool: ToolState, *, summary: str = "", announce: bool = True
-    ) -> dict[str, Any]:
-        """``tool_call`` for the first row of ``tool_id``, ``tool_call_update`` after it.
-
-        The visible text is the terminal output when there is one, else the request summary;
-        raw input and output are bounded (:func:`bound_raw`). ``announce=False`` builds the
-        shape without counting it as sent (a permission request's tool call)."""
-        first = tool_id not in self._announced
-        if announce:
-            self._announced.add(tool_id)
-        update: dict[str, Any] = {
-            "sessionUpdate": "tool_call" if first else "tool_call_update",
-            "toolCallId": tool_id,
-            "title": bound_text(tool.title or summary or tool.name, 500),
-            "kind": infer_tool_kind(tool.name),
-            "status": _STATUS[tool.status],
-        }
-        text = tool.output_text if tool.output_text is not None else summary
-        if text:
-            update["content"] = [
-                {"type": "content", "content": {"type": "text", "text": bound_text(text)}}
+    def text(self, kind: ChunkKind, message_id: str, text: str) -> list[bytes]:
+        """The finished lines of one text chunk (more than one only past the text bound)."""
+        key = (kind, message_id)
+        templates = self._templates
+        if key in templates:
+            template = templates[key]
+        else:
+            if len(templates) >= MAX_TEMPLATES:
+                templates.clear()
+            template = templates[key] = text_template(self.session_id, kind, message_id)
+        if template is None:
+            return [
+                encode_update(text_chunk(self.session_id, kind, message_id, piece))
+                for piece in _pieces(text)
             ]
-        locations = absolute_locations([loc.path for loc in tool.locations])
-        if locations:
-            update["locations"] = locations
-        if tool.raw_input is not None:
-            update["rawInput"] = bound_raw(tool.raw_input)
-        if tool.raw_output is not None:
-            update["rawOutput"] = bound_raw(tool.raw_output)
-        return self._params(update)
+        head, tail = template
+        if len(text) <= MAX_TOOL_TEXT_CHARS:
+            return [head + orjson.dumps(text) + tail]
+        return [head + orjson.dumps(piece) + tail for piece in _pieces(text)]
 
-    def notice(self, message_id: str, text: str) -> list[dict[str, Any]]:
+    def tool_call(self, tool_id: str, tool: ToolState, *, summary: str = "") -> ToolCallUpdate:
+        """A tool call's fields as ACP shows them: the terminal output (else the request
+        summary) as text, its diffs, its absolute locations, and raw input and output bounded
+        (:func:`bound_raw`). Used untagged by a permission request; :meth:`tool` sends it."""
+        text = tool.output_text if tool.output_text is not None else summary
+        content: list[ToolCallContent] = []
+        if text:
+            content.append(Content(content=TextContent(text=bound_text(text))))
+        content.extend(_diff(diff) for diff in tool.diffs)
+        locations = tool_locations(tool.locations)
+        return ToolCallUpdate(
+            tool_call_id=tool_id,
+            title=bound_text(tool.title or summary or tool.name, MAX_TITLE_CHARS),
+            kind=infer_tool_kind(tool.name),
+            status=_STATUS[tool.status],
+            content=tuple(content) or None,
+            locations=locations or None,
+            raw_input=bound_raw(tool.raw_input),
+            raw_output=bound_raw(tool.raw_output),
+        )
+
+    def tool(self, tool_id: str, tool: ToolState, *, summary: str = "") -> SessionNotification:
+        """``tool_call`` for the first row of ``tool_id``, ``tool_call_update`` after it."""
+        call = self.tool_call(tool_id, tool, summary=summary)
+        if tool_id in self._announced:
+            return self._wrap(call)
+        self._announced.add(tool_id)
+        return self._wrap(
+            ToolCall(
+                tool_call_id=call.tool_call_id,
+                title=call.title or "",
+                kind=call.kind,
+                status=call.status,
+                content=call.content,
+                locations=call.locations,
+                raw_input=call.raw_input,
+                raw_output=call.raw_output,
+            )
+        )
+
+    def notice(self, message_id: str, text: str) -> list[bytes]:
         """A notice about the run (overflow, failure) as visible agent text."""
         return self.text("agent_message_chunk", message_id, bound_text(text, 500))
 
-    def title(self, title: str) -> dict[str, Any]:
-        return self._params(
-            {"sessionUpdate": "session_info_update", "title": bound_text(title, 500)}
+    def title(self, title: str) -> SessionNotification:
+        return self._wrap(SessionInfoUpdate(title=bound_text(title, MAX_TITLE_CHARS)))
+
+    def goal(self, goal: GoalRecord | None) -> SessionNotification:
+        return self._wrap(goal_info_update(None if goal is None else goal_snapshot(goal)))
+
+    def config_update(self, options: tuple[SessionConfigOption, ...]) -> SessionNotification:
+        return self._wrap(ConfigOptionUpdate(config_options=options))
+
+    def plan(self, entries: Sequence[Any]) -> SessionNotification:
+        """The whole plan (ACP replaces the client's plan with each one)."""
+        return self._wrap(
+            Plan(
+                entries=tuple(
+                    PlanEntry(
+                        content=bound_text(entry.content, MAX_TITLE_CHARS),
+                        priority=entry.priority.value,
+                        status=entry.status.value,
+                    )
+                    for entry in entries
+                )
+            )
         )
 
-    def goal(self, goal: GoalRecord | None) -> dict[str, Any]:
-        snapshot = None if goal is None else goal_snapshot(goal)
-        return self._params({"sessionUpdate": "session_info_update", "_meta": {"goal": snapshot}})
+    def context_usage(self, used: int, size: int) -> SessionNotification:
+        return self._wrap(UsageUpdate(used=used, size=size))
 
-    def config_update(self, options: list[Any]) -> dict[str, Any]:
-        return self._params({"sessionUpdate": "config_option_update", "configOptions": options})
+    def commands(self, commands: Sequence[Any]) -> SessionNotification:
+        return self._wrap(
+            AvailableCommandsUpdate(
+                available_commands=tuple(
+                    AvailableCommand(
+                        name=command.name,
+                        description=bound_text(command.description, MAX_TITLE_CHARS),
+                        input=None
+                        if not command.input_hint
+                        else UnstructuredCommandInput(hint=command.input_hint),
+                    )
+                    for command in commands
+                )
+            )
+        )
 
-    def history(self, items: Sequence[TimelineItem]) -> Iterator[dict[str, Any]]:
+    def history(self, items: Sequence[TimelineItem]) -> Iterator[Outbound]:
         """Replay of stored history through the same rules as live events."""
         for item in items:
-            if item.kind is ItemKind.TOOL:
+            kind = item.kind
+            if kind is ItemKind.TOOL:
                 if item.tool is not None:
                     yield self.tool(item.item_id, item.tool, summary=item.text)
+            elif kind is ItemKind.PLAN:
+                yield self.plan(item.plan)
             elif item.text:
-                yield from self.text(_CHUNK_KIND[item.kind], item.item_id, item.text)
+                yield from self.text(_CHUNK_KIND[kind], item.item_id, item.text)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Final
 
 import attrs
 import trio
@@ -16,12 +16,56 @@ from maple_acp.edge._config import (
     PersistedServiceState,
     ServiceStateFile,
 )
-from maple_acp.edge._connection import AcpConnection, initialize_result
+from maple_acp.edge._connection import AcpConnection
+from maple_acp.edge._goals import GOAL_ACTIONS
 from maple_acp.edge._listener import ConnectionGate, serve_endpoint
 from maple_acp.runtime import AgentService
+from maple_acp.wire import (
+    AgentCapabilities,
+    GoalCapability,
+    Implementation,
+    InitializeResponse,
+    McpCapabilities,
+    PromptCapabilities,
+    SessionCapabilities,
+    SessionCloseCapabilities,
+    SessionDeleteCapabilities,
+    SessionListCapabilities,
+    SessionResumeCapabilities,
+    goal_capability_meta,
+)
 from maple_acp_connector._version import __version__
 
 logger = logging.getLogger(__name__)
+
+#: The only protocol version this agent speaks; any requested version is answered with it.
+PROTOCOL_VERSION: Final = 1
+
+
+def initialize_response(config: AcpServiceConfig) -> InitializeResponse:
+    """The initialize answer: version 1 and exactly what this agent supports (deletion only
+    when the host's policy allows it)."""
+    return InitializeResponse(
+        protocol_version=PROTOCOL_VERSION,
+        agent_capabilities=AgentCapabilities(
+            load_session=True,
+            prompt_capabilities=PromptCapabilities(
+                image=False, audio=False, embedded_context=False
+            ),
+            mcp_capabilities=McpCapabilities(http=True, sse=False),
+            session_capabilities=SessionCapabilities(
+                list=SessionListCapabilities(),
+                close=SessionCloseCapabilities(),
+                resume=SessionResumeCapabilities(),
+                delete=SessionDeleteCapabilities() if config.allow_session_delete else None,
+            ),
+        ),
+        auth_methods=(),
+        agent_info=Implementation(
+            name=config.agent_name, title=config.agent_title, version=__version__
+        ),
+        meta=goal_capability_meta(GoalCapability(actions=GOAL_ACTIONS)),
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -57,9 +101,7 @@ class AcpService:
         self._endpoint: Path | None = None
         self._listener_scope: trio.CancelScope | None = None
         self._stopped: trio.Event | None = None
-        self._initialize_result = initialize_result(
-            self._config.agent_name, self._config.agent_title, __version__
-        )
+        self._initialize_response = initialize_response(self._config)
 
     # -- configuration -----------------------------------------------------------------------
 
@@ -76,12 +118,12 @@ class AcpService:
         if self.running:
             raise ConfigError("stop the ACP service before changing its policy")
         self._config = config
-        self._initialize_result = initialize_result(
-            config.agent_name, config.agent_title, __version__
-        )
+        self._initialize_response = initialize_response(config)
 
-    def initialize_result(self) -> dict[str, Any]:
-        return self._initialize_result
+    @property
+    def initialize_response(self) -> InitializeResponse:
+        """What ``initialize`` answers under the current policy."""
+        return self._initialize_response
 
     def status(self) -> AcpServiceStatus:
         return AcpServiceStatus(
@@ -121,7 +163,7 @@ class AcpService:
         Resource handling: the socket file exists exactly while this runs (a stale one is
         replaced, ours is removed on exit); every connection ends when this returns.
 
-        Error handling: :class:`~maple_acp.edge.EndpointError` before ``task_status.started``
+        Error handling: :class:`~maple_acp.edge.ListenerError` before ``task_status.started``
         when the endpoint rules refuse the path (a symlink, a non-socket, a shared directory,
         a live service already there). Connections beyond ``max_connections`` are closed at
         accept and logged.

@@ -6,10 +6,11 @@ URLs and anything a server could have copied from them never appear in it.
 
 from __future__ import annotations
 
+from maple_acp._exceptions import MapleAcpError
 from maple_acp._text import one_line
 
 
-class ExternalMcpError(Exception):
+class ExternalMcpError(MapleAcpError):
     """Base of every error raised by :mod:`maple_acp.mcp`; ``message`` is safe to show a client."""
 
     def __init__(self, message: str) -> None:

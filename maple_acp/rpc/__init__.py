@@ -38,6 +38,7 @@ from ._peer import (
     JsonRpcPeer,
     NotificationHandler,
     RequestHandler,
+    after_answer,
     method_not_found,
     request_arrival,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "RequestId",
     "Response",
     "RpcError",
+    "after_answer",
     "check_frame",
     "encode_error",
     "encode_message",

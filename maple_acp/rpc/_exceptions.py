@@ -7,8 +7,10 @@ from "this connection is gone" from "this one frame cannot be sent".
 
 from __future__ import annotations
 
+from maple_acp._exceptions import MapleAcpError
 
-class RpcError(Exception):
+
+class RpcError(MapleAcpError):
     """Base class of every exception the rpc layer raises about the connection."""
 
 

@@ -65,6 +65,22 @@ CANCEL_REQUEST_METHOD: Final = "$/cancel_request"
 _ARRIVAL: contextvars.ContextVar[int] = contextvars.ContextVar("maple_acp_rpc_arrival", default=0)
 
 
+#: Sends a request handler asked to make once its answer is queued (see :func:`after_answer`).
+_FOLLOW_UPS: contextvars.ContextVar[list[Callable[[], Awaitable[None]]] | None] = (
+    contextvars.ContextVar("maple_acp_rpc_follow_ups", default=None)
+)
+
+
+def after_answer(send: Callable[[], Awaitable[None]]) -> None:
+    """In a request handler: call ``send`` in the request's task right after its (successful)
+    answer is queued, for messages the other side must not see before the answer (updates
+    about a session whose id the answer carries). Not called if the handler fails."""
+    follow_ups = _FOLLOW_UPS.get()
+    if follow_ups is None:
+        raise RuntimeError("after_answer() is for request handlers")
+    follow_ups.append(send)
+
+
 def request_arrival() -> int:
     """In a request handler: the inbound frame index at which its request arrived.
 
@@ -567,6 +583,8 @@ class JsonRpcPeer:
         self, request: Request, scope: trio.CancelScope, arrival: int
     ) -> None:
         _ARRIVAL.set(arrival)
+        follow_ups: list[Callable[[], Awaitable[None]]] = []
+        _FOLLOW_UPS.set(follow_ups)
         error: ProtocolError | None = None
         result: Any = None
         returned = False
@@ -593,6 +611,9 @@ class JsonRpcPeer:
                 logger.warning("answer to %r not sent: %s", request.method, exc)
                 error = ProtocolError(INTERNAL_ERROR, "internal error (answer too large)")
                 await self._send(encode_error(request.id, error))
+            if error is None:
+                for send in follow_ups:
+                    await send()
         except ConnectionClosed:
             logger.debug("answer to %r not sent: the connection ended", request.method)
 

@@ -19,6 +19,8 @@ RESULT_DEFINITIONS: Final[Mapping[str, str]] = {
     "initialize": "InitializeResponse",
     "session/new": "NewSessionResponse",
     "session/load": "LoadSessionResponse",
+    "session/resume": "ResumeSessionResponse",
+    "session/delete": "DeleteSessionResponse",
     "session/list": "ListSessionsResponse",
     "session/prompt": "PromptResponse",
     "session/close": "CloseSessionResponse",

@@ -7,14 +7,13 @@ are plain ``|`` unions whose tag the converter writes and reads.
 
 Inbound: ``structure_params(params, AGENT_METHODS[method].params)`` raises
 ``ProtocolError(INVALID_PARAMS, ...)`` naming the failing field. Outbound: ``unstructure(obj)``
-or ``encode(obj)``; the streaming path uses :func:`text_chunk_update`.
+or ``encode(obj)``.
 """
 
 from ._builders import (
     ChunkKind,
     goal_capability_meta,
     goal_info_update,
-    text_chunk_update,
 )
 from ._content import (
     Annotations,
@@ -49,8 +48,10 @@ from ._errors import (
     bounded_message,
 )
 from ._extensions import (
+    BRIDGE_HELLO_METHOD,
     GOAL_CONTROL_METHOD,
     GOAL_EXTENSION_VERSION,
+    STATUS_METHOD,
     BridgeHello,
     CancelRequestNotification,
     GoalAction,
@@ -59,6 +60,8 @@ from ._extensions import (
     GoalControlResponse,
     GoalSnapshot,
     GoalStatus,
+    HostStatus,
+    StatusRequest,
 )
 from ._initialize import (
     AgentAuthCapabilities,
@@ -123,6 +126,8 @@ from ._session import (
     CancelNotification,
     CloseSessionRequest,
     CloseSessionResponse,
+    DeleteSessionRequest,
+    DeleteSessionResponse,
     EnvVariable,
     HttpHeader,
     ListSessionsRequest,
@@ -137,6 +142,8 @@ from ._session import (
     NewSessionResponse,
     PromptRequest,
     PromptResponse,
+    ResumeSessionRequest,
+    ResumeSessionResponse,
     SessionConfigBoolean,
     SessionConfigOption,
     SessionConfigSelect,
@@ -187,6 +194,7 @@ from ._validators import (
 
 __all__ = [
     "AGENT_METHODS",
+    "BRIDGE_HELLO_METHOD",
     "CLIENT_METHODS",
     "CONVERTER",
     "GOAL_CONTROL_METHOD",
@@ -200,6 +208,7 @@ __all__ = [
     "PROTOCOL_METHODS",
     "REQUEST_CANCELLED",
     "RESOURCE_NOT_FOUND",
+    "STATUS_METHOD",
     "AgentAuthCapabilities",
     "AgentCapabilities",
     "AgentMessageChunk",
@@ -229,6 +238,8 @@ __all__ = [
     "CreateElicitationRequest",
     "CreateElicitationResponse",
     "CurrentModeUpdate",
+    "DeleteSessionRequest",
+    "DeleteSessionResponse",
     "Diff",
     "ElicitationAccept",
     "ElicitationCancel",
@@ -249,6 +260,7 @@ __all__ = [
     "GoalControlResponse",
     "GoalSnapshot",
     "GoalStatus",
+    "HostStatus",
     "HttpHeader",
     "ImageContent",
     "Implementation",
@@ -287,6 +299,8 @@ __all__ = [
     "RequestPermissionResponse",
     "ResourceContents",
     "ResourceLink",
+    "ResumeSessionRequest",
+    "ResumeSessionResponse",
     "Role",
     "SelectedPermissionOutcome",
     "SessionAdditionalDirectoriesCapabilities",
@@ -312,6 +326,7 @@ __all__ = [
     "SetSessionConfigOptionResponse",
     "SetSessionModeRequest",
     "SetSessionModeResponse",
+    "StatusRequest",
     "StopReason",
     "StringFormat",
     "StringMultiSelectItems",
@@ -336,6 +351,5 @@ __all__ = [
     "goal_capability_meta",
     "goal_info_update",
     "structure_params",
-    "text_chunk_update",
     "unstructure",
 ]

@@ -1,6 +1,6 @@
-"""Ready-made params for the hot streaming path and for the goal extension's ``_meta`` slots."""
+"""The text chunk kinds, and ready-made values for the goal extension's ``_meta`` slots."""
 
-from typing import Any, Final, Literal
+from typing import Literal
 
 from ._content import Meta
 from ._converter import unstructure
@@ -8,30 +8,6 @@ from ._extensions import GoalCapability, GoalSnapshot
 from ._updates import SessionInfoUpdate
 
 ChunkKind = Literal["user_message_chunk", "agent_message_chunk", "agent_thought_chunk"]
-_CHUNK_KINDS: Final = frozenset(
-    ("user_message_chunk", "agent_message_chunk", "agent_thought_chunk")
-)
-
-
-def text_chunk_update(
-    session_id: str, kind: ChunkKind, message_id: str, text: str
-) -> dict[str, Any]:
-    """``session/update`` params for one text chunk, built as a plain dict.
-
-    Streaming sends one of these per model token batch; building the attrs objects and
-    unstructuring them costs about 14 times the JSON encoding, so this path skips them. The
-    result equals ``unstructure(SessionNotification(...))`` of the same chunk, key order included.
-    """
-    if kind not in _CHUNK_KINDS:
-        raise ValueError(f"not a text chunk kind: {kind!r}")
-    return {
-        "sessionId": session_id,
-        "update": {
-            "sessionUpdate": kind,
-            "content": {"type": "text", "text": text},
-            "messageId": message_id,
-        },
-    }
 
 
 def goal_capability_meta(capability: GoalCapability) -> Meta:

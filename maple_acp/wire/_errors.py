@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from maple_acp._exceptions import MapleAcpError
 from maple_acp._text import MAX_MESSAGE_CHARS, one_line
 
 PARSE_ERROR: Final = -32700
@@ -28,7 +29,7 @@ def bounded_message(text: str, *, limit: int = MAX_ERROR_MESSAGE_CHARS) -> str:
     return one_line(text, limit)
 
 
-class ProtocolError(Exception):
+class ProtocolError(MapleAcpError):
     """A JSON-RPC error: raised by handlers to answer with it, and by outgoing requests that
     the peer answered with an error."""
 

@@ -9,6 +9,10 @@ from ._validators import non_negative
 
 #: The method through which a client controls a session's goal.
 GOAL_CONTROL_METHOD: Final = "_session/goal"
+#: The host's status request (``maple-acp status``; same trust boundary as every other method).
+STATUS_METHOD: Final = "_maple/status"
+#: The notification a connector may send first, carrying allow-listed relay values.
+BRIDGE_HELLO_METHOD: Final = "_maple/bridge/hello"
 #: The goal extension's version advertised in ``initialize``.
 GOAL_EXTENSION_VERSION: Final = 1
 
@@ -71,3 +75,24 @@ class BridgeHello:
 
     environment: dict[str, str] = attrs.field(factory=dict)
     meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class StatusRequest:
+    """Params of ``_maple/status``: none."""
+
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class HostStatus:
+    """The result of ``_maple/status``: what a host runs right now (``endpoint`` is absent
+    when the service is not listening on a socket)."""
+
+    running: bool
+    endpoint: str | None = None
+    connections: int = attrs.field(validator=non_negative)
+    sessions: int = attrs.field(validator=non_negative)
+    active_runs: int = attrs.field(validator=non_negative)
+    leases: int = attrs.field(validator=non_negative)
+    signed_in: bool

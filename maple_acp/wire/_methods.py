@@ -34,11 +34,17 @@ def _table(*specs: MethodSpec) -> Mapping[str, MethodSpec]:
     return MappingProxyType({spec.method: spec for spec in specs})
 
 
-#: Methods a client calls on the agent that this package handles.
+#: Methods a client calls on the agent that this package handles: the edge dispatches from it.
 AGENT_METHODS: Final = _table(
     MethodSpec(method="initialize", params=ini.InitializeRequest, result=ini.InitializeResponse),
     MethodSpec(method="session/new", params=s.NewSessionRequest, result=s.NewSessionResponse),
     MethodSpec(method="session/load", params=s.LoadSessionRequest, result=s.LoadSessionResponse),
+    MethodSpec(
+        method="session/resume", params=s.ResumeSessionRequest, result=s.ResumeSessionResponse
+    ),
+    MethodSpec(
+        method="session/delete", params=s.DeleteSessionRequest, result=s.DeleteSessionResponse
+    ),
     MethodSpec(method="session/list", params=s.ListSessionsRequest, result=s.ListSessionsResponse),
     MethodSpec(method="session/prompt", params=s.PromptRequest, result=s.PromptResponse),
     MethodSpec(method="session/cancel", params=s.CancelNotification),
@@ -56,7 +62,8 @@ AGENT_METHODS: Final = _table(
     MethodSpec(
         method=x.GOAL_CONTROL_METHOD, params=x.GoalControlRequest, result=x.GoalControlResponse
     ),
-    MethodSpec(method="_maple/bridge/hello", params=x.BridgeHello),
+    MethodSpec(method=x.STATUS_METHOD, params=x.StatusRequest, result=x.HostStatus),
+    MethodSpec(method=x.BRIDGE_HELLO_METHOD, params=x.BridgeHello),
 )
 
 #: Methods the agent calls on the client.

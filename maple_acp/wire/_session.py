@@ -147,6 +147,35 @@ class LoadSessionResponse:
 
 
 @attrs.frozen(kw_only=True)
+class ResumeSessionRequest:
+    """``session/resume``: ``session/load`` without the history replay."""
+
+    session_id: str
+    cwd: str
+    mcp_servers: tuple[McpServer, ...] = ()
+    additional_directories: tuple[str, ...] = ()
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ResumeSessionResponse:
+    modes: SessionModeState | None = None
+    config_options: tuple[SessionConfigOption, ...] | None = None
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class DeleteSessionRequest:
+    session_id: str
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class DeleteSessionResponse:
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
 class ListSessionsRequest:
     cwd: str | None = None
     cursor: str | None = None

@@ -2,10 +2,12 @@
 
 from typing import Any
 
+from maple_acp._exceptions import MapleAcpError
+
 from ._naming import wire_key
 
 
-class WireValueError(ValueError):
+class WireValueError(MapleAcpError, ValueError):
     """A value that does not fit its wire type.
 
     ``reason`` is safe to show to the peer (it never quotes more than a short tag); ``field`` is

@@ -13,8 +13,8 @@ import trio.testing
 
 from maple_acp.edge._listener import (
     ConnectionGate,
-    EndpointError,
     EndpointInUse,
+    ListenerError,
     serve_endpoint,
 )
 
@@ -53,7 +53,7 @@ async def test_refuses_symlink(tmp_path: Path) -> None:
     target.write_text("x")
     path = tmp_path / "svc.sock"
     path.symlink_to(target)
-    with pytest.raises(EndpointError, match="symlink"):
+    with pytest.raises(ListenerError, match="symlink"):
         await serve_endpoint(path, _echo_once, ConnectionGate(8))
     assert path.is_symlink()
     assert target.read_text() == "x"
@@ -62,7 +62,7 @@ async def test_refuses_symlink(tmp_path: Path) -> None:
 async def test_refuses_regular_file(tmp_path: Path) -> None:
     path = tmp_path / "svc.sock"
     path.write_text("not a socket")
-    with pytest.raises(EndpointError, match="non-socket"):
+    with pytest.raises(ListenerError, match="non-socket"):
         await serve_endpoint(path, _echo_once, ConnectionGate(8))
     assert path.read_text() == "not a socket"
 
@@ -95,7 +95,7 @@ async def test_refuses_shared_parent_directory(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
-    with pytest.raises(EndpointError, match="group or others"):
+    with pytest.raises(ListenerError, match="group or others"):
         await serve_endpoint(shared / "svc.sock", _echo_once, ConnectionGate(8))
 
 

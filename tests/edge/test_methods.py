@@ -53,7 +53,8 @@ async def test_initialize_answers_version_one(
             "embeddedContext": False,
         }
         assert caps["mcpCapabilities"] == {"http": True, "sse": False}
-        assert set(caps["sessionCapabilities"]) == {"list", "close"}
+        # Deletion is host policy: off unless the host's config allows it.
+        assert set(caps["sessionCapabilities"]) == {"list", "close", "resume"}
         assert result.get("authMethods", []) == []
         assert result["agentInfo"]["name"]
         assert result["_meta"]["goal"] == {
@@ -66,7 +67,7 @@ async def test_initialize_answers_version_one(
 
 @pytest.mark.parametrize(
     "method",
-    ["session/resume", "session/fork", "session/delete", "authenticate", "logout", "_other/x"],
+    ["session/fork", "session/delete", "authenticate", "logout", "_other/x"],
 )
 async def test_unsupported_methods_are_not_found(harness: Harness, method: str) -> None:
     async with harness.connect() as client:

@@ -149,33 +149,6 @@ def test_all_three_mcp_transports_parse(server: dict[str, Any], cls: str) -> Non
     assert type(request.mcp_servers[0]).__name__ == cls
 
 
-@pytest.mark.parametrize(
-    "kind", ["user_message_chunk", "agent_message_chunk", "agent_thought_chunk"]
-)
-@given(session_id=acp_st.texts(), message_id=acp_st.texts(), text=acp_st.texts(max_size=200))
-def test_fast_text_chunk_equals_the_typed_path(
-    kind: wire.ChunkKind, session_id: str, message_id: str, text: str
-) -> None:
-    variant: Any = {
-        "user_message_chunk": wire.UserMessageChunk,
-        "agent_message_chunk": wire.AgentMessageChunk,
-        "agent_thought_chunk": wire.AgentThoughtChunk,
-    }[kind]
-    typed = wire.SessionNotification(
-        session_id=session_id,
-        update=variant(content=wire.TextContent(text=text), message_id=message_id),
-    )
-    fast = wire.text_chunk_update(session_id, kind, message_id, text)
-    assert fast == wire.unstructure(typed)
-    assert orjson.dumps(fast) == wire.encode(typed)
-    assert wire.structure_params(fast, wire.SessionNotification) == typed
-
-
-def test_fast_text_chunk_refuses_other_kinds() -> None:
-    with pytest.raises(ValueError, match="tool_call"):
-        wire.text_chunk_update("s", "tool_call", "m", "x")  # type: ignore[arg-type]
-
-
 def test_goal_snapshot_and_clear_travel_in_session_info_meta() -> None:
     snapshot = wire.GoalSnapshot(
         objective="Ship",
@@ -236,6 +209,8 @@ def test_method_tables_cover_the_protocol_surface() -> None:
         "initialize",
         "session/new",
         "session/load",
+        "session/resume",
+        "session/delete",
         "session/list",
         "session/prompt",
         "session/cancel",
@@ -243,6 +218,7 @@ def test_method_tables_cover_the_protocol_surface() -> None:
         "session/set_config_option",
         "session/set_mode",
         "_session/goal",
+        "_maple/status",
         "_maple/bridge/hello",
     }
     assert set(wire.CLIENT_METHODS) == {

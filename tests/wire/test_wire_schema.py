@@ -57,6 +57,8 @@ PARAMS_DEFS = {
     "initialize": "InitializeRequest",
     "session/new": "NewSessionRequest",
     "session/load": "LoadSessionRequest",
+    "session/resume": "ResumeSessionRequest",
+    "session/delete": "DeleteSessionRequest",
     "session/list": "ListSessionsRequest",
     "session/prompt": "PromptRequest",
     "session/cancel": "CancelNotification",
@@ -72,6 +74,8 @@ RESULT_DEFS = {
     "initialize": "InitializeResponse",
     "session/new": "NewSessionResponse",
     "session/load": "LoadSessionResponse",
+    "session/resume": "ResumeSessionResponse",
+    "session/delete": "DeleteSessionResponse",
     "session/list": "ListSessionsResponse",
     "session/close": "CloseSessionResponse",
     "session/set_config_option": "SetSessionConfigOptionResponse",
@@ -92,7 +96,7 @@ def test_every_agent_result_validates(call: tuple[str, Any]) -> None:
     elif method in RESULT_DEFS:
         validate(data, RESULT_DEFS[method])
     else:
-        assert method in {"_session/goal"}
+        assert method in {"_session/goal", "_maple/status"}
         assert isinstance(data, dict)
 
 
@@ -229,6 +233,8 @@ EXTENSIONS = {
     "GoalSnapshot",
     "GoalControlRequest",
     "GoalControlResponse",
+    "HostStatus",
+    "StatusRequest",
 }
 
 

@@ -1,0 +1,98 @@
+"""The goal flow: ``_session/goal`` control, and what a session publishes outside any prompt
+(goal snapshots and autonomous cycles).
+
+A goal is session state, not a prompt: a cycle's run is pumped like a prompt's, in a task of
+its own, so that a long cycle never holds back the snapshots (a pause, a clear) published
+while it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from maple_acp.edge._session import EdgeSession, SessionClosed
+from maple_acp.rpc import ConnectionClosed
+from maple_acp.runtime import (
+    CycleStarted,
+    GoalChanged,
+    LeaseRevoked,
+    RejectionKind,
+    Run,
+    RuntimeRejection,
+)
+from maple_acp.wire import (
+    INVALID_PARAMS,
+    GoalAction,
+    GoalControlRequest,
+    GoalControlResponse,
+    ProtocolError,
+)
+
+if TYPE_CHECKING:
+    from maple_acp.edge._connection import AcpConnection
+
+logger = logging.getLogger(__name__)
+
+#: The goal actions the runtime implements; only these are advertised and accepted.
+GOAL_ACTIONS: Final[tuple[GoalAction, ...]] = ("set", "pause", "resume", "clear")
+
+
+class GoalFlow:
+    """Goal control and the out-of-prompt event stream of each session of one connection."""
+
+    def __init__(self, connection: AcpConnection) -> None:
+        self.connection = connection
+
+    async def control(self, request: GoalControlRequest) -> GoalControlResponse:
+        session = self.connection.sessions.get(request.session_id)
+        if session is None or session.closing:
+            raise ProtocolError(INVALID_PARAMS, "sessionId: unknown session")
+        if request.action not in GOAL_ACTIONS:
+            raise ProtocolError(INVALID_PARAMS, "action: not supported")
+        lease = session.lease
+        with session.operation():
+            try:
+                if request.action == "set":
+                    objective = (request.objective or "").strip()
+                    if not objective:
+                        raise ProtocolError(INVALID_PARAMS, "objective: must not be blank")
+                    await lease.set_goal(objective)
+                elif request.action == "pause":
+                    await lease.pause_goal()
+                elif request.action == "resume":
+                    await lease.resume_goal()
+                else:
+                    await lease.clear_goal()
+            except RuntimeRejection as exc:
+                if exc.kind is RejectionKind.INVALID_GOAL:
+                    raise ProtocolError(INVALID_PARAMS, exc.message) from None
+                raise
+        return GoalControlResponse()
+
+    async def pump_session_events(self, session: EdgeSession) -> None:
+        """Forward what happens outside any prompt until the lease ends."""
+        connection = self.connection
+        events = session.lease.session_events()
+        try:
+            with session.update_scope():
+                async with trio.open_nursery() as cycles:
+                    async for event in events:
+                        if isinstance(event, GoalChanged):
+                            await connection.send(session.projector.goal(event.goal))
+                        elif isinstance(event, CycleStarted):
+                            cycles.start_soon(self._pump_cycle, session, event.run)
+                        elif isinstance(event, LeaseRevoked):
+                            break
+                    cycles.cancel_scope.cancel()
+        except (SessionClosed, ConnectionClosed):
+            return
+        connection.closer.forget(session)
+
+    async def _pump_cycle(self, session: EdgeSession, run: Run) -> None:
+        try:
+            await self.connection.turns.pump(session, run)
+        except ConnectionClosed:
+            run.cancel()

@@ -1,0 +1,272 @@
+"""Opening sessions: ``session/new``, ``session/load``, ``session/resume``, and a session's
+settings (``session/list``, ``session/set_mode``, ``session/set_config_option``).
+
+Admission rules (cwd, allowed roots, relay values, task ownership) are the runtime's; this
+module asks the runtime for a lease and shapes the answer. MCP definitions are validated before
+anything is created. A load or resume of a session this connection already holds is a
+re-attach: the request's MCP servers replace the lease's (the new set connects first), and a
+load replays the history again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from maple_acp.edge._errors import unknown_session
+from maple_acp.edge._projection import (
+    MODE_ID,
+    MODE_OPTION_ID,
+    MODEL_OPTION_ID,
+    config_options,
+    mode_state,
+)
+from maple_acp.edge._prompt import mcp_definitions
+from maple_acp.edge._session import EdgeSession, SessionClosed
+from maple_acp.mcp import McpRouter, ValidatedServer, validate_servers
+from maple_acp.rpc import after_answer
+from maple_acp.runtime import SessionLease, canonical_directory
+from maple_acp.wire import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    ListSessionsRequest,
+    ListSessionsResponse,
+    LoadSessionRequest,
+    LoadSessionResponse,
+    McpServer,
+    NewSessionRequest,
+    NewSessionResponse,
+    ProtocolError,
+    ResumeSessionRequest,
+    ResumeSessionResponse,
+    SessionInfo,
+    SetSessionConfigOptionRequest,
+    SetSessionConfigOptionResponse,
+    SetSessionModeRequest,
+    SetSessionModeResponse,
+)
+
+if TYPE_CHECKING:
+    from maple_acp.edge._connection import AcpConnection
+
+logger = logging.getLogger(__name__)
+
+RouterFactory = Callable[[trio.Nursery], Awaitable[McpRouter]]
+
+
+def _iso8601(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def router_factory(servers: tuple[ValidatedServer, ...]) -> RouterFactory | None:
+    """What the runtime runs inside a lease's nursery to connect its MCP servers."""
+    if not servers:
+        return None
+
+    async def start(nursery: trio.Nursery) -> McpRouter:
+        router = McpRouter(servers)
+        await nursery.start(router.serve)
+        return router
+
+    return start
+
+
+class SessionOpener:
+    """``session/new``, ``/load``, ``/resume``, ``/list`` and the session settings for one
+    connection."""
+
+    def __init__(self, connection: AcpConnection) -> None:
+        self.connection = connection
+
+    async def _admit_cwd(self, cwd: str, additional: tuple[str, ...]) -> str:
+        if additional:
+            raise ProtocolError(INVALID_PARAMS, "additionalDirectories is not supported")
+        root = await canonical_directory(cwd)
+        if not self.connection.config.admits(root):
+            raise ProtocolError(INVALID_PARAMS, "cwd is outside the allowed project roots")
+        return root
+
+    async def _open(self, start: Callable[..., Awaitable[None]]) -> EdgeSession:
+        connection = self.connection
+        lease: SessionLease = await connection.nursery.start(start)
+        # Registered before any other checkpoint, so a disconnect from here on revokes it.
+        session = EdgeSession(lease, connection.runtime.cached_model_choices())
+        connection.sessions[session.id] = session
+        if connection.ended:
+            # Set up after the client finished sending: revoked like every other session, and
+            # the request still gets its own answer.
+            connection.revoke_all()
+            raise ProtocolError(
+                INVALID_REQUEST, "the connection is ending: the client finished sending"
+            )
+        connection.nursery.start_soon(connection.goals.pump_session_events, session)
+        # The catalog listing is cached by the runtime (one bounded discovery, then warm).
+        session.choices = await lease.model_choices()
+        return session
+
+    def _options(self, session: EdgeSession) -> Any:
+        return config_options(session.choices, session.current_model, locked=session.model_locked)
+
+    async def new(self, request: NewSessionRequest) -> NewSessionResponse:
+        connection = self.connection
+        servers = validate_servers(mcp_definitions(request.mcp_servers))
+        root = await self._admit_cwd(request.cwd, request.additional_directories)
+        session = await self._open(
+            partial(
+                connection.runtime.serve_new_task,
+                root,
+                relay=connection.relay,
+                router_factory=router_factory(servers),
+            )
+        )
+        logger.info("session %s new", session.id)
+        await self._after_answer(session)
+        return NewSessionResponse(
+            session_id=session.id, modes=mode_state(), config_options=self._options(session)
+        )
+
+    async def _attach(
+        self,
+        session_id: str,
+        cwd: str,
+        additional: tuple[str, ...],
+        mcp_servers: tuple[McpServer, ...],
+    ) -> EdgeSession:
+        """A lease on the task ``session_id`` for this connection: a new one, or the one this
+        connection holds already (a re-attach, when no prompt runs)."""
+        connection = self.connection
+        if session_id in connection.tombstones:
+            raise ProtocolError(INVALID_REQUEST, "the session is closing")
+        servers = validate_servers(mcp_definitions(mcp_servers))
+        held = connection.sessions.get(session_id)
+        if held is not None and not held.closing:
+            return await self._reattach(held, cwd, additional, servers)
+        if held is not None:
+            raise ProtocolError(INVALID_REQUEST, "the session is closing")
+        root = await self._admit_cwd(cwd, additional)
+        return await self._open(
+            partial(
+                connection.runtime.serve_task,
+                session_id,
+                root,
+                relay=connection.relay,
+                router_factory=router_factory(servers),
+            )
+        )
+
+    async def _reattach(
+        self,
+        session: EdgeSession,
+        cwd: str,
+        additional: tuple[str, ...],
+        servers: tuple[ValidatedServer, ...],
+    ) -> EdgeSession:
+        root = await self._admit_cwd(cwd, additional)
+        if root != session.lease.task.root:
+            raise ProtocolError(INVALID_PARAMS, "cwd is not the session's working directory")
+        if session.prompting or session.lease.active_run is not None:
+            raise ProtocolError(INVALID_REQUEST, "a prompt is running in this session")
+        replace = getattr(session.lease, "replace_router", None)
+        if replace is None:
+            raise ProtocolError(INVALID_REQUEST, "the session is already loaded on this connection")
+        with session.operation():
+            await replace(router_factory(servers))
+        return session
+
+    async def load(self, request: LoadSessionRequest) -> LoadSessionResponse:
+        session = await self._attach(
+            request.session_id, request.cwd, request.additional_directories, request.mcp_servers
+        )
+        # Replay the visible history before answering, through the live projector.
+        connection = self.connection
+        with session.operation(), session.update_scope():
+            for update in session.projector.history(await session.lease.history()):
+                await connection.send(update)
+            task = session.lease.task
+            if task.title:
+                await connection.send(session.projector.title(task.title))
+            goal = session.lease.goal
+            if goal is not None:
+                await connection.send(session.projector.goal(goal))
+        if session.stopped:
+            raise unknown_session()
+        logger.info("session %s load", session.id)
+        await self._after_answer(session)
+        return LoadSessionResponse(modes=mode_state(), config_options=self._options(session))
+
+    async def resume(self, request: ResumeSessionRequest) -> ResumeSessionResponse:
+        session = await self._attach(
+            request.session_id, request.cwd, request.additional_directories, request.mcp_servers
+        )
+        if session.stopped:
+            raise unknown_session()
+        logger.info("session %s resume", session.id)
+        await self._after_answer(session, goal=True)
+        return ResumeSessionResponse(modes=mode_state(), config_options=self._options(session))
+
+    async def _after_answer(self, session: EdgeSession, *, goal: bool = False) -> None:
+        """Updates that follow an open answer: the session's commands (and, for a resume, its
+        goal). They are sent once the answer is queued: a client must know the session id
+        before updates about it arrive."""
+        commands = tuple(getattr(session.lease, "commands", ()))
+        snapshot = session.lease.goal if goal else None
+        if not commands and snapshot is None:
+            return
+
+        async def follow() -> None:
+            try:
+                with session.update_scope():
+                    if commands:
+                        await self.connection.send(session.projector.commands(commands))
+                    if snapshot is not None:
+                        await self.connection.send(session.projector.goal(snapshot))
+            except SessionClosed:
+                pass
+
+        after_answer(follow)
+
+    async def list(self, request: ListSessionsRequest) -> ListSessionsResponse:
+        connection = self.connection
+        cwd = None
+        if request.cwd is not None:
+            cwd = await self._admit_cwd(request.cwd, ())
+        listing = await connection.runtime.list_tasks(cwd=cwd, cursor=request.cursor)
+        sessions = tuple(
+            SessionInfo(
+                session_id=task.id,
+                cwd=task.root,
+                title=task.title or None,
+                updated_at=_iso8601(task.updated_ms),
+            )
+            for task in listing.tasks
+            if connection.config.admits(task.root)
+        )
+        return ListSessionsResponse(sessions=sessions, next_cursor=listing.next_cursor)
+
+    async def set_mode(self, request: SetSessionModeRequest) -> SetSessionModeResponse:
+        self.connection.session(request.session_id)
+        if request.mode_id != MODE_ID:
+            raise ProtocolError(INVALID_PARAMS, f"modeId: the only mode is {MODE_ID!r}")
+        return SetSessionModeResponse()
+
+    async def set_config_option(
+        self, request: SetSessionConfigOptionRequest
+    ) -> SetSessionConfigOptionResponse:
+        session = self.connection.session(request.session_id)
+        value = request.value
+        if request.config_id == MODEL_OPTION_ID:
+            if not isinstance(value, str):
+                raise ProtocolError(INVALID_PARAMS, "value: expected a model id")
+            with session.operation():
+                await session.lease.set_model(value)
+        elif request.config_id == MODE_OPTION_ID:
+            if value != MODE_ID:
+                raise ProtocolError(INVALID_PARAMS, f"value: the only mode is {MODE_ID!r}")
+        else:
+            raise ProtocolError(INVALID_PARAMS, "configId: unknown config option")
+        return SetSessionConfigOptionResponse(config_options=self._options(session))

@@ -1,0 +1,132 @@
+"""The project-trust dialog, asked right before the first prompt of a session that needs it.
+
+With a client that advertised form elicitation: ``elicitation/create`` with one required
+boolean (default false); decline keeps the project untrusted, cancel cancels the turn, and a
+failed elicitation falls back to the chooser. Otherwise: a permission chooser with three
+options in this order — keep trust disabled, trust this project (both allow kind, so a
+client's generic auto-accept cannot decide trust silently) and cancel turn (reject kind).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Final
+
+from maple_acp.edge._session import EdgeSession
+from maple_acp.rpc import ConnectionClosed, OutboundFrameTooLarge
+from maple_acp.wire import (
+    INVALID_PARAMS,
+    BooleanPropertySchema,
+    CreateElicitationRequest,
+    CreateElicitationResponse,
+    ElicitationAccept,
+    ElicitationDecline,
+    ElicitationSchema,
+    PermissionOption,
+    ProtocolError,
+    RequestPermissionRequest,
+    RequestPermissionResponse,
+    SelectedPermissionOutcome,
+    ToolCallUpdate,
+    structure_params,
+    unstructure,
+)
+
+if TYPE_CHECKING:
+    from maple_acp.edge._connection import AcpConnection
+
+logger = logging.getLogger(__name__)
+
+_TRUST_KEEP: Final = "keep_disabled"
+_TRUST_YES: Final = "trust"
+_TRUST_CANCEL: Final = "cancel_turn"
+#: The chooser's options, in this order (see the module docstring).
+TRUST_OPTIONS: Final = (
+    PermissionOption(option_id=_TRUST_KEEP, name="Keep project trust disabled", kind="allow_once"),
+    PermissionOption(option_id=_TRUST_YES, name="Trust this project", kind="allow_once"),
+    PermissionOption(option_id=_TRUST_CANCEL, name="Cancel turn", kind="reject_once"),
+)
+_TRUST_FIELD: Final = "trustProject"
+_QUESTION: Final = (
+    "This project contains agent skills (.agents/skills). Trust this project so "
+    "that its skills are visible to the model?"
+)
+
+
+class TrustDialog:
+    """Settles project trust for the sessions of one connection."""
+
+    def __init__(self, connection: AcpConnection) -> None:
+        self.connection = connection
+
+    async def settle(self, session: EdgeSession) -> bool:
+        """Ask when the project needs a decision and save it; False if the turn is cancelled."""
+        lease = session.lease
+        status = await lease.trust_status()
+        if not status.decision_needed:
+            return True
+        decision = await self._ask(session)
+        if decision is None:
+            return False
+        await lease.decide_trust(decision)
+        return True
+
+    async def _ask(self, session: EdgeSession) -> bool | None:
+        """The trust decision: True/False, or None to cancel the turn."""
+        if self.connection.elicitation_form:
+            try:
+                return await self._elicit(session)
+            except (ProtocolError, ConnectionClosed, OutboundFrameTooLarge) as exc:
+                logger.info("trust elicitation failed, asking with a chooser: %s", exc)
+        return await self._choose(session)
+
+    async def _elicit(self, session: EdgeSession) -> bool | None:
+        params = CreateElicitationRequest(
+            session_id=session.id,
+            message=_QUESTION,
+            requested_schema=ElicitationSchema(
+                properties={
+                    _TRUST_FIELD: BooleanPropertySchema(title="Trust this project", default=False)
+                },
+                required=(_TRUST_FIELD,),
+            ),
+        )
+        result = await self.connection.peer.request(
+            "elicitation/create", unstructure(params), hold_credit=True
+        )
+        response = structure_params(result, CreateElicitationResponse)
+        if isinstance(response, ElicitationAccept):
+            value = (response.content or {}).get(_TRUST_FIELD)
+            if not isinstance(value, bool):
+                raise ProtocolError(INVALID_PARAMS, "the trust answer is not a boolean")
+            return value
+        if isinstance(response, ElicitationDecline):
+            return False
+        return None
+
+    async def _choose(self, session: EdgeSession) -> bool | None:
+        params = RequestPermissionRequest(
+            session_id=session.id,
+            tool_call=ToolCallUpdate(
+                tool_call_id=f"project-trust-{session.id}",
+                title="Trust this project? It contains agent skills (.agents/skills).",
+                kind="other",
+                status="pending",
+            ),
+            options=TRUST_OPTIONS,
+        )
+        try:
+            result = await self.connection.peer.request(
+                "session/request_permission", unstructure(params), hold_credit=True
+            )
+            response = structure_params(result, RequestPermissionResponse)
+        except (ProtocolError, ConnectionClosed, OutboundFrameTooLarge) as exc:
+            logger.info("trust chooser failed; cancelling the turn: %s", exc)
+            return None
+        outcome = response.outcome
+        if isinstance(outcome, SelectedPermissionOutcome):
+            if outcome.option_id == _TRUST_KEEP:
+                return False
+            if outcome.option_id == _TRUST_YES:
+                return True
+        return None

@@ -1,0 +1,245 @@
+"""The prompt turn: ``session/prompt``, the pump that sends a run's events as updates, and the
+permission question.
+
+A prompt's path: its blocks become one text (refused blocks are ``-32602`` before the session
+is looked up), the session's prompt slot is claimed, the trust dialog runs before the first
+prompt of a session, the runtime admits the message and starts a run, the pump sends every
+event of that run, and the answer (stop reason and this turn's usage) is queued only once
+every update of the run is on the wire.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Final
+
+import trio
+
+from maple_acp.edge._closing import CLOSE_DEADLINE_S
+from maple_acp.edge._projection import config_options
+from maple_acp.edge._prompt import prompt_text
+from maple_acp.edge._session import EdgeSession, SessionClosed
+from maple_acp.rpc import ConnectionClosed, OutboundFrameTooLarge, request_arrival
+from maple_acp.runtime import (
+    PermissionRequest,
+    Run,
+    RunEnded,
+    RunNotice,
+    RunState,
+    TextChunk,
+    ThoughtChunk,
+    TitleChanged,
+    ToolRow,
+    ToolState,
+    ToolStatus,
+)
+from maple_acp.runtime import Usage as RunUsage
+from maple_acp.wire import (
+    INVALID_REQUEST,
+    PermissionOption,
+    PromptRequest,
+    PromptResponse,
+    ProtocolError,
+    RequestPermissionRequest,
+    RequestPermissionResponse,
+    SelectedPermissionOutcome,
+    StopReason,
+    Usage,
+    structure_params,
+    unstructure,
+)
+
+if TYPE_CHECKING:
+    from maple_acp.edge._connection import AcpConnection
+
+logger = logging.getLogger(__name__)
+
+#: An answer no runtime responder accepts: handing it over fails the request closed (deny, and
+#: cancel the run), which is the rule for every malformed or failed permission answer.
+_FAIL_CLOSED: Final = "fail-closed"
+#: Permission options: only these two exist (there is no "always").
+PERMISSION_OPTIONS: Final = (
+    PermissionOption(option_id="allow_once", name="Allow once", kind="allow_once"),
+    PermissionOption(option_id="reject_once", name="Reject", kind="reject_once"),
+)
+#: Our option ids, as the runtime's responder words them.
+_ANSWERS: Final = {"allow_once": "allow_once", "reject_once": "deny_once"}
+
+_STOP_REASONS: Final[dict[RunState, StopReason]] = {
+    RunState.COMPLETED: "end_turn",
+    RunState.CANCELLED: "cancelled",
+    # The failure text was already shown as agent text; answering the turn normally keeps a
+    # client from retrying work that may have had effects.
+    RunState.FAILED: "end_turn",
+}
+
+
+def prompt_answer(state: RunState, usage: RunUsage | None = None) -> PromptResponse:
+    """A prompt's answer: its stop reason and exactly this turn's usage (zero for a turn that
+    was cancelled before its run began)."""
+    usage = usage or RunUsage()
+    return PromptResponse(
+        stop_reason=_STOP_REASONS[state],
+        usage=Usage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            total_tokens=usage.total_tokens,
+            cached_read_tokens=usage.cache_read_tokens,
+            cached_write_tokens=usage.cache_write_tokens,
+        ),
+    )
+
+
+class PromptTurns:
+    """Every prompt turn of one connection, and the pump every run's events go through."""
+
+    def __init__(self, connection: AcpConnection) -> None:
+        self.connection = connection
+
+    async def prompt(self, request: PromptRequest) -> PromptResponse:
+        # The blocks first: a refused block is bad params whatever the session.
+        text = prompt_text(request.prompt)
+        session = self.connection.session(request.session_id)
+        if not session.begin_prompt():
+            raise ProtocolError(INVALID_REQUEST, "a prompt is already running in this session")
+        try:
+            with session.operation():
+                try:
+                    with session.update_scope():
+                        return await self._turn(session, text, request_arrival())
+                except SessionClosed:
+                    return prompt_answer(RunState.CANCELLED)
+                # A closed session's pump is cancelled from outside; the turn ends cancelled.
+                return prompt_answer(RunState.CANCELLED)
+        finally:
+            session.end_prompt()
+
+    async def _turn(self, session: EdgeSession, text: str, arrival: int) -> PromptResponse:
+        lease = session.lease
+        with session.abortable() as before_run:
+            if session.cancelled_since(arrival):
+                before_run.cancel()
+            # Before the first prompt of each session, new or loaded: a skill may have been
+            # added to the project since the task was last used.
+            if not session.trust_settled and not await self.connection.trust.settle(session):
+                # Cancel admits no user message and saves nothing.
+                return prompt_answer(RunState.CANCELLED)
+            session.trust_settled = True
+        if before_run.cancelled_caught or session.cancelled_since(arrival):
+            return prompt_answer(RunState.CANCELLED)
+        was_locked = session.model_locked
+        run = await lease.start_run(text)
+        if session.cancelled_since(arrival):
+            # A cancel or close arrived while the run was being admitted; it found no run.
+            run.cancel()
+        try:
+            if not was_locked:
+                options = config_options(session.choices, session.current_model, locked=True)
+                await self.connection.send(session.projector.config_update(options))
+            state = await self.pump(session, run)
+        except BaseException:
+            run.cancel()
+            if not session.stopped:
+                # Only the request was cancelled ($/cancel_request): let the run finish ending
+                # (bounded) so that the session takes a new prompt right after the answer.
+                with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_DEADLINE_S):
+                    await run.wait()
+            raise
+        outcome = await run.wait()
+        # Every update of the run must be on the wire before the prompt's answer.
+        await self.connection.peer.drain()
+        return prompt_answer(state, outcome.usage)
+
+    async def pump(self, session: EdgeSession, run: Run) -> RunState:
+        """Send every event of ``run`` as it comes; return the run's final state."""
+        projector = session.projector
+        send = self.connection.send
+        dropped = False
+        async with trio.open_nursery() as permissions:
+            try:
+                async for event in run.events():
+                    try:
+                        if isinstance(event, TextChunk):
+                            for line in projector.text(
+                                "agent_message_chunk", event.message_id, event.text
+                            ):
+                                await send(line)
+                        elif isinstance(event, ThoughtChunk):
+                            for line in projector.text(
+                                "agent_thought_chunk", event.message_id, event.text
+                            ):
+                                await send(line)
+                        elif isinstance(event, ToolRow):
+                            await send(projector.tool(event.tool_id, event.tool))
+                        elif isinstance(event, PermissionRequest):
+                            permissions.start_soon(self._ask_permission, session, event)
+                        elif isinstance(event, TitleChanged):
+                            await send(projector.title(event.title))
+                        elif isinstance(event, RunNotice):
+                            for line in projector.notice(f"{event.run_id}-notice", event.text):
+                                await send(line)
+                        elif isinstance(event, RunEnded):
+                            # A turn that lost an update did not end normally, even if its
+                            # run completed before the cancel reached it.
+                            return RunState.CANCELLED if dropped else event.outcome.state
+                        else:
+                            update = _extra_update(session, event)
+                            if update is not None:
+                                await send(update)
+                    except OutboundFrameTooLarge as exc:
+                        # One oversized update ends the turn, not the connection.
+                        logger.warning("ending a turn: %s", exc)
+                        dropped = True
+                        run.cancel()
+                        for line in projector.notice(
+                            f"{run.id}-oversize",
+                            "An update was too large to send; the turn was ended.",
+                        ):
+                            await send(line)
+            finally:
+                permissions.cancel_scope.cancel()
+        outcome = await run.wait()
+        return outcome.state
+
+    async def _ask_permission(self, session: EdgeSession, event: PermissionRequest) -> None:
+        """Ask the client; anything but a clean ``allow_once``/``reject_once`` fails closed."""
+        request = event.request
+        pending = ToolState(
+            name=request.name,
+            status=ToolStatus.PENDING,
+            title=request.title,
+            raw_input=request.raw_input,
+        )
+        params = RequestPermissionRequest(
+            session_id=session.id,
+            tool_call=session.projector.tool_call(request.tool_id, pending),
+            options=PERMISSION_OPTIONS,
+        )
+        answer = _FAIL_CLOSED
+        try:
+            result = await self.connection.peer.request(
+                "session/request_permission", unstructure(params), hold_credit=True
+            )
+            outcome = structure_params(result, RequestPermissionResponse).outcome
+            if isinstance(outcome, SelectedPermissionOutcome):
+                answer = _ANSWERS.get(outcome.option_id, _FAIL_CLOSED)
+        except (ProtocolError, ConnectionClosed, OutboundFrameTooLarge) as exc:
+            logger.info("permission request failed closed: %s", getattr(exc, "message", exc))
+        finally:
+            # Cancellation (the run ended, the session closed) lands here too: the responder
+            # then refuses the late answer and the run's own cancellation already denied it.
+            event.responder.answer(answer)
+
+
+def _extra_update(session: EdgeSession, event: Any) -> Any:
+    """Run events beyond text, tools, titles and notices: a plan, context usage, commands.
+    Recognised by name so that the edge keeps working while the runtime grows them."""
+    name = type(event).__name__
+    projector = session.projector
+    if name == "PlanUpdated":
+        return projector.plan(event.entries)
+    if name == "ContextUsage":
+        return projector.context_usage(event.used, event.size)
+    if name == "CommandsChanged":
+        return projector.commands(event.commands)
+    return None
