@@ -529,7 +529,10 @@ def _serve_with(
 ) -> None:
     for root in settings.allowed_roots:
         if not os.path.isabs(root) or not os.path.isdir(root):
-            raise CliError(f"--allowed-root must be an existing absolute directory: {root!r}")
+            raise CliError(
+                f"an allowed root (--allowed-root, allowed_roots) must be an existing absolute "
+                f"directory: {root!r}"
+            )
     engine = _provider_engine(config, *provider_flags)
     endpoint = _prepare_endpoint(settings.socket)
     _refuse_live_endpoint(endpoint)
