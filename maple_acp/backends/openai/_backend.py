@@ -13,6 +13,7 @@ import attrs
 import openai
 import trio
 
+from maple_acp._groups import single_exception
 from maple_acp.backends.openai._client import (
     ProviderKeys,
     RequestTimeouts,
@@ -373,9 +374,7 @@ def _raise_fault(exc: Exception, entry: ProviderEntry, model: str) -> NoReturn:
 def _fault(exc: Exception, entry: ProviderEntry, model: str) -> Exception:
     """The ``ProviderFault`` an SDK or transport error means; anything else (a bug) as it
     was."""
-    inner: BaseException = exc
-    while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
-        inner = inner.exceptions[0]
+    inner = single_exception(exc)
     if isinstance(inner, openai.APIStatusError):
         body: object = inner.body
         return status_fault(inner.status_code, inner.response.headers, body, model)

@@ -14,6 +14,7 @@ import httpx2
 import openai
 import trio
 
+from maple_acp._groups import single_exception
 from maple_acp.backends.openai._config import ProviderConfig, ProviderEntry
 from maple_acp.runtime import MODEL_DISCOVERY_BOUND_S, ModelInfo
 
@@ -149,12 +150,12 @@ class ProviderCatalog:
                             break
             except Exception as exc:
                 # The SDK's text may quote the key; say only what kind of failure it was.
-                status = getattr(_single(exc), "status_code", None)
+                status = getattr(single_exception(exc), "status_code", None)
                 logger.warning(
                     "could not list the models of provider %s at %s (%s%s)",
                     entry.name,
                     where(entry),
-                    type(_single(exc)).__name__,
+                    type(single_exception(exc)).__name__,
                     f", HTTP {status}" if status else "",
                 )
                 return []
@@ -170,10 +171,3 @@ class ProviderCatalog:
             description=f"{model} at {provider}",
             chat=is_chat_model(model),
         )
-
-
-def _single(exc: BaseException) -> BaseException:
-    """The one exception inside nested single-member groups (Trio wraps some errors)."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
