@@ -25,6 +25,9 @@ from loopback import (
 from maple_acp.model import ItemKind, ToolStatus
 from maple_acp.runtime import (
     AgentService,
+    CycleStarted,
+    GoalChanged,
+    GoalStatus,
     PermissionRequest,
     RunEvent,
     RunState,
@@ -449,3 +452,30 @@ async def test_external_mcp_is_not_offered_without_servers(
     assert "external_mcp" not in tools
     assert not [e for e in events if isinstance(e, PermissionRequest)]
     assert "no tool named 'external_mcp'" in (rows(events)[-1].tool.output_text or "")
+
+
+async def test_goal_cycles_work_until_the_model_reports_the_goal_met(
+    service: AgentService, provider: LoopbackProvider, project: Path
+) -> None:
+    provider.add(
+        text_reply("Step one done.\nGOAL CONTINUE"),
+        text_reply("All done.\nGOAL COMPLETE"),
+    )
+    statuses = []
+    async with trio.open_nursery() as nursery:
+        lease = await open_lease(service, project, nursery)
+        session = lease.session_events()
+        await lease.set_goal("tidy the project")
+        async for event in session:
+            if isinstance(event, CycleStarted):
+                await collect_events(event.run)
+            elif isinstance(event, GoalChanged) and event.goal is not None:
+                statuses.append(event.goal.status)
+                if event.goal.status is not GoalStatus.ACTIVE:
+                    break
+        await lease.release(close=False)
+    assert statuses[-1] is GoalStatus.COMPLETE
+    assert len(provider.chat_requests()) == 2
+    first = provider.chat_requests()[0].body["messages"][-1]["content"]
+    assert "tidy the project" in first
+    assert "GOAL COMPLETE" in first
