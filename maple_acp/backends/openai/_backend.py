@@ -91,9 +91,8 @@ class _Response:
         calls = []
         for index in sorted(self.tools):
             draft = self.tools[index]
-            arguments = "".join(draft.arguments) if draft.size <= MAX_ARGUMENT_CHARS else ""
-            if draft.size > MAX_ARGUMENT_CHARS:
-                arguments = "x" * (MAX_ARGUMENT_CHARS + 1)
+            # Arguments past the bound were not kept; the call fails as "too long".
+            arguments = "".join(draft.arguments) if draft.size <= MAX_ARGUMENT_CHARS else None
             calls.append(
                 ToolCall(
                     call_id=draft.call_id or f"call_{index}", name=draft.name, arguments=arguments
@@ -208,7 +207,7 @@ class ProviderBackend:
                         {
                             "id": call.call_id,
                             "type": "function",
-                            "function": {"name": call.name, "arguments": call.arguments},
+                            "function": {"name": call.name, "arguments": call.arguments or "{}"},
                         }
                         for call in calls
                     ],

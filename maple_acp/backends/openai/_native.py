@@ -124,7 +124,8 @@ class ToolCall:
 
     call_id: str
     name: str
-    arguments: str
+    #: The JSON text the model sent; ``None`` when it exceeded ``MAX_ARGUMENT_CHARS``.
+    arguments: str | None
 
 
 @attrs.frozen(kw_only=True)
@@ -140,7 +141,8 @@ async def run_tool_call(turn: Turn, call: ToolCall, row_id: str) -> ToolResult:
     row = _Row(turn, row_id, call.name)
     args = _parse_arguments(call.arguments)
     if isinstance(args, str):
-        await row.update(ToolStatus.PENDING, raw_input={"arguments": call.arguments[:4096]})
+        shown = (call.arguments or "")[:4096]
+        await row.update(ToolStatus.PENDING, raw_input={"arguments": shown})
         return await row.fail(args)
     raw_input: Any = args
     title = _title(call.name, args)
@@ -297,8 +299,9 @@ def _external_available(turn: Turn) -> bool:
     return bool(turn.tools.external_tools)
 
 
-def _parse_arguments(text: str) -> dict[str, Any] | str:
-    if len(text) > MAX_ARGUMENT_CHARS:
+def _parse_arguments(text: str | None) -> dict[str, Any] | str:
+    """The arguments as an object, or why they cannot be used."""
+    if text is None or len(text) > MAX_ARGUMENT_CHARS:
         return "the arguments are too long"
     if not text.strip():
         return {}

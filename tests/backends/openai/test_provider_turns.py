@@ -479,3 +479,30 @@ async def test_goal_cycles_work_until_the_model_reports_the_goal_met(
     first = provider.chat_requests()[0].body["messages"][-1]["content"]
     assert "tidy the project" in first
     assert "GOAL COMPLETE" in first
+
+
+async def test_oversized_tool_arguments_fail_the_call_not_the_turn(
+    service: AgentService,
+    provider: LoopbackProvider,
+    project: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from maple_acp.backends.openai import _backend, _native
+
+    monkeypatch.setattr(_backend, "MAX_ARGUMENT_CHARS", 64)
+    monkeypatch.setattr(_native, "MAX_ARGUMENT_CHARS", 64)
+    provider.add(
+        tool_call_reply(("big", "write_file", {"path": "x.txt", "content": "y" * 500}), pieces=10),
+        text_reply("too big, sorry"),
+    )
+    async with trio.open_nursery() as nursery:
+        lease = await open_lease(service, project, nursery)
+        events, outcome = await run_prompt(lease, "write a lot")
+        await lease.release(close=False)
+    assert outcome.state is RunState.COMPLETED
+    final = rows(events)[-1].tool
+    assert final.status is ToolStatus.FAILED
+    assert final.output_text == "the arguments are too long"
+    assert not (project / "x.txt").exists()
+    sent = provider.chat_requests()[1].body["messages"]
+    assert sent[-2]["tool_calls"][0]["function"]["arguments"] == "{}"
