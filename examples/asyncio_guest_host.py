@@ -34,14 +34,15 @@ from typing import Any
 import attrs
 import trio
 
+from maple_acp._groups import single_exception
 from maple_acp.backends.demo import DemoBackend, demo_catalog, demo_policy
 from maple_acp.config import PrivateDirectoryError, make_private_dir
 from maple_acp.edge import (
     AcpService,
     AcpServiceConfig,
     ConfigError,
-    EndpointError,
     HostLifecycle,
+    ListenerError,
 )
 from maple_acp.runtime import AgentService
 from maple_acp.store import SqliteTaskStore
@@ -110,8 +111,8 @@ async def host_main(socket_path: Path, data_dir: Path) -> int:
         try:
             done.result().unwrap()
         except BaseException as exc:
-            refusal = _single(exc)
-            if not isinstance(refusal, EndpointError | ConfigError):
+            refusal = single_exception(exc)
+            if not isinstance(refusal, ListenerError | ConfigError):
                 raise
             print(f"example host: {refusal}", file=sys.stderr, flush=True)
         return 1
@@ -138,13 +139,6 @@ async def host_main(socket_path: Path, data_dir: Path) -> int:
     outcome.unwrap()
     print("example host: stopped", file=sys.stderr, flush=True)
     return 0
-
-
-def _single(exc: BaseException) -> BaseException:
-    """The one exception inside nested one-member groups (each Trio nursery wraps once)."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 def main() -> int:

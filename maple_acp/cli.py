@@ -41,6 +41,7 @@ from maple_acp._cli_client import (
     printable,
     render_transcript,
 )
+from maple_acp._groups import single_exception
 from maple_acp.config import (
     DATA_DIR_ENV,
     LOG_FORMATS,
@@ -209,7 +210,7 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
     Resource handling: on exit the ACP service is stopped before the runtime is drained
     (``HostLifecycle.shutdown``), then the store is closed; the socket file is removed.
 
-    Error handling: :class:`~maple_acp.edge.EndpointError` (the endpoint is refused or
+    Error handling: :class:`~maple_acp.edge.ListenerError` (the endpoint is refused or
     another service answers on it) and ``maple_acp.edge.ConfigError`` propagate before
     anything listens.
     """
@@ -249,13 +250,6 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
                     if not report.ok:
                         logger.error("the host did not shut down cleanly: %s", report)
                     nursery.cancel_scope.cancel()
-
-
-def _unwrap(exc: BaseException) -> BaseException:
-    """The single exception inside nested one-member exception groups (Trio nurseries wrap)."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 async def _serve(options: HostOptions, announce: Callable[[str], None]) -> None:
@@ -540,7 +534,7 @@ def _serve_with(
         directory = make_private_dir(settings.data_dir, "data directory")
     except PrivateDirectoryError as exc:
         raise CliError(str(exc)) from None
-    from maple_acp.edge import ConfigError, EndpointError
+    from maple_acp.edge import ConfigError, ListenerError
 
     announce = _announce(settings.log_format)
     options = HostOptions(
@@ -557,8 +551,8 @@ def _serve_with(
     try:
         trio.run(_serve, options, announce)
     except BaseException as exc:
-        inner = _unwrap(exc)
-        if isinstance(inner, EndpointError | ConfigError):
+        inner = single_exception(exc)
+        if isinstance(inner, ListenerError | ConfigError):
             raise CliError(str(inner)) from None
         raise
     announce("maple-acp: stopped")
@@ -574,7 +568,9 @@ def query_status(endpoint: Path, *, timeout: float = STATUS_TIMEOUT_S) -> dict[s
         check_endpoint_socket(endpoint)
     except ConnectorEndpointError as exc:
         raise CliError(str(exc)) from None
-    request = {"jsonrpc": "2.0", "id": 1, "method": "_maple/status", "params": {}}
+    from maple_acp.wire import STATUS_METHOD
+
+    request = {"jsonrpc": "2.0", "id": 1, "method": STATUS_METHOD, "params": {}}
     buffer = bytearray()
     turned_away = CliError(
         f"the service at {endpoint} closed the connection without answering "
@@ -1008,7 +1004,7 @@ def demo(log_level: str) -> None:
     try:
         trio.run(_demo_main, connector, click.echo)
     except BaseException as exc:
-        inner = _unwrap(exc)
+        inner = single_exception(exc)
         if isinstance(inner, KeyboardInterrupt):
             raise
         if isinstance(inner, trio.TooSlowError):
