@@ -15,7 +15,7 @@ import attrs
 import orjson
 import trio
 
-from maple_acp.model import FileDiff, ToolLocation
+from maple_acp.model import FileDiff, PlanEntry, PlanPriority, PlanStatus, ToolLocation
 from maple_acp.runtime import (
     EXTERNAL_MCP_TOOL,
     ToolRequest,
@@ -41,6 +41,9 @@ SHELL = "shell"
 READ_FILE = "read_file"
 WRITE_FILE = "write_file"
 EDIT_FILE = "edit_file"
+UPDATE_PLAN = "update_plan"
+#: Entries of one plan; a longer list is a model rambling, not a plan.
+MAX_PLAN_ENTRIES = 64
 
 DENIED = "the user denied this tool call"
 
@@ -99,10 +102,34 @@ NATIVE_TOOLS: tuple[Any, ...] = (
 )
 
 
+PLAN_TOOL = _spec(
+    UPDATE_PLAN,
+    "Show the user your plan for this task as a list of steps (the whole list each time), "
+    "and update it as steps start and finish.",
+    {
+        "entries": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "content": {"type": "string"},
+                    "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]},
+                    "priority": {"type": "string", "enum": ["high", "medium", "low"]},
+                },
+                "required": ["content", "status"],
+            },
+        }
+    },
+    ["entries"],
+)
+
+
 def offered_tools(turn: Turn) -> list[Any]:
     """The native tools plus what the turn offers (``external_mcp`` while the session has MCP
-    servers)."""
+    servers), and ``update_plan`` where the runtime can show a plan."""
     tools = list(NATIVE_TOOLS)
+    if _can_plan(turn):
+        tools.append(PLAN_TOOL)
     extra: Sequence[Any] = getattr(turn, "offered_tools", None) or turn.tools.external_tools
     for spec in extra:
         tools.append(
@@ -138,6 +165,9 @@ class ToolResult:
 async def run_tool_call(turn: Turn, call: ToolCall, row_id: str) -> ToolResult:
     """Run one call as a tool row: pending (with its diff when it writes) -> permission ->
     in progress -> completed or failed. Never raises for the tool's own failure."""
+    if call.name == UPDATE_PLAN and _can_plan(turn):
+        # A plan is shown as a plan, not as a tool row.
+        return await _update_plan(turn, _parse_arguments(call.arguments))
     row = _Row(turn, row_id, call.name)
     args = _parse_arguments(call.arguments)
     if isinstance(args, str):
@@ -293,6 +323,32 @@ async def _external(row: _Row, turn: Turn, args: Mapping[str, Any]) -> ToolResul
         return await row.fail(str(exc)[:500] or type(exc).__name__)
     text = orjson.dumps(result).decode()
     return await row.done(text, raw_output=result)
+
+
+def _can_plan(turn: Turn) -> bool:
+    return callable(getattr(turn, "send_plan", None))
+
+
+async def _update_plan(turn: Turn, args: dict[str, Any] | str) -> ToolResult:
+    if isinstance(args, str):
+        return ToolResult(content=f"error: {args}")
+    raw = args.get("entries")
+    if not isinstance(raw, list) or len(raw) > MAX_PLAN_ENTRIES:
+        return ToolResult(content=f"error: entries must be a list of at most {MAX_PLAN_ENTRIES}")
+    entries = []
+    for item in raw:
+        content = item.get("content") if isinstance(item, dict) else None
+        if not isinstance(content, str) or not content.strip():
+            return ToolResult(content="error: every entry needs a non-blank content")
+        try:
+            status = PlanStatus(item.get("status", "pending"))
+            priority = PlanPriority(item.get("priority", "medium"))
+        except ValueError:
+            return ToolResult(content="error: unknown status or priority")
+        entries.append(PlanEntry(content=content[:500], status=status, priority=priority))
+    send_plan: Any = getattr(turn, "send_plan")  # noqa: B009 - the runtime is adding it
+    await send_plan(entries)
+    return ToolResult(content="plan updated")
 
 
 def _external_available(turn: Turn) -> bool:

@@ -87,12 +87,10 @@ async def test_a_streamed_answer_reaches_the_caller_with_usage_and_the_key(
     assert body["stream_options"] == {"include_usage": True}
     assert body["messages"][0]["role"] == "system"
     assert body["messages"][-1] == {"role": "user", "content": "say hello"}
-    assert {tool["function"]["name"] for tool in body["tools"]} == {
-        "shell",
-        "read_file",
-        "write_file",
-        "edit_file",
-    }
+    native = {"shell", "read_file", "write_file", "edit_file"}
+    if turn_has("send_plan"):
+        native.add("update_plan")
+    assert {tool["function"]["name"] for tool in body["tools"]} == native
 
 
 async def test_reasoning_fields_become_thoughts(
@@ -506,3 +504,34 @@ async def test_oversized_tool_arguments_fail_the_call_not_the_turn(
     assert not (project / "x.txt").exists()
     sent = provider.chat_requests()[1].body["messages"]
     assert sent[-2]["tool_calls"][0]["function"]["arguments"] == "{}"
+
+
+@pytest.mark.skipif(not turn_has("send_plan"), reason="the runtime's Turn has no send_plan yet")
+async def test_the_model_shows_its_plan(
+    service: AgentService, provider: LoopbackProvider, project: Path
+) -> None:
+    plan = {
+        "entries": [
+            {"content": "read the code", "status": "completed"},
+            {"content": "fix the bug", "status": "in_progress", "priority": "high"},
+        ]
+    }
+    provider.add(
+        tool_call_reply(("p", "update_plan", plan)),
+        tool_call_reply(("q", "update_plan", {"entries": [{"content": " "}]})),
+        text_reply("planned"),
+    )
+    async with trio.open_nursery() as nursery:
+        lease = await open_lease(service, project, nursery)
+        events, outcome = await run_prompt(lease, "plan it")
+        await lease.release(close=False)
+    assert outcome.state is RunState.COMPLETED
+    (update,) = [e for e in events if type(e).__name__ == "PlanUpdated"]
+    entries = update.entries  # type: ignore[attr-defined]
+    assert [(e.content, e.status.value, e.priority.value) for e in entries] == [
+        ("read the code", "completed", "medium"),
+        ("fix the bug", "in_progress", "high"),
+    ]
+    assert not rows(events)
+    results = [r.body["messages"][-1]["content"] for r in provider.chat_requests()[1:]]
+    assert results == ["plan updated", "error: every entry needs a non-blank content"]
