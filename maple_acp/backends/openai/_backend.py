@@ -42,6 +42,7 @@ from maple_acp.backends.openai._native import (
     offered_tools,
     run_tool_call,
 )
+from maple_acp.model import ItemKind
 from maple_acp.runtime import GoalProgress, GoalStatus, RunKind, Turn, TurnFailed, Usage
 
 logger = logging.getLogger(__name__)
@@ -155,6 +156,11 @@ class ProviderBackend:
                 f"\n\nProject skills (read a skill's file when the task matches it):\n{listed}"
             )
         history = getattr(turn, "history", ())
+        plans = [item.plan for item in history if item.kind is ItemKind.PLAN and item.plan]
+        if plans:
+            # A plan is not a message a provider accepts back; the model still should know it.
+            steps = "\n".join(f"- [{entry.status.value}] {entry.content}" for entry in plans[-1])
+            system += f"\n\nYour plan so far (update it with update_plan):\n{steps}"
         prompt = turn.prompt
         if turn.kind is RunKind.GOAL_CYCLE:
             prompt = GOAL_PROMPT.format(objective=turn.prompt)

@@ -377,3 +377,41 @@ def test_the_turn_in_progress_is_never_split() -> None:
     messages = conversation()[:8]  # ends with a tool result of the second turn
     fitted = fit_to_window(messages, 1)
     assert [m["role"] for m in fitted] == ["system", "user", "assistant", "tool"]
+
+
+def test_the_request_carries_system_prompt_skills_latest_plan_history_and_prompt() -> None:
+    from types import SimpleNamespace
+
+    from maple_acp.backends.openai._backend import ProviderBackend
+    from maple_acp.backends.openai._client import ProviderKeys
+    from maple_acp.model import PlanEntry, PlanStatus
+    from maple_acp.runtime import RunKind
+
+    config = load_provider_config(good(system_prompt="Be exact."), SOURCE)
+    backend = ProviderBackend(config, ProviderKeys({}))
+    old_plan = (PlanEntry(content="old step"),)
+    plan = (PlanEntry(content="step one", status=PlanStatus.COMPLETED), PlanEntry(content="two"))
+    history = [
+        item(ItemKind.USER, "earlier"),
+        TimelineItem(item_id="p1", kind=ItemKind.PLAN, created_ms=0, plan=old_plan),
+        item(ItemKind.ASSISTANT, "earlier answer"),
+        TimelineItem(item_id="p2", kind=ItemKind.PLAN, created_ms=0, plan=plan),
+    ]
+    turn = SimpleNamespace(
+        root="/project",
+        skills=(SimpleNamespace(name="deploy", path="/project/.agents/skills/deploy/SKILL.md"),),
+        history=history,
+        prompt="now",
+        kind=RunKind.PROMPT,
+    )
+    messages = backend._conversation(turn)  # type: ignore[arg-type]
+    system = messages[0]["content"]
+    assert system.startswith("Be exact.")
+    assert "- deploy: /project/.agents/skills/deploy/SKILL.md" in system
+    assert "- [completed] step one\n- [pending] two" in system
+    assert "old step" not in system
+    assert messages[1:] == [
+        {"role": "user", "content": "earlier"},
+        {"role": "assistant", "content": "earlier answer"},
+        {"role": "user", "content": "now"},
+    ]
