@@ -298,21 +298,55 @@ async def test_the_next_turn_sees_the_whole_conversation(
     assert messages[5]["content"] == "sure?"
 
 
-async def test_stop_reasons_for_length_and_content_filter(
+async def test_length_and_content_filter_end_the_turn_at_once(
     service: AgentService, provider: LoopbackProvider, project: Path
 ) -> None:
-    provider.add(text_reply("cut", finish="length"), text_reply("", finish="content_filter"))
+    (project / "a.txt").write_text("a")
+    cut_tool = tool_call_reply(("c", "read_file", {"path": "a.txt"}))
+    cut_tool.events[-2] = chunk(finish_reason="length")
+    provider.add(cut_tool, text_reply("", finish="content_filter"))
     async with trio.open_nursery() as nursery:
         lease = await open_lease(service, project, nursery)
-        _, first = await run_prompt(lease, "long")
+        first_events, first = await run_prompt(lease, "long")
         _, second = await run_prompt(lease, "bad")
         await lease.release(close=False)
     assert first.state is RunState.COMPLETED
     assert second.state is RunState.COMPLETED
-    stop = getattr(first, "stop_reason", None)
-    if stop is not None:  # once the runtime carries stop reasons
-        assert stop.value == "max_tokens"
-        assert getattr(second, "stop_reason").value == "refusal"  # noqa: B009
+    # A half-written tool call of a cut answer is not run, and no further request is made.
+    assert not rows(first_events)
+    assert len(provider.chat_requests()) == 2
+
+
+def runtime_has_stop_reasons() -> bool:
+    import maple_acp.runtime
+
+    return hasattr(maple_acp.runtime, "StopReason")
+
+
+@pytest.mark.skipif(not runtime_has_stop_reasons(), reason="the runtime has no StopReason yet")
+async def test_stop_reasons_reach_the_outcome(
+    tmp_path: Path, provider: LoopbackProvider, project: Path
+) -> None:
+    from conftest import provider_service
+
+    (project / "a.txt").write_text("a")
+    provider.add(
+        text_reply("cut", finish="length"),
+        text_reply("", finish="content_filter"),
+        text_reply("fine"),
+        *(tool_call_reply((f"c{i}", "read_file", {"path": "a.txt"})) for i in range(2)),
+    )
+    async with (
+        provider_service(tmp_path, provider, max_turn_requests=2) as service,
+        trio.open_nursery() as nursery,
+    ):
+        lease = await open_lease(service, project, nursery)
+        reasons = []
+        for prompt in ("long", "bad", "fine", "loop"):
+            _, outcome = await run_prompt(lease, prompt)
+            reasons.append(outcome.stop_reason.value)  # type: ignore[attr-defined]
+        await lease.release(close=False)
+    assert reasons == ["max_tokens", "refusal", "end_turn", "max_turn_requests"]
 
 
 async def test_the_request_bound_ends_the_turn(
@@ -333,11 +367,11 @@ async def test_the_request_bound_ends_the_turn(
     assert len(provider.chat_requests()) == 2
     # The tools of the last allowed answer are not run: nobody would read their results.
     assert len({r.tool_id for r in rows(events)}) == 1
-    stop = getattr(outcome, "stop_reason", None)
-    if stop is not None:
-        assert stop.value == "max_turn_requests"
 
 
+@pytest.mark.skipif(
+    not turn_has("report_context"), reason="the runtime's Turn has no report_context yet"
+)
 async def test_context_usage_is_reported_when_the_window_is_known(
     tmp_path: Path, provider: LoopbackProvider, project: Path
 ) -> None:
@@ -354,9 +388,37 @@ async def test_context_usage_is_reported_when_the_window_is_known(
         events, outcome = await run_prompt(lease, "hi")
         await lease.release(close=False)
     assert outcome.state is RunState.COMPLETED
-    reports = [e for e in events if type(e).__name__ == "ContextUsage"]
-    if hasattr(service, "__class__") and reports:  # once the runtime has report_context
-        assert (reports[-1].used, reports[-1].size) == (1000, 8000)  # type: ignore[attr-defined]
+    reports: list[Any] = [e for e in events if type(e).__name__ == "ContextUsage"]
+    assert [(r.used, r.size) for r in reports] == [(1000, 8000)]
+
+
+async def test_old_tool_outputs_are_dropped_to_fit_a_known_window(
+    tmp_path: Path, provider: LoopbackProvider, project: Path
+) -> None:
+    from conftest import provider_service
+
+    (project / "big.txt").write_text("B" * 4000)
+    (project / "small.txt").write_text("s")
+    provider.add(
+        tool_call_reply(("c1", "read_file", {"path": "big.txt"})),
+        tool_call_reply(("c2", "read_file", {"path": "small.txt"})),
+        text_reply("done"),
+    )
+    async with (
+        provider_service(tmp_path, provider, context_window=1000) as service,
+        trio.open_nursery() as nursery,
+    ):
+        lease = await open_lease(service, project, nursery)
+        _, outcome = await run_prompt(lease, "read both")
+        await lease.release(close=False)
+    assert outcome.state is RunState.COMPLETED
+    second, third = (r.body["messages"] for r in provider.chat_requests()[1:])
+    # While it is the latest message the big output is sent whole; then it gives way.
+    assert second[-1]["content"] == "B" * 4000
+    assert third[-3]["content"] == "[output dropped to fit the context window]"
+    assert third[-1]["content"] == "s"
+    assert third[0]["role"] == "system"
+    assert third[1] == {"role": "user", "content": "read both"}
 
 
 async def test_events_are_read_by_collect_events_too(
