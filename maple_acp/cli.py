@@ -192,14 +192,12 @@ def _demo_engine() -> tuple[Any, Any, Any]:
 def _service_config(options: HostOptions) -> Any:
     from maple_acp.edge import AcpServiceConfig
 
-    settings: dict[str, Any] = {
-        "allowed_roots": options.allowed_roots,
-        "max_connections": options.max_connections,
-    }
-    # `maple-acp serve` is the user's own host: deleting their sessions is theirs to decide.
-    if "allow_session_delete" in attrs.fields_dict(AcpServiceConfig):
-        settings["allow_session_delete"] = True
-    return AcpServiceConfig(**settings)
+    return AcpServiceConfig(
+        allowed_roots=options.allowed_roots,
+        max_connections=options.max_connections,
+        # `maple-acp serve` is the user's own host: deleting their sessions is theirs to decide.
+        allow_session_delete=True,
+    )
 
 
 @asynccontextmanager

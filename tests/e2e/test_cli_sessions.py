@@ -7,7 +7,6 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
 import trio
 
 from .conftest import DEADLINE, MAPLE_ACP, Host, clean_env, connector_client, running_host
@@ -127,8 +126,7 @@ async def test_delete_removes_the_session_for_good(project: Path, short_dir: Pat
         async with running_host(short_dir) as host:
             async with connector_client(host.socket) as connector:
                 caps = (await connector.client.initialize())["agentCapabilities"]
-            if "delete" not in caps.get("sessionCapabilities", {}):
-                pytest.xfail("the edge does not offer session/delete yet")
+            assert "delete" in caps["sessionCapabilities"]  # serve allows deleting
             keep = await make_session(host, project, "keep me")
             gone = await make_session(host, project, "delete me")
             deleted = await cli(host, "sessions", "delete", gone)
@@ -140,3 +138,19 @@ async def test_delete_removes_the_session_for_good(project: Path, short_dir: Pat
             assert again.returncode == 1
             assert again.stderr.startswith(f"maple-acp: cannot delete session {gone}: ")
             assert again.stderr.count("\n") == 1
+
+
+async def test_delete_refuses_a_session_open_elsewhere(project: Path, short_dir: Path) -> None:
+    with trio.fail_after(DEADLINE):
+        async with running_host(short_dir) as host:
+            async with connector_client(host.socket) as connector:
+                client = connector.client
+                await client.initialize()
+                session_id = (await client.new_session(os.fspath(project)))["sessionId"]
+                await client.prompt(session_id, "still open here")
+                refused = await cli(host, "sessions", "delete", session_id)
+                assert refused.returncode == 1
+                assert refused.stderr.startswith(f"maple-acp: cannot delete session {session_id}")
+                assert refused.stderr.count("\n") == 1
+            listed = await cli(host, "sessions", "list", "--json")
+            assert [s["sessionId"] for s in json.loads(listed.stdout)["sessions"]] == [session_id]
