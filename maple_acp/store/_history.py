@@ -204,6 +204,7 @@ def _item_from_row(row: Sequence[Any]) -> TimelineItem:
 
 #: Positions within ``_item_params``' tuple, which follows ``_ITEM_COLUMNS`` without ``seq``.
 _PARAM_ITEM_ID = _ITEM_COLUMNS.index("item_id") - 1
+_PARAM_RUN_ID = _ITEM_COLUMNS.index("run_id") - 1
 _PARAM_TOOL_NAME = _ITEM_COLUMNS.index("tool_name") - 1
 _PARAM_RAW_INPUT = _ITEM_COLUMNS.index("raw_input") - 1
 _PARAM_LOCATIONS = _ITEM_COLUMNS.index("locations") - 1
@@ -220,17 +221,23 @@ _REPLACE_ITEM = (
 )
 
 
+_NEXT_SEQ = "SELECT COALESCE(MAX(seq), 0) + 1 FROM items WHERE task_id = ?"
+_FIND_ITEM = (
+    "SELECT seq, tool_name, raw_input, locations, diffs FROM items "
+    "WHERE task_id = ? AND run_id IS ? AND item_id = ?"
+)
+#: Every statement a history write runs (the benchmark shows their query plans).
+WRITE_STATEMENTS = (_NEXT_SEQ, _FIND_ITEM, _INSERT_ITEM, _REPLACE_ITEM)
+
+
 def upsert_items_locked(
     conn: sqlite3.Connection, task_id: str, encoded: Sequence[tuple[Any, ...]]
 ) -> None:
     """Insert or replace items inside an open write transaction."""
-    row = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM items WHERE task_id = ?", (task_id,))
-    next_seq = int(row.fetchone()[0]) + 1
+    next_seq = int(conn.execute(_NEXT_SEQ, (task_id,)).fetchone()[0])
     for params in encoded:
         stored = conn.execute(
-            "SELECT seq, tool_name, raw_input, locations, diffs FROM items "
-            "WHERE task_id = ? AND item_id = ?",
-            (task_id, params[_PARAM_ITEM_ID]),
+            _FIND_ITEM, (task_id, params[_PARAM_RUN_ID], params[_PARAM_ITEM_ID])
         ).fetchone()
         if stored is None:
             conn.execute(_INSERT_ITEM, (task_id, next_seq, *params))

@@ -142,12 +142,47 @@ def _step_3(conn: sqlite3.Connection) -> None:
     _locations_to_objects(conn)
 
 
+#: Step 4: an item is identified by its run and its id within the task, and the index that
+#: finds it is ordered by run. The unique (task_id, item_id) index it replaces was ordered by
+#: item id alone: ids that backends choose (a provider's tool call ids) land all over a big
+#: task's part of that index, so a write of k new items touched min(k, all) of its pages and
+#: its cost grew with the task's history. Ordered by run, a run's items sit side by side.
+#: A unique constraint cannot be dropped in place, so the table is rebuilt (same columns, same
+#: order, same clustering by (task_id, seq)).
+_ITEMS_BY_RUN = """
+CREATE TABLE items_v4 (
+    task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    seq INTEGER NOT NULL,
+    item_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    run_id TEXT,
+    created_ms INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    tool_name TEXT,
+    tool_status TEXT,
+    tool_title TEXT,
+    raw_input TEXT,
+    raw_output TEXT,
+    output_text TEXT,
+    locations TEXT,
+    diffs TEXT,
+    plan TEXT,
+    PRIMARY KEY (task_id, seq)
+) WITHOUT ROWID;
+INSERT INTO items_v4 SELECT task_id, seq, item_id, kind, run_id, created_ms, text, tool_name,
+    tool_status, tool_title, raw_input, raw_output, output_text, locations, diffs, plan
+    FROM items;
+DROP TABLE items;
+ALTER TABLE items_v4 RENAME TO items;
+CREATE UNIQUE INDEX items_by_run ON items (task_id, run_id, item_id)
+"""
+
 #: One schema step: a SQL script, or a function that runs inside the step's transaction (for
 #: a change of stored values that SQL cannot state exactly).
 Step = str | Callable[[sqlite3.Connection], None]
 
 #: Ordered schema steps; ``len(MIGRATIONS)`` is the version this library writes.
-MIGRATIONS: tuple[Step, ...] = (_TABLES, _INDEXES, _step_3)
+MIGRATIONS: tuple[Step, ...] = (_TABLES, _INDEXES, _step_3, _ITEMS_BY_RUN)
 
 SCHEMA_VERSION = len(MIGRATIONS)
 

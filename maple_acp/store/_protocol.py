@@ -80,7 +80,8 @@ class TaskStore(Protocol):
         self, task_id: str, items: Sequence[TimelineItem], *, now_ms: int
     ) -> None:
         """Insert new items (in order, after every existing one) or replace stored ones with
-        the same ``item_id`` in place (their ``seq`` is kept). For a tool row, a replacement
+        the same ``run_id`` and ``item_id`` in place (their ``seq`` is kept); the same
+        ``item_id`` in another run is another item. For a tool row, a replacement
         whose ``raw_input`` is ``None`` keeps the stored ``raw_input``, and one with no
         ``locations`` or no ``diffs`` keeps the stored ones. Bumps ``updated_ms``."""
 

@@ -317,3 +317,51 @@ async def test_a_retried_admission_does_not_duplicate_the_message(
     )
     await store.admit_user_message("t", message, now_ms=4)
     assert [(i.item_id, i.seq) for i in await store.history("t")] == [("m", 1), ("a", 2)]
+
+
+async def test_items_keep_their_rows_and_order_when_the_table_is_rebuilt_by_run(
+    store_path: Path, tmp_path: Path
+) -> None:
+    conn = raw(store_path)
+    try:
+        # Version 3 identified an item by its id within the task alone.
+        migrate(conn, target=3)
+        conn.execute(
+            "INSERT INTO tasks VALUES ('t', 'account', '/p', '', 0, 1, 1, "
+            "'caller_mediated', 'desktop', NULL, 0, 0, NULL)"
+        )
+        for seq, item_id, run_id in ((1, "b", "r1"), (2, "a", "r1"), (3, "c", None)):
+            conn.execute(
+                "INSERT INTO items (task_id, seq, item_id, kind, run_id, created_ms, text, "
+                "plan) VALUES ('t', ?, ?, 'plan', ?, 5, '', ?)",
+                (
+                    seq,
+                    item_id,
+                    run_id,
+                    f'[{{"content": "{item_id}", "priority": "low", "status": "completed"}}]',
+                ),
+            )
+    finally:
+        conn.close()
+    async with temp_store(tmp_path) as store:
+        history = await store.history("t")
+        assert [(i.seq, i.item_id, i.run_id, i.plan[0].content) for i in history] == [
+            (1, "b", "r1", "b"),
+            (2, "a", "r1", "a"),
+            (3, "c", None, "c"),
+        ]
+        # The rebuilt table still cascades from its task.
+        assert await store.delete_task("t")
+    conn = raw(store_path)
+    try:
+        indexes = {
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'items'"
+            )
+        }
+        assert "items_by_run" in indexes
+        assert conn.execute("SELECT COUNT(*) FROM items").fetchone()[0] == 0
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    finally:
+        conn.close()

@@ -27,6 +27,7 @@ def tool(item_id: str, status: ToolStatus, **fields: object) -> TimelineItem:
         item_id=item_id,
         kind=ItemKind.TOOL,
         created_ms=1,
+        run_id="r1",
         text="run ls",
         tool=ToolState(name="shell", status=status, **fields),  # type: ignore[arg-type]
     )
@@ -225,3 +226,23 @@ async def test_every_tool_status_and_item_kind_round_trips(
     await store.upsert_items("t", items, now_ms=2)
     stored = await store.history("t")
     assert [attrs.evolve(i, seq=0) for i in stored] == items
+
+
+async def test_an_item_is_identified_by_its_run_and_its_id(store: SqliteTaskStore) -> None:
+    """The same id written by another run is another item: each run's rows stay where they
+    were written, and a retried write of the same run still replaces in place."""
+    await store.create_task(task_record(id="t"))
+    first = TimelineItem(item_id="call-1", kind=ItemKind.ASSISTANT, created_ms=1, run_id="r1")
+    await store.upsert_items("t", [attrs.evolve(first, text="one")], now_ms=2)
+    await store.upsert_items("t", [attrs.evolve(first, run_id="r2", text="two")], now_ms=3)
+    await store.upsert_items("t", [attrs.evolve(first, text="one again")], now_ms=4)
+    # Items without a run form one run of their own.
+    loose = TimelineItem(item_id="call-1", kind=ItemKind.USER, created_ms=1, text="loose")
+    await store.upsert_items("t", [loose], now_ms=5)
+    await store.upsert_items("t", [attrs.evolve(loose, text="loose again")], now_ms=6)
+    history = await store.history("t")
+    assert [(i.run_id, i.text, i.seq) for i in history] == [
+        ("r1", "one again", 1),
+        ("r2", "two", 2),
+        (None, "loose again", 3),
+    ]
