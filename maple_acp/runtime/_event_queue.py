@@ -29,6 +29,8 @@ class RunEventQueue:
         self._tail: list[RunEvent] = []
         self._unyielded = 0
         self._reader_taken = False
+        #: Events queued so far (the terminal ones not included).
+        self.sent = 0
 
     async def send(self, event: RunEvent) -> None:
         # While the queue has room the event goes in without a scheduler pass, so a streaming
@@ -42,10 +44,12 @@ class RunEventQueue:
         except trio.WouldBlock:
             with contextlib.suppress(trio.ClosedResourceError):
                 await self._send.send(event)
+                self.sent += 1
             self._unyielded = 0
             return
         except trio.ClosedResourceError:
             return
+        self.sent += 1
         self._unyielded += 1
         if self._unyielded >= EMIT_BATCH:
             self._unyielded = 0
@@ -59,7 +63,8 @@ class RunEventQueue:
         except trio.WouldBlock:
             return False
         except trio.ClosedResourceError:
-            pass
+            return True
+        self.sent += 1
         return True
 
     def close(self, tail: list[RunEvent]) -> None:

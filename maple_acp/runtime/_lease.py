@@ -78,6 +78,7 @@ class SessionLease:
         self._admission = trio.Lock()
         self._claim: PromptClaim | None = None
         self._prompt_waiting = 0
+        self._replacing_router = False
         self._run_serial = 0
         self._life = LeaseLifetime(
             context=context,
@@ -311,6 +312,7 @@ class SessionLease:
             policy=context.policy,
             set_title=self._set_title,
             set_goal=self._set_goal_from_run,
+            redactor=self.tools.redactor,
         )
         task, skills, goal, tools = self._task, self._skills, self._goals.goal, self.tools
 
@@ -389,7 +391,30 @@ class SessionLease:
         return await self._goals.set(objective, token_budget)
 
     def _quiescent(self) -> bool:
-        return self._active_run is None and not self._prompt_waiting and self._life.live()
+        return (
+            self._active_run is None
+            and not self._prompt_waiting
+            and not self._replacing_router
+            and self._life.live()
+        )
+
+    # -- re-attach ---------------------------------------------------------------------------
+
+    async def replace_router(self, router_factory: RouterFactory | None) -> None:
+        """Re-attach with another set of external tools (``None``: none). ``RUN_ACTIVE``
+        while a prompt holds the slot or any run (a goal cycle included) is active. The new
+        router starts in the lease's nursery first; if that fails its error propagates (the
+        same error a first attach raises) and the old router stays; on success the old one
+        is revoked. No goal cycle starts while the swap is under way."""
+        with self.operation():
+            if self._claim is not None or self._active_run is not None or self._replacing_router:
+                raise RuntimeRejection(RejectionKind.RUN_ACTIVE, "a run is active in the session")
+            self._replacing_router = True
+            try:
+                await self._life.replace_router(router_factory)
+            finally:
+                self._replacing_router = False
+                self._goals.poke()
 
     # -- revocation and release --------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import attrs
 
+from maple_acp._text import one_line
 from maple_acp.model import GoalRecord, ItemKind, ToolState, Usage
 from maple_acp.runtime._event_queue import RunEventQueue
 from maple_acp.runtime._events import (
@@ -25,8 +26,13 @@ from maple_acp.runtime._permissions import (
     ToolRequest,
     classify,
 )
+from maple_acp.runtime._relay import RelayRedactor
+from maple_acp.runtime._tool_rows import prepared_request, prepared_tool
 
 logger = logging.getLogger(__name__)
+
+#: A tool name in a log line, at most (names come from backends and MCP servers).
+MAX_LOGGED_NAME_CHARS = 64
 
 
 @attrs.frozen(kw_only=True)
@@ -37,6 +43,8 @@ class RunHooks:
     policy: PermissionPolicy
     set_title: Callable[[str], Awaitable[None]]
     set_goal: Callable[[str, int | None], Awaitable[GoalRecord]]
+    #: The lease's relay values, replaced in every tool row and permission request.
+    redactor: RelayRedactor
 
 
 class RunOutlet:
@@ -99,6 +107,7 @@ class RunOutlet:
         return TextChunk(self.run_id, message_id, text)
 
     async def send_tool_row(self, tool_id: str, tool: ToolState) -> None:
+        tool = prepared_tool(tool, self.hooks.redactor)
         first = self._journal.add_tool(tool_id, tool)
         # Written at once, with the text before it, so a crash keeps the history ordered.
         await self._journal.flush()
@@ -106,12 +115,23 @@ class RunOutlet:
         self._journal.tool_emitted(tool_id, tool)
 
     async def ask_permission(self, request: ToolRequest) -> bool:
+        request = prepared_request(request, self.hooks.redactor)
         if classify(self.hooks.policy, request) is PermissionClass.ALLOW:
+            self._log_decision(request, "allowed by the host policy")
             return True
         responder = self._broker.open_request()
         self._journal.interrupt()
-        await self._queue.send(PermissionRequest(self.run_id, responder, request))
-        return await self._broker.wait(responder)
+        allowed = False
+        try:
+            await self._queue.send(PermissionRequest(self.run_id, responder, request))
+            allowed = await self._broker.wait(responder)
+        finally:
+            self._log_decision(request, "allowed once" if allowed else "denied")
+        return allowed
+
+    def _log_decision(self, request: ToolRequest, outcome: str) -> None:
+        name = one_line(request.name, MAX_LOGGED_NAME_CHARS)
+        logger.info("permission for tool %s in run %s: %s", name, self.run_id, outcome)
 
     async def add_usage(self, usage: Usage) -> None:
         self._usage = self._usage + usage

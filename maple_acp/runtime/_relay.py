@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterator, Mapping
+from typing import Any
 
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
 
@@ -81,3 +82,45 @@ class RelayValues(Mapping[str, str]):
 
     def __repr__(self) -> str:
         return f"RelayValues(names={sorted(self._values)!r})"
+
+
+#: Relay values shorter than this are not redacted: a short value (``1``, ``yes``) would turn
+#: ordinary text into markers and hide nothing worth hiding.
+MIN_REDACTED_CHARS = 8
+
+
+class RelayRedactor:
+    """Replaces every occurrence of a relay value of at least ``MIN_REDACTED_CHARS``
+    characters with ``[relay:NAME]``. Longer values are replaced first, so a value that
+    contains another is replaced whole."""
+
+    __slots__ = ("_pairs",)
+
+    def __init__(self, values: Mapping[str, str]) -> None:
+        pairs = [(value, f"[relay:{name}]") for name, value in values.items()]
+        pairs = [pair for pair in pairs if len(pair[0]) >= MIN_REDACTED_CHARS]
+        self._pairs = sorted(pairs, key=lambda pair: len(pair[0]), reverse=True)
+
+    def __bool__(self) -> bool:
+        return bool(self._pairs)
+
+    def text(self, text: str) -> str:
+        for value, marker in self._pairs:
+            if value in text:
+                text = text.replace(value, marker)
+        return text
+
+    def value(self, value: Any) -> Any:
+        """A JSON-ready value with every string in it (keys too) redacted."""
+        if not self._pairs:
+            return value
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, Mapping):
+            return {self.value(key): self.value(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.value(item) for item in value]
+        return value
+
+    def clear(self) -> None:
+        self._pairs = []

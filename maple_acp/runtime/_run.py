@@ -123,6 +123,8 @@ class Run:
         cancellation still propagates after that."""
         state: RunState | None = None
         failure: str | None = None
+        started_at = trio.current_time()
+        logger.info("%s run %s of task %s started", self.kind.value, self.id, self.task_id)
         try:
             with self._scope:
                 task_status.started()
@@ -130,9 +132,9 @@ class Run:
                     await backend.run_turn(self._turn)
                     state = RunState.COMPLETED
                 except TurnFailed as exc:
-                    state, failure = RunState.FAILED, bounded_text(str(exc))
+                    state, failure = RunState.FAILED, self._safe(str(exc))
                 except Exception as exc:
-                    failure = _failure_text(exc, self.id)
+                    failure = self._safe(_failure_text(exc, self.id))
                     state = RunState.FAILED
         finally:
             overflowed = self._outlet.overflowed
@@ -153,9 +155,32 @@ class Run:
                 if failure is not None:
                     tail.append(RunNotice(self.id, failure, terminal=True))
                 tail.append(RunEnded(self.id, self._outcome))
+                self._log_end(trio.current_time() - started_at)
                 self._queue.close(tail)
                 self._done.set()
                 on_end(self)
+
+    def _log_end(self, duration_s: float) -> None:
+        outcome = self._outcome
+        assert outcome is not None
+        usage = outcome.usage
+        # Counts and the stop reason only: the failure text can quote what a tool printed.
+        logger.info(
+            "%s run %s of task %s ended: %s in %.3f s, %d updates, tokens in %d out %d total %d",
+            self.kind.value,
+            self.id,
+            self.task_id,
+            outcome.state.value,
+            duration_s,
+            self._queue.sent,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.total_tokens,
+        )
+
+    def _safe(self, text: str) -> str:
+        # Redacted before it is cut, so that no part of a relay value survives the cut.
+        return bounded_text(self._outlet.hooks.redactor.text(text))
 
     async def _write_final_rows(self) -> None:
         try:
@@ -172,6 +197,6 @@ def _failure_text(exc: Exception, run_id: str) -> str:
     own nursery (so wrapped in a group) keeps its text; anything else is generic."""
     single = single_exception(exc)
     if isinstance(single, TurnFailed):
-        return bounded_text(str(single))
-    logger.warning("agent backend raised in run %s", run_id, exc_info=True)
-    return bounded_text(f"the agent backend failed: {type(exc).__name__}")
+        return str(single)
+    logger.warning("agent backend raised in run %s: %s", run_id, type(exc).__name__)
+    return f"the agent backend failed: {type(exc).__name__}"

@@ -458,6 +458,22 @@ class AgentService:
         self._fence.check(generation)
         return replay_view(items)
 
+    async def delete_task(self, task_id: str) -> None:
+        """Delete one of the account's tasks durably: its history and goal go, the project's
+        trust decision stays. ``TASK_NOT_FOUND`` for an unknown id or another account's
+        task; ``RUN_ACTIVE`` while a run (a goal cycle included) is active; ``TASK_LEASED``
+        while any lease holds it (a caller holding it releases its own lease first). Every
+        later operation on the id is ``TASK_NOT_FOUND``."""
+        generation = self._fence.admit()
+        async with self._sweep_lock:
+            task = await self.store.get_task(task_id)
+            account = self._fence.account_of(generation)
+            if task is None or task.account != account:
+                raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such task")
+            self._leases.check_free(task_id)
+            await self.store.delete_task(task_id)
+        logger.info("task %s deleted", task_id)
+
     async def sweep_provisional(self) -> list[str]:
         """Delete provisional tasks whose grace expired and that are still untouched."""
         async with self._sweep_lock:

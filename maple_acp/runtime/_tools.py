@@ -16,6 +16,7 @@ import trio
 
 from maple_acp._exceptions import MapleAcpError
 from maple_acp.runtime._errors import bounded_text
+from maple_acp.runtime._relay import RelayRedactor
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +103,9 @@ class ToolContext:
 
     def __init__(self, relay: Mapping[str, str] | None = None) -> None:
         self._relay: dict[str, str] = dict(relay or {})
+        # Kept past revocation until reap: a run still ending after a revoke writes its last
+        # rows through it.
+        self._redactor = RelayRedactor(self._relay)
         self._router: ExternalToolRouter | None = None
         self._groups: set[int] = set()
         self._revoked = False
@@ -113,6 +117,12 @@ class ToolContext:
     @property
     def relay_names(self) -> frozenset[str]:
         return frozenset(self._relay)
+
+    @property
+    def redactor(self) -> RelayRedactor:
+        """Replaces this lease's relay values in text bound for the store, a log, the model
+        or the client."""
+        return self._redactor
 
     @property
     def router(self) -> ExternalToolRouter | None:
@@ -223,7 +233,8 @@ class ToolContext:
                     await reader_done.wait()
             reader_scope.cancel()
             nursery.cancel_scope.cancel()
-        output = b"".join(chunks).decode("utf-8", "replace")
+        # A tool may print a relayed value; neither the model nor any row may carry it.
+        output = self._redactor.text(b"".join(chunks).decode("utf-8", "replace"))
         return ShellResult(exit_code=process.returncode, output=output, truncated=truncated)
 
     def revoke(self) -> None:
@@ -252,6 +263,7 @@ class ToolContext:
         for pgid in list(self._groups):
             _signal_group(pgid, signal.SIGKILL)
         self._groups.clear()
+        self._redactor.clear()
 
     def _prune_groups(self) -> None:
         for pgid in list(self._groups):

@@ -90,6 +90,7 @@ class Turn:
         await self._outlet.send(TitleChanged(self.run_id, title))
 
     async def notice(self, text: str) -> None:
+        text = self._outlet.hooks.redactor.text(text)
         await self._outlet.send(RunNotice(self.run_id, bounded_text(text)))
 
     async def set_goal(self, objective: str, *, token_budget: int | None = None) -> GoalRecord:
