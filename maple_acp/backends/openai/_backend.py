@@ -296,36 +296,61 @@ async def _read_stream(turn: Turn, stream: Any, response: _Response) -> None:
     text_id: str | None = None
     thought_id: str | None = None
     async for chunk in stream:
-        usage = chunk.usage
+        content, reasoning, fragments, finish, usage = _parts(chunk)
         if usage is not None:
             response.usage, response.context_used = _usage(usage)
+        if content:
+            response.forwarded = True
+            response.text.append(content)
+            text_id = await turn.send_text(content, message_id=text_id)
+        if reasoning:
+            response.forwarded = True
+            thought_id = await turn.send_thought(reasoning, message_id=thought_id)
+        if fragments:
+            _add_tool_fragments(response, fragments)
+        if finish:
+            response.finish_reason = finish
+
+
+_Parts = tuple[str | None, str | None, Any, str | None, Any]
+
+
+def _parts(chunk: Any) -> _Parts:
+    """Text, reasoning, tool-call fragments, finish reason and usage of one chunk. The SDK
+    builds chunks without validating them, so a chunk of the wrong shape surfaces here."""
+    try:
+        usage = chunk.usage
         choices = chunk.choices
         if not choices:
-            continue
+            return (None, None, None, None, usage)
         choice = choices[0]
         delta = choice.delta
-        if delta is not None:
-            content = delta.content
-            if content:
-                if not isinstance(content, str):
-                    raise ProviderFault(MALFORMED_STREAM)
-                response.forwarded = True
-                response.text.append(content)
-                text_id = await turn.send_text(content, message_id=text_id)
-            extra = delta.model_extra
-            if extra:
-                reasoning = extra.get("reasoning_content") or extra.get("reasoning")
-                if reasoning and isinstance(reasoning, str):
-                    response.forwarded = True
-                    thought_id = await turn.send_thought(reasoning, message_id=thought_id)
-            fragments = delta.tool_calls
-            if fragments:
-                _add_tool_fragments(response, fragments)
-        if choice.finish_reason:
-            response.finish_reason = choice.finish_reason
+        finish = choice.finish_reason
+        if delta is None:
+            return (None, None, None, finish, usage)
+        content = delta.content
+        extra = delta.model_extra
+        reasoning = extra.get("reasoning_content") or extra.get("reasoning") if extra else None
+        fragments = delta.tool_calls
+    except (AttributeError, TypeError, IndexError, KeyError):
+        raise ProviderFault(MALFORMED_STREAM) from None
+    if (
+        (content is not None and not isinstance(content, str))
+        or (reasoning is not None and not isinstance(reasoning, str))
+        or (finish is not None and not isinstance(finish, str))
+    ):
+        raise ProviderFault(MALFORMED_STREAM)
+    return (content, reasoning, fragments, finish, usage)
 
 
 def _add_tool_fragments(response: _Response, fragments: Any) -> None:
+    try:
+        _add_fragments(response, fragments)
+    except (AttributeError, TypeError):
+        raise ProviderFault(MALFORMED_STREAM) from None
+
+
+def _add_fragments(response: _Response, fragments: Any) -> None:
     for fragment in fragments:
         index = fragment.index if isinstance(fragment.index, int) else len(response.tools)
         draft = response.tools.get(index)
@@ -392,9 +417,6 @@ def _fault(exc: Exception, entry: ProviderEntry, model: str) -> Exception:
     if isinstance(inner, openai.APIError):
         # An error event inside the stream; its text is the provider's, so not shown.
         return ProviderFault("the provider reported an error inside its stream")
-    if isinstance(inner, (AttributeError, TypeError)):
-        # A chunk of the wrong shape (the SDK builds chunks without validating them).
-        return ProviderFault(MALFORMED_STREAM)
     return exc
 
 

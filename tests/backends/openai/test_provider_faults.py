@@ -237,3 +237,22 @@ async def test_retries_are_cancellation_aware(
         await lease.release(close=False)
     assert outcome.state is RunState.CANCELLED
     assert len(provider.chat_requests()) == 1
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        "[1, 2]",
+        '"just a string"',
+        {"choices": "nope"},
+        {"choices": [{"delta": {"reasoning": ["not", "text"]}}]},
+        {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": 5}]}}]},
+        {"choices": [{"delta": {}, "finish_reason": 7}]},
+    ],
+)
+async def test_chunks_of_other_shapes_are_a_malformed_stream(
+    service: AgentService, provider: LoopbackProvider, project: Path, event: object
+) -> None:
+    provider.add(Reply(events=[event]))
+    failure = await failure_of(service, project)
+    assert failure == "the provider sent a malformed stream"
