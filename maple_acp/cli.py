@@ -648,13 +648,16 @@ def status(socket_path: str | None, config_path: Path | None, as_json: bool) -> 
     Exit status 0 when a host answered, 1 when none did. With --json the answer is always
     one JSON object on stdout: "running" says which, "reason" says why not.
     """
-    endpoint = _host_endpoint(socket_path, config_path)
+    endpoint: Path | None = None
     try:
+        endpoint = _host_endpoint(socket_path, config_path)
         result = query_status(endpoint)
     except CliError as exc:
         if not as_json:
             raise
-        report = {"running": False, "endpoint": os.fspath(endpoint), "reason": exc.message}
+        # Even a config file that cannot be read is a JSON answer: monitors parse every run.
+        where = os.fspath(endpoint) if endpoint is not None else None
+        report = {"running": False, "endpoint": where, "reason": exc.message}
         click.echo(json.dumps(report, sort_keys=True))
         sys.exit(1)
     if as_json:

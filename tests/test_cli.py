@@ -302,3 +302,84 @@ def test_a_refusal_under_json_logging_is_a_json_line(tmp_path: Path) -> None:
     entry = json.loads(done.stderr)
     assert entry["level"] == "error"
     assert entry["message"].startswith(f"cannot use the data directory {shared}")
+
+
+def test_status_json_is_json_even_when_the_config_file_is_bad(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("socket = 3\n")
+    done = run_main("status", "--json", "--config", str(config), env=fresh_env(tmp_path))
+    assert done.returncode == 1
+    report = json.loads(done.stdout)
+    assert report["running"] is False
+    assert report["endpoint"] is None
+    assert report["reason"] == f"config file {config}: socket: must be a non-empty string"
+
+
+def test_status_finds_the_socket_in_the_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(f'socket = "{tmp_path}/from-file.sock"\n')
+    done = run_main("status", "--json", "--config", str(config), env=fresh_env(tmp_path))
+    assert json.loads(done.stdout)["endpoint"] == f"{tmp_path}/from-file.sock"
+    env = fresh_env(tmp_path, MAPLE_ACP_SOCKET=f"{tmp_path}/from-env.sock")
+    done = run_main("status", "--json", "--config", str(config), env=env)
+    assert json.loads(done.stdout)["endpoint"] == f"{tmp_path}/from-env.sock"
+
+
+def test_a_transcript_shows_plans_diffs_and_locations_readably() -> None:
+    from maple_acp._cli_client import render_transcript
+
+    lines = render_transcript(
+        [
+            {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "go"}},
+            {
+                "sessionUpdate": "plan",
+                "entries": [
+                    {"content": "read", "status": "completed", "priority": "high"},
+                    {"content": "write", "status": "in_progress", "priority": "high"},
+                    {"content": "test", "status": "pending", "priority": "low"},
+                ],
+            },
+            {
+                "sessionUpdate": "tool_call",
+                "toolCallId": "t1",
+                "title": "write_file: a.txt",
+                "status": "pending",
+            },
+            {
+                "sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": "writing"},
+                "messageId": "m1",
+            },
+            {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": "t1",
+                "status": "completed",
+                "locations": [{"path": "/p/a.txt", "line": 2}],
+                "content": [
+                    {
+                        "type": "diff",
+                        "path": "/p/a.txt",
+                        "oldText": "one\ntwo\n",
+                        "newText": "one\n2\n",
+                    }
+                ],
+            },
+        ]
+    )
+    assert lines == [
+        "user:",
+        "  go",
+        "plan:",
+        "  [x] read",
+        "  [>] write",
+        "  [ ] test",
+        "tool: write_file: a.txt [completed]",
+        "  at /p/a.txt:2",
+        "  diff /p/a.txt",
+        "    @@ -1,2 +1,2 @@",
+        "     one",
+        "    -two",
+        "    +2",
+        "agent:",
+        "  writing",
+    ]
