@@ -383,3 +383,16 @@ def test_a_transcript_shows_plans_diffs_and_locations_readably() -> None:
         "agent:",
         "  writing",
     ]
+
+
+def test_the_command_line_does_not_load_the_test_helpers() -> None:
+    """The CLI is a client of its own (maple_acp._cli_client), never of maple_acp.testing."""
+    code = (
+        "import sys, maple_acp.cli, maple_acp.config, maple_acp._cli_client;"
+        "loaded = [m for m in sys.modules if m.startswith('maple_acp.testing')];"
+        "assert not loaded, loaded"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    source = (Path(__file__).parents[1] / "maple_acp" / "cli.py").read_text()
+    assert "maple_acp.testing" not in source
