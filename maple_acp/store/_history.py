@@ -72,6 +72,10 @@ def _encode_locations(locations: Sequence[ToolLocation]) -> str:
     return _dumps([{"path": loc.path, "line": loc.line} for loc in locations])
 
 
+#: What an empty location list looks like once encoded.
+_EMPTY_LOCATIONS = _encode_locations(())
+
+
 def _encode_diffs(diffs: Sequence[FileDiff]) -> str | None:
     if not diffs:
         return None
@@ -174,31 +178,37 @@ def _decode_plan(text: str | None) -> tuple[PlanEntry, ...]:
     return tuple(entries)
 
 
+#: Enum members by stored value: a dict lookup costs a fraction of calling the enum, and a
+#: replay decodes every row of a history.
+_KINDS = {kind.value: kind for kind in ItemKind}
+_TOOL_STATUSES = {status.value: status for status in ToolStatus}
+
+
 def _item_from_row(row: Sequence[Any]) -> TimelineItem:
     try:
         tool = None
         if row[6] is not None:
             tool = ToolState(
                 name=row[6],
-                status=ToolStatus(row[7]),
+                status=_TOOL_STATUSES[row[7]],
                 title=row[8] or "",
                 raw_input=_decode_json(row[9]),
                 raw_output=_decode_json(row[10]),
                 output_text=row[11],
-                locations=_decode_locations(row[12]),
-                diffs=_decode_diffs(row[13]),
+                locations=_decode_locations(row[12]) if row[12] != _EMPTY_LOCATIONS else (),
+                diffs=_decode_diffs(row[13]) if row[13] is not None else (),
             )
         return TimelineItem(
             seq=row[0],
             item_id=row[1],
-            kind=ItemKind(row[2]),
+            kind=_KINDS[row[2]],
             run_id=row[3],
             created_ms=row[4],
             text=row[5],
             tool=tool,
-            plan=_decode_plan(row[14]),
+            plan=_decode_plan(row[14]) if row[14] is not None else (),
         )
-    except ValueError as exc:
+    except (KeyError, ValueError) as exc:
         raise StoreError("a stored item row holds a value this version does not know") from exc
 
 
@@ -209,8 +219,6 @@ _PARAM_TOOL_NAME = _ITEM_COLUMNS.index("tool_name") - 1
 _PARAM_RAW_INPUT = _ITEM_COLUMNS.index("raw_input") - 1
 _PARAM_LOCATIONS = _ITEM_COLUMNS.index("locations") - 1
 _PARAM_DIFFS = _ITEM_COLUMNS.index("diffs") - 1
-#: What an empty value of each kept field looks like once encoded.
-_EMPTY_LOCATIONS = _encode_locations(())
 _INSERT_ITEM = (
     f"INSERT INTO items (task_id, seq, {', '.join(_ITEM_COLUMNS[1:])}) "
     f"VALUES (?, ?, {', '.join('?' * (len(_ITEM_COLUMNS) - 1))})"
