@@ -32,6 +32,8 @@ MAX_LINE_BYTES: Final = 16 * 1024 * 1024
 READ_CHUNK: Final = 65536
 #: JSON-RPC "method not found", for requests from the agent this client does not serve.
 METHOD_NOT_FOUND: Final = -32601
+#: ``list_sessions`` follows at most this many pages (of 100) from one host.
+MAX_LIST_PAGES: Final = 1000
 
 #: Answers one request from the agent (method, params) with its result.
 RequestHandler = Callable[[str, Any], Any]
@@ -206,6 +208,24 @@ def initialize(client: LineClient) -> Mapping[str, Any]:
     """The ``initialize`` every command starts with (protocol version 1, no client features)."""
     result = client.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
     return result if isinstance(result, dict) else {}
+
+
+def list_sessions(client: LineClient, cwd: str | None = None) -> list[dict[str, Any]]:
+    """Every session the host lists (all pages), newest first as the host orders them."""
+    params: dict[str, Any] = {} if cwd is None else {"cwd": cwd}
+    found: list[dict[str, Any]] = []
+    seen_cursors: set[str] = set()
+    for _ in range(MAX_LIST_PAGES):
+        page = client.request("session/list", params)
+        if not isinstance(page, dict):
+            break
+        found.extend(item for item in page.get("sessions", []) if isinstance(item, dict))
+        cursor = page.get("nextCursor")
+        if not isinstance(cursor, str) or cursor in seen_cursors:
+            break
+        seen_cursors.add(cursor)
+        params = {**params, "cursor": cursor}
+    return found
 
 
 # -- a transcript for a terminal -----------------------------------------------------------------

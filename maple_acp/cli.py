@@ -11,35 +11,43 @@ real connector subprocess, printing the conversation.
 Output rules: ``serve`` writes nothing to stdout (its ready line and its logs go to stderr);
 ``status``, ``sessions`` and ``demo`` print their report on stdout; every failure is one line
 on stderr and exit status 1 (``status --json`` also prints its JSON object on stdout).
+
+This module holds the commands and their options; the host they run is in ``_cli_host``, the
+blocking ACP client of ``sessions`` and ``demo`` in ``_cli_client``, the demo's script in
+``_cli_demo``, and where settings come from in :mod:`maple_acp.config`.
 """
 
 from __future__ import annotations
 
-import getpass
 import json
 import logging
 import os
 import signal
 import socket
 import sys
-import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
-import attrs
 import click
 
 from maple_acp._cli_client import (
     AcpCallError,
     HostUnavailable,
     LineClient,
-    NotServed,
     connect_host,
     initialize,
+    list_sessions,
     printable,
     render_transcript,
+)
+from maple_acp._cli_host import (
+    EngineFactory,
+    HostOptions,
+    configure_logging,
+    log_entry,
+    open_default_host,
 )
 from maple_acp._groups import single_exception
 from maple_acp.config import (
@@ -94,10 +102,6 @@ STATUS_TIMEOUT_S: Final = 5.0
 SESSIONS_IDLE_TIMEOUT_S: Final = 30.0
 #: A status answer is a few hundred bytes; anything longer is not one.
 MAX_STATUS_BYTES: Final = 64 * 1024
-#: ``sessions list`` follows at most this many pages (of 100) from one host.
-MAX_LIST_PAGES: Final = 1000
-#: The demo gives its whole scripted session this long before calling it stuck.
-DEMO_DEADLINE_S: Final = 60.0
 #: The line ``serve`` writes on stderr once clients can connect (tests and scripts wait for it).
 READY_PREFIX: Final = "maple-acp: serving on "
 
@@ -114,140 +118,9 @@ class CliError(click.ClickException):
 
     def show(self, file: Any = None) -> None:
         if self.as_json:
-            click.echo(json.dumps(_log_entry("error", __name__, self.format_message())), err=True)
+            click.echo(json.dumps(log_entry("error", __name__, self.format_message())), err=True)
         else:
             click.echo(f"maple-acp: {self.format_message()}", err=True)
-
-
-def local_account() -> str:
-    """The account the CLI host signs in: the OS user name (the uid if it has none)."""
-    try:
-        name = getpass.getuser()
-    except (KeyError, OSError):
-        name = ""
-    return name or f"uid-{os.getuid()}"
-
-
-# -- logging ------------------------------------------------------------------------------------
-
-
-def _log_entry(level: str, name: str, message: str, created: float | None = None) -> dict[str, Any]:
-    import time
-
-    when = time.time() if created is None else created
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(when)) + f".{int(when % 1 * 1000):03d}Z"
-    return {"time": stamp, "level": level, "logger": name, "message": message}
-
-
-class JsonLogFormatter(logging.Formatter):
-    """One JSON object per record (``time``, ``level``, ``logger``, ``message``, and
-    ``exception`` when there is one): what log collectors read line by line."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry = _log_entry(
-            record.levelname.lower(), record.name, record.getMessage(), record.created
-        )
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
-
-
-def _configure_logging(level: str, log_format: str = "text") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if log_format == "json":
-        handler.setFormatter(JsonLogFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("maple-acp %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
-
-
-# -- the default host ---------------------------------------------------------------------------
-
-
-#: Builds the host's engine inside the Trio run: ``(backend, catalog, policy)``.
-EngineFactory = Callable[[], Any]
-
-
-@attrs.frozen(kw_only=True)
-class HostOptions:
-    """Everything ``serve`` (and an embedding test) needs to run the default host."""
-
-    endpoint: Path
-    data_dir: Path
-    allowed_roots: tuple[str, ...] = ()
-    max_connections: int = MAX_CONNECTIONS
-    provisional_grace_s: float | None = None
-    relay_allow: frozenset[str] = frozenset()
-    account: str = attrs.field(factory=local_account)
-    #: ``None``: the offline demo engine.
-    engine: EngineFactory | None = None
-
-
-def _demo_engine() -> tuple[Any, Any, Any]:
-    from maple_acp.backends.demo import DemoBackend, demo_catalog, demo_policy
-
-    return DemoBackend(), demo_catalog(), demo_policy()
-
-
-def _service_config(options: HostOptions) -> Any:
-    from maple_acp.edge import AcpServiceConfig
-
-    return AcpServiceConfig(
-        allowed_roots=options.allowed_roots,
-        max_connections=options.max_connections,
-        # `maple-acp serve` is the user's own host: deleting their sessions is theirs to decide.
-        allow_session_delete=True,
-    )
-
-
-@asynccontextmanager
-async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
-    """Run the store, the runtime (signed in) and the ACP service listening on
-    ``options.endpoint``; yield the :class:`~maple_acp.edge.HostLifecycle`.
-
-    Resource handling: on exit the ACP service is stopped before the runtime is drained
-    (``HostLifecycle.shutdown``), then the store is closed; the socket file is removed.
-
-    Error handling: :class:`~maple_acp.edge.ListenerError` (the endpoint is refused or
-    another service answers on it) and ``maple_acp.edge.ConfigError`` propagate before
-    anything listens.
-    """
-    import trio
-
-    from maple_acp.edge import AcpService, HostLifecycle
-    from maple_acp.runtime import DEFAULT_PROVISIONAL_GRACE_S, AgentService
-    from maple_acp.store import SqliteTaskStore
-
-    config = _service_config(options)
-    backend, catalog, policy = (options.engine or _demo_engine)()
-    grace = options.provisional_grace_s
-    store = await SqliteTaskStore.open(options.data_dir / STORE_FILE_NAME)
-    async with store:
-        runtime = AgentService(
-            store=store,
-            backend=backend,
-            catalog=catalog,
-            policy=policy,
-            installation_id=INSTALLATION_ID,
-            provisional_grace_s=DEFAULT_PROVISIONAL_GRACE_S if grace is None else grace,
-            relay_allow_list=options.relay_allow,
-            # The allowed roots are the ACP service's policy (``config`` above), enforced once
-            # at the edge.
-        )
-        async with runtime:
-            runtime.sign_in(options.account)
-            acp = AcpService(runtime, config)
-            lifecycle = HostLifecycle(runtime, acp)
-            async with trio.open_nursery() as nursery:
-                await acp.start(nursery, options.endpoint)
-                try:
-                    yield lifecycle
-                finally:
-                    with trio.CancelScope(shield=True):
-                        report = await lifecycle.shutdown()
-                    if not report.ok:
-                        logger.error("the host did not shut down cleanly: %s", report)
-                    nursery.cancel_scope.cancel()
 
 
 async def _serve(options: HostOptions, announce: Callable[[str], None]) -> None:
@@ -499,7 +372,7 @@ def serve(
         )
     except SettingError as exc:
         raise CliError(str(exc)) from None
-    _configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format)
     try:
         _serve_with(settings, config, (provider_url, model, api_key_env))
     except CliError as exc:
@@ -510,7 +383,7 @@ def serve(
 def _announce(log_format: str) -> Callable[[str], None]:
     """How ``serve`` writes its ready and stopped lines: plain, or as JSON log objects."""
     if log_format == "json":
-        return lambda line: click.echo(json.dumps(_log_entry("info", __name__, line)), err=True)
+        return lambda line: click.echo(json.dumps(log_entry("info", __name__, line)), err=True)
     return lambda line: click.echo(line, err=True)
 
 
@@ -680,24 +553,6 @@ def _host_session(socket_path: str | None, config_path: Path | None) -> Iterator
         raise CliError(str(exc)) from None
 
 
-def list_sessions(client: LineClient, cwd: str | None = None) -> list[dict[str, Any]]:
-    """Every session the host lists (all pages), newest first as the host orders them."""
-    params: dict[str, Any] = {} if cwd is None else {"cwd": cwd}
-    found: list[dict[str, Any]] = []
-    seen_cursors: set[str] = set()
-    for _ in range(MAX_LIST_PAGES):
-        page = client.request("session/list", params)
-        if not isinstance(page, dict):
-            break
-        found.extend(item for item in page.get("sessions", []) if isinstance(item, dict))
-        cursor = page.get("nextCursor")
-        if not isinstance(cursor, str) or cursor in seen_cursors:
-            break
-        seen_cursors.add(cursor)
-        params = {**params, "cursor": cursor}
-    return found
-
-
 @cli.group(context_settings=CONTEXT_SETTINGS)
 def sessions() -> None:
     """List, show and delete the running host's sessions (as an ACP client of it)."""
@@ -778,232 +633,18 @@ def sessions_delete(session_id: str, socket_path: str | None, config_path: Path 
 # -- demo ---------------------------------------------------------------------------------------
 
 
-def _short(text: str, limit: int = 72) -> str:
-    text = " ".join(text.split()) if "\n" in text else text
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-class Transcript:
-    """Writes the demo's conversation as it happens: ``->`` client to agent, ``<-`` back."""
-
-    def __init__(self, write: Callable[[str], None]) -> None:
-        self._write = write
-        self._seen = 0
-
-    def say(self, line: str) -> None:
-        self._write(line)
-
-    def updates(self, client: LineClient, label: str = "") -> None:
-        """Print every ``session/update`` that arrived since the last call."""
-        for params in client.updates[self._seen :]:
-            self._write(f"   <- {label}{describe_update(params.get('update', {}))}")
-        self._seen = len(client.updates)
-
-    def restart(self) -> None:
-        self._seen = 0
-
-
-def describe_update(update: Mapping[str, Any]) -> str:
-    kind = str(update.get("sessionUpdate"))
-    if kind in ("agent_message_chunk", "user_message_chunk", "agent_thought_chunk"):
-        content = update.get("content", {})
-        text = content.get("text", "") if isinstance(content, dict) else ""
-        name = {"agent_message_chunk": "agent", "user_message_chunk": "user"}.get(kind, "thought")
-        return f"{name}: {_short(text)!s}"
-    if kind in ("tool_call", "tool_call_update"):
-        parts = [kind, str(update.get("status", ""))]
-        if update.get("title"):
-            parts.append(repr(update["title"]))
-        for item in update.get("content") or []:
-            inner = item.get("content", {}) if isinstance(item, dict) else {}
-            if isinstance(inner, dict) and inner.get("text"):
-                parts.append(f"output {_short(inner['text'], 40)!r}")
-        return " ".join(part for part in parts if part)
-    if kind == "config_option_update":
-        return "config_option_update (the model is now locked for this session)"
-    if kind == "session_info_update":
-        return f"session info: title {update.get('title')!r}"
-    return kind
-
-
-DEMO_STREAM_PROMPT: Final = (
-    "/think The demo backend reads this prompt as a script.\n"
-    "Hello from the maple-acp demo backend.\n"
-    "/stream 4 6\n"
-    "/usage 12 34"
-)
-DEMO_TOOL_PROMPT: Final = '/tool shell {"command": "echo hi"}'
-DEMO_HANG_PROMPT: Final = "/echo working on it…\n/hang"
-
-
-def _text_prompt(session_id: str, text: str) -> dict[str, Any]:
-    return {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}
-
-
-@contextmanager
-def _connector_client(
-    name: str,
-    endpoint: Path,
-    connector: Sequence[str],
-    transcript: Transcript,
-    on_request: Callable[[str, Any], Any],
-) -> Iterator[LineClient]:
-    """A real connector subprocess bridged to ``endpoint``, and a client on its stdio."""
-    import subprocess
-
-    process = subprocess.Popen(
-        [*connector, "--socket", os.fspath(endpoint)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    assert process.stdin is not None
-    assert process.stdout is not None
-    stdin = process.stdin
-
-    def write(data: bytes) -> None:
-        stdin.write(data)
-        stdin.flush()
-
-    transcript.say(f"== {name}: connector pid {process.pid} ({' '.join(connector[1:])})")
-    try:
-        yield LineClient(
-            process.stdout.fileno(),
-            write,
-            idle_timeout=DEMO_DEADLINE_S,
-            peer="the connector",
-            on_request=on_request,
-        )
-    finally:
-        stdin.close()  # end of input: the host answers what it read, then closes
-        process.stdout.close()
-        status = process.wait(timeout=DEMO_DEADLINE_S)
-        transcript.say(f"== {name}: connector exited with status {status}")
-
-
-def run_demo(
-    endpoint: Path, project: Path, transcript: Transcript, *, connector: Sequence[str]
-) -> None:
-    """Drive one scripted session through real connector subprocesses and narrate it
-    (blocking: ``demo`` runs it in a worker thread beside the host's Trio loop)."""
-
-    def on_request(method: str, params: Any) -> Any:
-        if method != "session/request_permission" or not isinstance(params, dict):
-            raise NotServed
-        options = params.get("options", [])
-        names = ", ".join(str(o.get("optionId")) for o in options)
-        transcript.say(
-            f"   <- session/request_permission {params['toolCall'].get('title')!r} "
-            f"options [{names}]"
-        )
-        allow = next(o for o in options if o.get("kind") == "allow_once")
-        transcript.say(f"   -> answer {allow['optionId']}")
-        return {"outcome": {"outcome": "selected", "optionId": allow["optionId"]}}
-
-    cwd = os.fspath(project)
-    with _connector_client("connection 1", endpoint, connector, transcript, on_request) as client:
-        transcript.say("-> initialize (protocolVersion 1)")
-        init = initialize(client)
-        info = init.get("agentInfo", {})
-        caps = init.get("agentCapabilities", {})
-        transcript.say(
-            f"   <- {info.get('name')} {info.get('version')}, "
-            f"protocol {init.get('protocolVersion')}, loadSession={caps.get('loadSession')}"
-        )
-        transcript.say(f"-> session/new cwd={project}")
-        new = client.request("session/new", {"cwd": cwd, "mcpServers": []})
-        session_id = new["sessionId"]
-        models = [o for o in new.get("configOptions", []) if o.get("id") == "model"]
-        model = models[0].get("currentValue") if models else None
-        transcript.say(f"   <- sessionId {session_id}, model {model}")
-
-        for prompt in (DEMO_STREAM_PROMPT, DEMO_TOOL_PROMPT):
-            transcript.say(f"-> session/prompt {_short(prompt)!r}")
-            answer = client.request(
-                "session/prompt",
-                _text_prompt(session_id, prompt),
-                on_update=lambda _: transcript.updates(client),
-            )
-            transcript.updates(client)
-            usage = answer.get("usage")
-            suffix = (
-                f", usage {usage.get('inputTokens')}/{usage.get('outputTokens')}" if usage else ""
-            )
-            transcript.say(f"   <- stopReason {answer['stopReason']}{suffix}")
-
-        transcript.say(f"-> session/prompt {_short(DEMO_HANG_PROMPT)!r}")
-        cancelled = False
-
-        def cancel_once(params: Mapping[str, Any]) -> None:
-            # The first update shows the run is under way; then the client cancels it.
-            nonlocal cancelled
-            transcript.updates(client)
-            if not cancelled:
-                cancelled = True
-                transcript.say("-> session/cancel")
-                client.notify("session/cancel", {"sessionId": session_id})
-
-        answer = client.request(
-            "session/prompt", _text_prompt(session_id, DEMO_HANG_PROMPT), on_update=cancel_once
-        )
-        transcript.updates(client)
-        transcript.say(f"   <- stopReason {answer.get('stopReason')}")
-
-        transcript.say("-> session/close")
-        client.request("session/close", {"sessionId": session_id})
-        transcript.say("   <- closed (the task stays in history)")
-
-    transcript.restart()
-    with _connector_client("connection 2", endpoint, connector, transcript, on_request) as client:
-        transcript.say("-> initialize")
-        initialize(client)
-        transcript.say(f"-> session/list cwd={project}")
-        for item in list_sessions(client, cwd):
-            title = f" {item['title']!r}" if item.get("title") else ""
-            transcript.say(f"   <- {item.get('sessionId')}{title} updated {item.get('updatedAt')}")
-        transcript.say(f"-> session/load {session_id} (history is replayed before the answer)")
-        client.request("session/load", {"sessionId": session_id, "cwd": cwd, "mcpServers": []})
-        transcript.updates(client, "replay ")
-        transcript.say("   <- loaded")
-        transcript.say("-> session/close")
-        client.request("session/close", {"sessionId": session_id})
-        transcript.say("   <- closed")
-
-
-async def _demo_main(connector: Sequence[str], write: Callable[[str], None]) -> None:
-    import trio
-
-    with tempfile.TemporaryDirectory(prefix="maple-acp-demo-") as scratch:
-        root = Path(scratch)
-        (root / "project").mkdir()
-        options = HostOptions(
-            endpoint=make_private_dir(root / "run", "socket directory") / "acp.sock",
-            data_dir=make_private_dir(root / "data", "data directory"),
-            account="demo",
-        )
-        transcript = Transcript(write)
-        with trio.fail_after(DEMO_DEADLINE_S):
-            async with open_default_host(options):
-                transcript.say(f"maple-acp demo: service listening on {options.endpoint}")
-                # `click.echo` from the worker thread: the host's loop stays free to serve.
-                await trio.to_thread.run_sync(
-                    lambda: run_demo(
-                        options.endpoint, root / "project", transcript, connector=connector
-                    ),
-                    abandon_on_cancel=True,
-                )
-        transcript.say("maple-acp demo: service stopped; done")
-
-
 @cli.command()
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default="warning", show_default=True)
 def demo(log_level: str) -> None:
     """Run a service in this process and a scripted session through a real connector."""
-    _configure_logging(log_level)
+    configure_logging(log_level)
     import trio
+
+    from maple_acp._cli_demo import DEMO_DEADLINE_S, demo_main
 
     connector = [sys.executable, "-m", "maple_acp_connector"]
     try:
-        trio.run(_demo_main, connector, click.echo)
+        trio.run(demo_main, connector, click.echo)
     except BaseException as exc:
         inner = single_exception(exc)
         if isinstance(inner, KeyboardInterrupt):

@@ -1,0 +1,161 @@
+"""The host ``maple-acp serve`` and ``maple-acp demo`` run, and how it logs.
+
+:func:`open_default_host` is the embedding recipe of ``docs/embedding.md`` with the command
+line's choices: a SQLite store in the data directory, the demo engine or a configured provider,
+the local OS account signed in, session deletion allowed. Logging goes to stderr as text or as
+one JSON object per line.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+
+from maple_acp.config import MAX_CONNECTIONS
+
+logger = logging.getLogger("maple_acp.cli")
+
+#: The store file inside the data directory.
+STORE_FILE_NAME: Final = "tasks.sqlite3"
+#: The installation id the command-line host gives the runtime.
+INSTALLATION_ID: Final = "maple-acp"
+
+
+def local_account() -> str:
+    """The account the CLI host signs in: the OS user name (the uid if it has none)."""
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):
+        name = ""
+    return name or f"uid-{os.getuid()}"
+
+
+# -- logging ------------------------------------------------------------------------------------
+
+
+def log_entry(level: str, name: str, message: str, created: float | None = None) -> dict[str, Any]:
+    import time
+
+    when = time.time() if created is None else created
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(when)) + f".{int(when % 1 * 1000):03d}Z"
+    return {"time": stamp, "level": level, "logger": name, "message": message}
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per record (``time``, ``level``, ``logger``, ``message``, and
+    ``exception`` when there is one): what log collectors read line by line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = log_entry(
+            record.levelname.lower(), record.name, record.getMessage(), record.created
+        )
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def configure_logging(level: str, log_format: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(JsonLogFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("maple-acp %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+
+
+# -- the default host ---------------------------------------------------------------------------
+
+
+#: Builds the host's engine inside the Trio run: ``(backend, catalog, policy)``.
+EngineFactory = Callable[[], Any]
+
+
+@attrs.frozen(kw_only=True)
+class HostOptions:
+    """Everything ``serve`` (and an embedding test) needs to run the default host."""
+
+    endpoint: Path
+    data_dir: Path
+    allowed_roots: tuple[str, ...] = ()
+    max_connections: int = MAX_CONNECTIONS
+    provisional_grace_s: float | None = None
+    relay_allow: frozenset[str] = frozenset()
+    account: str = attrs.field(factory=local_account)
+    #: ``None``: the offline demo engine.
+    engine: EngineFactory | None = None
+
+
+def _demo_engine() -> tuple[Any, Any, Any]:
+    from maple_acp.backends.demo import DemoBackend, demo_catalog, demo_policy
+
+    return DemoBackend(), demo_catalog(), demo_policy()
+
+
+def _service_config(options: HostOptions) -> Any:
+    from maple_acp.edge import AcpServiceConfig
+
+    return AcpServiceConfig(
+        allowed_roots=options.allowed_roots,
+        max_connections=options.max_connections,
+        # `maple-acp serve` is the user's own host: deleting their sessions is theirs to decide.
+        allow_session_delete=True,
+    )
+
+
+@asynccontextmanager
+async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
+    """Run the store, the runtime (signed in) and the ACP service listening on
+    ``options.endpoint``; yield the :class:`~maple_acp.edge.HostLifecycle`.
+
+    Resource handling: on exit the ACP service is stopped before the runtime is drained
+    (``HostLifecycle.shutdown``), then the store is closed; the socket file is removed.
+
+    Error handling: :class:`~maple_acp.edge.ListenerError` (the endpoint is refused or
+    another service answers on it) and ``maple_acp.edge.ConfigError`` propagate before
+    anything listens.
+    """
+    import trio
+
+    from maple_acp.edge import AcpService, HostLifecycle
+    from maple_acp.runtime import DEFAULT_PROVISIONAL_GRACE_S, AgentService
+    from maple_acp.store import SqliteTaskStore
+
+    config = _service_config(options)
+    backend, catalog, policy = (options.engine or _demo_engine)()
+    grace = options.provisional_grace_s
+    store = await SqliteTaskStore.open(options.data_dir / STORE_FILE_NAME)
+    async with store:
+        runtime = AgentService(
+            store=store,
+            backend=backend,
+            catalog=catalog,
+            policy=policy,
+            installation_id=INSTALLATION_ID,
+            provisional_grace_s=DEFAULT_PROVISIONAL_GRACE_S if grace is None else grace,
+            relay_allow_list=options.relay_allow,
+            # The ACP service is this host's only surface, so its roots are the runtime's too.
+            allowed_roots=options.allowed_roots,
+        )
+        async with runtime:
+            runtime.sign_in(options.account)
+            acp = AcpService(runtime, config)
+            lifecycle = HostLifecycle(runtime, acp)
+            async with trio.open_nursery() as nursery:
+                await acp.start(nursery, options.endpoint)
+                try:
+                    yield lifecycle
+                finally:
+                    with trio.CancelScope(shield=True):
+                        report = await lifecycle.shutdown()
+                    if not report.ok:
+                        logger.error("the host did not shut down cleanly: %s", report)
+                    nursery.cancel_scope.cancel()
