@@ -226,7 +226,7 @@ class ProviderBackend:
                     {
                         "role": "tool",
                         "tool_call_id": call.call_id,
-                        "content": bound_result(result.content),
+                        "content": bound_result(_redacted(turn, result.content)),
                     }
                 )
         return answer
@@ -418,6 +418,13 @@ def _fault(exc: Exception, entry: ProviderEntry, model: str) -> Exception:
         # An error event inside the stream; its text is the provider's, so not shown.
         return ProviderFault("the provider reported an error inside its stream")
     return exc
+
+
+def _redacted(turn: Turn, text: str) -> str:
+    """``text`` without the session's relay values: a shell tool may print one, and it must
+    reach neither the provider nor its request log."""
+    redactor = getattr(turn.tools, "redactor", None)
+    return redactor.text(text) if redactor is not None else text
 
 
 def _set_stop(turn: Turn, name: str) -> None:

@@ -53,6 +53,7 @@ async def provider_service(
     provider: LoopbackProvider,
     *,
     context_window: int | None = None,
+    relay_allow_list: tuple[str, ...] = (),
     **backend_options: Any,
 ) -> AsyncIterator[AgentService]:
     """A signed-in ``AgentService`` with the provider backend (model ``provider/test-model``,
@@ -68,7 +69,11 @@ async def provider_service(
     data.mkdir(exist_ok=True)
     async with temp_store(data) as store:
         service = make_demo_service(
-            store, backend=backend, catalog=catalog, policy=provider_policy()
+            store,
+            backend=backend,
+            catalog=catalog,
+            policy=provider_policy(),
+            relay_allow_list=relay_allow_list,
         )
         async with service:
             service.sign_in(DEMO_ACCOUNT)

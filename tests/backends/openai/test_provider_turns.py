@@ -34,6 +34,7 @@ from maple_acp.runtime import (
     SessionLease,
     TextChunk,
     ThoughtChunk,
+    ToolContext,
     ToolRow,
     Turn,
     UsageUpdate,
@@ -597,3 +598,33 @@ async def test_the_model_shows_its_plan(
     assert not rows(events)
     results = [r.body["messages"][-1]["content"] for r in provider.chat_requests()[1:]]
     assert results == ["plan updated", "error: every entry needs a non-blank content"]
+
+
+@pytest.mark.skipif(
+    not hasattr(ToolContext, "redactor"), reason="the runtime's ToolContext has no redactor yet"
+)
+async def test_a_relay_value_printed_by_a_tool_never_reaches_the_provider(
+    tmp_path: Path, provider: LoopbackProvider, project: Path
+) -> None:
+    from conftest import provider_service
+
+    token = "relay-secret-5f4e3d2c1b"
+    provider.add(
+        tool_call_reply(("c", "shell", {"command": "echo token=$MAPLE_TOKEN"})),
+        text_reply("seen"),
+    )
+    async with (
+        provider_service(tmp_path, provider, relay_allow_list=("MAPLE_TOKEN",)) as service,
+        trio.open_nursery() as nursery,
+    ):
+        lease = await nursery.start(
+            lambda task_status: service.serve_new_task(
+                str(project), relay={"MAPLE_TOKEN": token}, task_status=task_status
+            )
+        )
+        run = await lease.start_run("show it")
+        await answering(run, "allow_once")
+        await lease.release(close=False)
+    told = provider.chat_requests()[1].body["messages"][-1]["content"]
+    assert told == "exit code 0\ntoken=[relay:MAPLE_TOKEN]\n"
+    assert all(token not in json.dumps(r.body) for r in provider.requests)
