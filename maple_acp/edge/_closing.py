@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from maple_acp.edge._session import EdgeSession
+from maple_acp.runtime import RejectionKind, RuntimeRejection
 from maple_acp.wire import (
     INVALID_REQUEST,
     CloseSessionRequest,
@@ -54,7 +55,7 @@ class SessionCloser:
         finished = False
         with trio.move_on_at(deadline):
             session.lease.cancel_run()
-            await session.wait_idle()
+            await session.lease.drain()
             await session.lease.release(close=True)
             finished = True
         # Nothing for this session may follow the close answer.
@@ -76,13 +77,17 @@ class SessionCloser:
         task_id = request.session_id
         session = connection.sessions.get(task_id)
         if session is not None and not session.closing:
-            if session.prompting or session.lease.active_run is not None:
+            if session.lease.active_run is not None:
                 raise ProtocolError(INVALID_REQUEST, "the session has a run going")
             await self._close(session)
-        delete_task = getattr(connection.runtime, "delete_task", None)
-        if delete_task is None:
-            raise ProtocolError(INVALID_REQUEST, "this host cannot delete sessions yet")
-        await delete_task(task_id)
+            try:
+                await connection.runtime.delete_task(task_id)
+            except RuntimeRejection as exc:
+                # Closing this connection's own untouched task already deleted it.
+                if exc.kind is not RejectionKind.TASK_NOT_FOUND:
+                    raise
+        else:
+            await connection.runtime.delete_task(task_id)
         logger.info("session %s delete", task_id)
         return DeleteSessionResponse()
 

@@ -32,7 +32,7 @@ from maple_acp.edge._trust import TrustDialog
 from maple_acp.edge._turn import PromptTurns
 from maple_acp.mcp import ExternalMcpError
 from maple_acp.rpc import JsonRpcPeer, method_not_found
-from maple_acp.runtime import RuntimeRejection, validate_relay_values
+from maple_acp.runtime import RelayValues, RuntimeRejection
 from maple_acp.wire import (
     AGENT_METHODS,
     BRIDGE_HELLO_METHOD,
@@ -89,7 +89,7 @@ class AcpConnection:
         self.sessions: dict[str, EdgeSession] = {}
         #: Sessions whose close missed the deadline: a late load must not republish them.
         self.tombstones: set[str] = set()
-        self.relay: dict[str, str] = {}
+        self.relay = RelayValues({})
         self.elicitation_form = False
         #: Set when the client finished sending: sessions opened after it are revoked at once.
         self.ended = False
@@ -195,18 +195,17 @@ class AcpConnection:
         if self.peer.frames_received != 1:
             logger.warning("ignoring a bridge hello that was not the connection's first frame")
             return
-        allowed = self.runtime.relay_allow_list
         try:
             hello = structure_params(params, BridgeHello)
-            # A connector may offer more than this host allows: keep only allowed names.
-            offered = {k: v for k, v in hello.environment.items() if k in allowed}
-            self.relay = validate_relay_values(offered, allowed)
+            # The runtime keeps the names this host allows and checks them, once.
+            self.relay = self.runtime.accept_relay(hello.environment)
         except (ProtocolError, RuntimeRejection) as exc:
             logger.warning("ignoring a bridge hello: %s", getattr(exc, "message", exc))
             return
-        dropped = len(hello.environment) - len(offered)
         logger.debug(
-            "relay values accepted for %d names (%d not allowed)", len(self.relay), dropped
+            "relay values accepted for %d names (%d not allowed)",
+            len(self.relay),
+            self.relay.dropped,
         )
 
     def session(self, session_id: str) -> EdgeSession:

@@ -53,7 +53,7 @@ class GoalFlow:
         if request.action not in GOAL_ACTIONS:
             raise ProtocolError(INVALID_PARAMS, "action: not supported")
         lease = session.lease
-        with session.operation():
+        with lease.operation():
             try:
                 if request.action == "set":
                     objective = (request.objective or "").strip()

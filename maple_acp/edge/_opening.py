@@ -169,13 +169,9 @@ class SessionOpener:
         root = await self._admit_cwd(cwd, additional)
         if root != session.lease.task.root:
             raise ProtocolError(INVALID_PARAMS, "cwd is not the session's working directory")
-        if session.prompting or session.lease.active_run is not None:
-            raise ProtocolError(INVALID_REQUEST, "a prompt is running in this session")
-        replace = getattr(session.lease, "replace_router", None)
-        if replace is None:
-            raise ProtocolError(INVALID_REQUEST, "the session is already loaded on this connection")
-        with session.operation():
-            await replace(router_factory(servers))
+        # RUN_ACTIVE (-32600) while a prompt or a goal cycle runs; if the new servers fail to
+        # connect, the lease keeps its old ones and their error is the answer.
+        await session.lease.replace_router(router_factory(servers))
         return session
 
     async def load(self, request: LoadSessionRequest) -> LoadSessionResponse:
@@ -184,7 +180,7 @@ class SessionOpener:
         )
         # Replay the visible history before answering, through the live projector.
         connection = self.connection
-        with session.operation(), session.update_scope():
+        with session.lease.operation(), session.update_scope():
             for update in session.projector.history(await session.lease.history()):
                 await connection.send(update)
             task = session.lease.task
@@ -262,8 +258,7 @@ class SessionOpener:
         if request.config_id == MODEL_OPTION_ID:
             if not isinstance(value, str):
                 raise ProtocolError(INVALID_PARAMS, "value: expected a model id")
-            with session.operation():
-                await session.lease.set_model(value)
+            await session.lease.set_model(value)
         elif request.config_id == MODE_OPTION_ID:
             if value != MODE_ID:
                 raise ProtocolError(INVALID_PARAMS, f"value: the only mode is {MODE_ID!r}")

@@ -1,13 +1,13 @@
 """One ACP session on one connection: the runtime lease plus what the edge tracks about it.
 
 State rules live here as plain attributes and methods (no I/O), so the connection code only
-decides *when* to call them:
+decides *when* to call them. Only edge concerns are here: one prompt at a time and the
+operation barrier are the runtime's (``SessionLease.claim_prompt``, ``operation``, ``drain``).
 
-- at most one prompt at a time (``begin_prompt`` / ``end_prompt``);
 - every task that may send a ``session/update`` for the session runs inside a cancel scope
   registered with :meth:`EdgeSession.update_scope`; :meth:`EdgeSession.stop_updates` cancels
   them all and refuses new ones, which is how "no update after the close response" holds;
-- an operation counter with an idle event is the edge's half of the close barrier.
+- a ``session/cancel`` is ordered against the prompt it cancels by inbound frame index.
 """
 
 from __future__ import annotations
@@ -33,34 +33,16 @@ class EdgeSession:
         self.choices = choices
         #: Set once the close started; a second close or any new operation is refused.
         self.closing = False
-        self._prompting = False
         self._stopped = False
         self._scopes: set[trio.CancelScope] = set()
         self._abortable: set[trio.CancelScope] = set()
-        self._ops = 0
-        self._idle = trio.Event()
-        self._idle.set()
         #: Inbound frame index of the latest ``session/cancel`` for this session: a prompt that
         #: arrived before it is cancelled even if its run did not exist yet.
         self.cancelled_at = 0
         #: Whether the trust question has been settled for this session's first prompt.
         self.trust_settled = False
 
-    # -- the one prompt ----------------------------------------------------------------------
-
-    @property
-    def prompting(self) -> bool:
-        return self._prompting
-
-    def begin_prompt(self) -> bool:
-        """Claim the session's prompt slot; False if a prompt is already running."""
-        if self._prompting:
-            return False
-        self._prompting = True
-        return True
-
-    def end_prompt(self) -> None:
-        self._prompting = False
+    # -- the prompt ----------------------------------------------------------------------------
 
     @property
     def model_locked(self) -> bool:
@@ -130,20 +112,3 @@ class EdgeSession:
         self._stopped = True
         for scope in self._scopes:
             scope.cancel()
-
-    # -- the operation barrier ---------------------------------------------------------------
-
-    @contextmanager
-    def operation(self) -> Iterator[None]:
-        self._ops += 1
-        if self._idle.is_set():
-            self._idle = trio.Event()
-        try:
-            yield
-        finally:
-            self._ops -= 1
-            if self._ops == 0:
-                self._idle.set()
-
-    async def wait_idle(self) -> None:
-        await self._idle.wait()

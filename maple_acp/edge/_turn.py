@@ -22,6 +22,7 @@ from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.rpc import ConnectionClosed, OutboundFrameTooLarge, request_arrival
 from maple_acp.runtime import (
     PermissionRequest,
+    PromptClaim,
     Run,
     RunEnded,
     RunNotice,
@@ -35,7 +36,6 @@ from maple_acp.runtime import (
 )
 from maple_acp.runtime import Usage as RunUsage
 from maple_acp.wire import (
-    INVALID_REQUEST,
     PermissionOption,
     PromptRequest,
     PromptResponse,
@@ -100,21 +100,19 @@ class PromptTurns:
         # The blocks first: a refused block is bad params whatever the session.
         text = prompt_text(request.prompt)
         session = self.connection.session(request.session_id)
-        if not session.begin_prompt():
-            raise ProtocolError(INVALID_REQUEST, "a prompt is already running in this session")
-        try:
-            with session.operation():
-                try:
-                    with session.update_scope():
-                        return await self._turn(session, text, request_arrival())
-                except SessionClosed:
-                    return prompt_answer(RunState.CANCELLED)
-                # A closed session's pump is cancelled from outside; the turn ends cancelled.
+        # The runtime's prompt slot: RUN_ACTIVE (-32600) while another prompt holds it.
+        with session.lease.claim_prompt() as claim:
+            try:
+                with session.update_scope():
+                    return await self._turn(session, claim, text, request_arrival())
+            except SessionClosed:
                 return prompt_answer(RunState.CANCELLED)
-        finally:
-            session.end_prompt()
+            # A closed session's pump is cancelled from outside; the turn ends cancelled.
+            return prompt_answer(RunState.CANCELLED)
 
-    async def _turn(self, session: EdgeSession, text: str, arrival: int) -> PromptResponse:
+    async def _turn(
+        self, session: EdgeSession, claim: PromptClaim, text: str, arrival: int
+    ) -> PromptResponse:
         lease = session.lease
         with session.abortable() as before_run:
             if session.cancelled_since(arrival):
@@ -128,7 +126,7 @@ class PromptTurns:
         if before_run.cancelled_caught or session.cancelled_since(arrival):
             return prompt_answer(RunState.CANCELLED)
         was_locked = session.model_locked
-        run = await lease.start_run(text)
+        run = await lease.start_run(text, claim=claim)
         if session.cancelled_since(arrival):
             # A cancel or close arrived while the run was being admitted; it found no run.
             run.cancel()

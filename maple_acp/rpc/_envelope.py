@@ -7,7 +7,8 @@ Decisions this module makes for the whole connection:
   ``-32600`` here. An array reaches the handler unchanged, so a handler that needs an object
   (every ACP method) refuses it with ``-32602``.
 - A request id is a string, an integer or ``null`` (the ACP schema allows all three); a bool,
-  a float or a structure is ``-32600``.
+  a fractional number or a structure is ``-32600``. An integer of any size is echoed exactly:
+  one beyond 64 bits is re-read exactly and written back as the same digits.
 - The error answer to a malformed *request* echoes its id when that id is valid. The answer to
   a malformed *response* always carries ``id: null``: echoing would hand the other side an id
   from our own id space, which it could mistake for one of its requests.
@@ -15,6 +16,7 @@ Decisions this module makes for the whole connection:
 
 from __future__ import annotations
 
+import json
 from typing import Any, Final, TypeAlias
 
 import attrs
@@ -80,6 +82,31 @@ Message: TypeAlias = Request | Notification | Response | ErrorResponse
 Parsed: TypeAlias = Message | InvalidMessage
 
 
+#: The integers orjson reads and writes as integers; others need the exact path.
+_MIN_INT: Final = -(2**63)
+_MAX_INT: Final = 2**64 - 1
+
+
+def _exact_id(line: bytes, value: object) -> object:
+    """orjson reads an integer beyond 64 bits as a float. Such an id is re-read with the
+    standard library, which keeps integers exact; a truly fractional id stays a float (and is
+    refused). Only a float id pays for this."""
+    if type(value) is not float:
+        return value
+    try:
+        exact = json.loads(line).get("id")
+    except Exception:  # anything orjson accepted but the stdlib does not: keep orjson's view
+        return value
+    return exact if type(exact) is int else value
+
+
+def _id_json(msg_id: RequestId) -> Any:
+    """An id as orjson can write it: an integer beyond 64 bits as its own digits."""
+    if type(msg_id) is int and not _MIN_INT <= msg_id <= _MAX_INT:
+        return orjson.Fragment(str(msg_id).encode())
+    return msg_id
+
+
 def _valid_id(value: object) -> bool:
     return value is None or isinstance(value, str) or (type(value) is int)
 
@@ -102,6 +129,8 @@ def parse_message(line: bytes) -> Parsed:
         if type(obj) is list:
             return _invalid("invalid request: batches are not supported")
         return _invalid("invalid request: a message must be a JSON object")
+    if "id" in obj:
+        obj["id"] = _exact_id(line, obj["id"])
     if "method" in obj:
         return _parse_call(obj)
     return _parse_answer(obj)
@@ -168,7 +197,7 @@ def _checked(line: bytes) -> bytes:
 
 def encode_request(msg_id: RequestId, method: str, params: Any = None) -> bytes:
     """One request line, newline included. ``params`` may be an ``orjson.Fragment``."""
-    obj: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
+    obj: dict[str, Any] = {"jsonrpc": "2.0", "id": _id_json(msg_id), "method": method}
     if params is not None:
         obj["params"] = params
     return _checked(orjson.dumps(obj, option=_ENCODE_OPTIONS))
@@ -190,14 +219,16 @@ def encode_notification(method: str, params: Any = None) -> bytes:
 
 def encode_result(msg_id: RequestId, result: Any) -> bytes:
     return _checked(
-        orjson.dumps({"jsonrpc": "2.0", "id": msg_id, "result": result}, option=_ENCODE_OPTIONS)
+        orjson.dumps(
+            {"jsonrpc": "2.0", "id": _id_json(msg_id), "result": result}, option=_ENCODE_OPTIONS
+        )
     )
 
 
 def encode_error(msg_id: RequestId, error: ProtocolError) -> bytes:
     return _checked(
         orjson.dumps(
-            {"jsonrpc": "2.0", "id": msg_id, "error": error.to_error_object()},
+            {"jsonrpc": "2.0", "id": _id_json(msg_id), "error": error.to_error_object()},
             option=_ENCODE_OPTIONS,
         )
     )

@@ -189,6 +189,17 @@ class AcpTestClient:
             "session/load", {"sessionId": session_id, "cwd": cwd, "mcpServers": mcp_servers or []}
         )
 
+    async def resume_session(
+        self, session_id: str, cwd: str, *, mcp_servers: list[Any] | None = None
+    ) -> Any:
+        return await self.call(
+            "session/resume",
+            {"sessionId": session_id, "cwd": cwd, "mcpServers": mcp_servers or []},
+        )
+
+    async def delete_session(self, session_id: str) -> Any:
+        return await self.call("session/delete", {"sessionId": session_id})
+
     async def prompt(self, session_id: str, text: str | list[Any]) -> Any:
         blocks = [{"type": "text", "text": text}] if isinstance(text, str) else text
         return await self.call("session/prompt", {"sessionId": session_id, "prompt": blocks})

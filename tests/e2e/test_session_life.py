@@ -110,14 +110,22 @@ async def test_full_session_life(short_dir: Path, project: Path, acp_schema: Acp
                     and isinstance(frame.message, dict)
                     and frame.message.get("id") == 2
                 )
-                last_update_index = max(
-                    i
+                updates = [
+                    (i, frame.message["params"]["update"]["sessionUpdate"])
                     for i, frame in enumerate(client.frames)
                     if frame.direction == "in"
                     and isinstance(frame.message, dict)
                     and frame.message.get("method") == "session/update"
+                ]
+                # The commands follow the answer (the client must know the session first);
+                # every replayed update comes before it.
+                last_update_index = max(
+                    i for i, kind in updates if kind != "available_commands_update"
                 )
                 assert last_update_index < response_index
+                assert all(
+                    i > response_index for i, kind in updates if kind == "available_commands_update"
+                )
                 kinds = _kinds(replay)
                 assert kinds.count("user_message_chunk") == 4
                 assert "agent_thought_chunk" in kinds
@@ -150,7 +158,12 @@ async def test_relayed_environment_reaches_the_shell_tool_only_when_allowed(
             await client.initialize()
             session_id = (await client.new_session(os.fspath(project)))["sessionId"]
             await client.prompt(session_id, command)
-            final = client.updates(session_id)[-1]
+            rows = [
+                u
+                for u in client.updates(session_id)
+                if u["sessionUpdate"] in ("tool_call", "tool_call_update")
+            ]
+            final = rows[-1]
             assert final["status"] == "completed"
             # Only the relayed name arrived; the host never had either in its own environment.
             assert final["content"][0]["content"]["text"] == "t0k|"

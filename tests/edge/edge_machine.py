@@ -25,7 +25,7 @@ import trio
 import trio.testing
 from edge_harness import Harness, running_service
 
-from maple_acp.edge import HostLifecycle
+from maple_acp.edge import AcpServiceConfig, HostLifecycle
 from maple_acp.rpc import ConnectionClosed
 from maple_acp.runtime import PROVISIONAL_SWEEP_INTERVAL_S
 from maple_acp.testing.client import AcpTestClient
@@ -49,6 +49,11 @@ MALFORMED_ANSWERS: tuple[Any, ...] = (
     None,
     {"outcome": {"outcome": "selected"}},
 )
+#: Requests after which updates for their session may legitimately follow (a replay, a run,
+#: the commands that follow a re-attach).
+UPDATING_METHODS = ("session/prompt", "session/load", "session/resume")
+#: The two methods that attach a lease to an existing task (and re-attach a held one).
+ATTACH_METHODS = ("session/load", "session/resume")
 RESOURCE_NOT_FOUND = -32002
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
@@ -74,6 +79,22 @@ class New:
 
 @dataclass(frozen=True)
 class Load:
+    conn: int
+    task: int
+    then: int | None = None
+
+
+@dataclass(frozen=True)
+class Resume:
+    """``session/resume``: a load without the replay (same admission and re-attach rules)."""
+
+    conn: int
+    task: int
+    then: int | None = None
+
+
+@dataclass(frozen=True)
+class Delete:
     conn: int
     task: int
     then: int | None = None
@@ -149,6 +170,8 @@ Op = (
     Initialize
     | New
     | Load
+    | Resume
+    | Delete
     | Prompt
     | Cancel
     | Close
@@ -238,6 +261,8 @@ class TaskModel:
     unsure: bool = False
     #: Virtual time at which an untouched provisional task's grace ends.
     grace_until: float | None = None
+    #: Tick at which a ``session/delete`` of it was answered with success.
+    removed_at: int | None = None
 
 
 @dataclass
@@ -468,9 +493,13 @@ class Scenario:
             self._issue(conn, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
         elif isinstance(op, New):
             self._issue(conn, "session/new", {"cwd": str(self.project), "mcpServers": []})
-        elif isinstance(op, Load):
-            params = {"sessionId": self.task_id(op.task), "cwd": str(self.project)}
-            self._issue(conn, "session/load", {**params, "mcpServers": []})
+        elif isinstance(op, Load | Resume):
+            # Small indices pick a session this connection holds: a re-attach.
+            params = {"sessionId": self.target(conn, op.task), "cwd": str(self.project)}
+            method = "session/load" if isinstance(op, Load) else "session/resume"
+            self._issue(conn, method, {**params, "mcpServers": []})
+        elif isinstance(op, Delete):
+            self._issue(conn, "session/delete", {"sessionId": self.target(conn, op.task)})
         elif isinstance(op, Prompt):
             self._prompt(conn, op)
         elif isinstance(op, Cancel):
@@ -530,7 +559,7 @@ class Scenario:
         # Only a prompt on a session this connection holds (or may hold: a load still in
         # flight) can admit a message; any other is refused before ownership.
         loading = any(
-            not c.applied and c.method == "session/load" and c.params.get("sessionId") == task
+            not c.applied and c.method in ATTACH_METHODS and c.params.get("sessionId") == task
             for c in conn.calls
         )
         if model is not None and (task in conn.sessions or loading):
@@ -708,8 +737,10 @@ class Scenario:
                     conn.sessions[task_id] = OpenSession(task_id, created_here=True)
                 else:
                     self._released(OpenSession(task_id, created_here=True), close=False)
-        elif method == "session/load":
+        elif method in ATTACH_METHODS:
             self._apply_load(conn, call)
+        elif method == "session/delete":
+            self._apply_delete(conn, call)
         elif method == "session/prompt":
             self._apply_prompt(conn, call)
         elif method == "session/close":
@@ -738,13 +769,18 @@ class Scenario:
                 task.deleted = True
                 return
         if call.error is None:
-            if holder is not None:
+            if holder is not None and holder[0] is not conn:
                 raise Violation(
                     f"task {task_id} loaded on connection {conn.slot} while connection "
                     f"{holder[0].slot} held it"
                 )
             if task is None or task.deleted:
                 raise Violation(f"a deleted or unknown task {task_id} was loaded")
+            if holder is not None:
+                # A re-attach: the same lease, the same session.
+                if holder[1].prompt is not None and call.settled_before and not call.raced:
+                    raise Violation(f"task {task_id} re-attached while its prompt ran")
+                return
             if conn.alive:
                 conn.sessions[task_id] = OpenSession(task_id, created_here=False)
                 task.grace_until = None
@@ -755,7 +791,12 @@ class Scenario:
         if task_id in conn.tombstones:
             self._expect(call, False, INVALID_REQUEST, "closing tombstone")
         elif holder is not None and holder[0] is conn:
-            self._expect(call, False, INVALID_REQUEST, "already loaded on this connection")
+            if self.drained:
+                self._expect(call, False, why="drained")
+            elif holder[1].prompt is not None:
+                self._expect(call, False, INVALID_REQUEST, "re-attach while a prompt runs")
+            else:
+                self._expect(call, True, why="re-attach on the holding connection")
         elif self.drained:
             self._expect(call, False, why="drained")
         elif task is None:
@@ -796,6 +837,43 @@ class Scenario:
             return
         if session is None:
             self._expect(call, False, RESOURCE_NOT_FOUND, "not open on this connection")
+
+    def _apply_delete(self, conn: Connection, call: Call) -> None:
+        task_id = call.params["sessionId"]
+        task = self.by_id.get(task_id)
+        holder = self._holder(task_id)
+        if call.error is None:
+            if task is None or task.removed_at is not None:
+                raise Violation(f"session/delete of an unknown or deleted task {task_id}")
+            if holder is not None and holder[0] is not conn:
+                raise Violation(f"task {task_id} deleted while connection {holder[0].slot} held it")
+            if holder is not None:
+                session = conn.sessions.pop(task_id)
+                if session.prompt is not None:
+                    session.prompt.stopped_at = session.prompt.stopped_at or call.completed
+            task.deleted = True
+            task.unsure = False
+            task.grace_until = None
+            task.removed_at = call.completed
+            return
+        if self.drained:
+            self._expect(call, False, why="drained")
+        elif task is None or task.removed_at is not None:
+            self._expect(call, False, RESOURCE_NOT_FOUND, "unknown or deleted task")
+        elif task.account != self.account:
+            self._expect(call, False, RESOURCE_NOT_FOUND, "another account's task")
+        elif task_id in conn.tombstones:
+            self._expect(call, False, INVALID_REQUEST, "its close is still cleaning up")
+        elif holder is not None and holder[0] is not conn:
+            self._expect(call, False, INVALID_REQUEST, "held by another connection")
+        elif holder is not None and holder[1].prompt is not None:
+            self._expect(call, False, INVALID_REQUEST, "a prompt runs in it")
+        elif task.deleted or task.unsure:
+            return  # a close or the sweep may have taken it
+        elif task.grace_until is not None and trio.current_time() >= task.grace_until:
+            return  # the sweep may or may not have taken it yet
+        else:
+            self._expect(call, True, why="a task of the account nobody else holds")
 
     def _apply_close(self, conn: Connection, call: Call) -> None:
         session: OpenSession | None = call.params.get("_closing")
@@ -846,6 +924,12 @@ class Scenario:
             raise Violation(f"session/list showed tasks not of the account: {listed - mine}")
         if listed - maybe:
             raise Violation(f"session/list showed never-prompted tasks: {listed - maybe}")
+        removed = {
+            t.id for t in self.tasks if t.removed_at is not None and t.removed_at < call.issued
+        }
+        if listed & removed:
+            raise Violation(f"session/list showed deleted tasks: {listed & removed}")
+        surely -= {t.id for t in self.tasks if t.removed_at is not None}
         if call.settled_before and not call.raced and surely - listed:
             raise Violation(f"session/list hid prompted tasks: {surely - listed}")
 
@@ -868,9 +952,8 @@ class Scenario:
                 if "method" in message and "id" in message:
                     sent[message["id"]] = (message["method"], message.get("params"))
                     params = message.get("params") or {}
-                    if message["method"] in ("session/prompt", "session/load"):
+                    if message["method"] in UPDATING_METHODS:
                         quiet.pop(str(params.get("sessionId")), None)
-                    if message["method"] in ("session/prompt", "session/load"):
                         target = str(params.get("sessionId"))
                         prompting[target] = prompting.get(target, 0) + 1
                 continue
@@ -892,7 +975,7 @@ class Scenario:
                 raise Violation(f"connection {conn.slot}: request {msg_id} answered twice")
             method, params = sent[msg_id]
             sid = str((params or {}).get("sessionId"))
-            if method in ("session/prompt", "session/load"):
+            if method in UPDATING_METHODS:
                 prompting[sid] -= 1
             # A refused second prompt says nothing about the first, still running, and a load
             # in flight replays history: quiet holds only once neither is in flight.
@@ -902,6 +985,8 @@ class Scenario:
                 quiet[sid] = (index, "prompt answer")
             elif method == "session/close" and "result" in message:
                 quiet[sid] = (index, "close answer")
+            elif method == "session/delete" and "result" in message:
+                quiet[sid] = (index, "delete answer")
 
     def _check_answered(self, conn: Connection) -> None:
         """On a live connection, only a prompt that may legitimately run on is unanswered."""
@@ -951,6 +1036,9 @@ class Scenario:
 
     async def _check_leases(self) -> None:
         for task in self.tasks:
+            holders = [c.slot for c in self.conns.values() if c.alive and task.id in c.sessions]
+            if len(holders) > 1:
+                raise Violation(f"task {task.id} is open on connections {holders} at once")
             lease = self.runtime.lease_of(task.id)
             holder = self._holder(task.id)
             closing = any(
@@ -977,6 +1065,10 @@ class Scenario:
         now = trio.current_time()
         for task in self.tasks:
             row = await self.runtime.store.get_task(task.id)
+            if task.removed_at is not None:
+                if row is not None:
+                    raise Violation(f"deleted task {task.id} came back: {row!r}")
+                continue
             if task.prompted:
                 if row is None or row.provisional:
                     raise Violation(f"prompted task {task.id} is gone or provisional: {row!r}")
@@ -1044,6 +1136,8 @@ class Scenario:
         await self._check_store()
         for model in self.tasks:
             row = await self.runtime.store.get_task(model.id)
+            if model.removed_at is not None:
+                continue  # _check_store saw it stay gone
             if model.prompted and row is None:
                 raise Violation(f"prompted task {model.id} did not survive")
             if not model.maybe_prompted and row is not None:
@@ -1067,7 +1161,11 @@ def run_scenario(ops: list[Op], *, tolerate: frozenset[str] = frozenset()) -> No
 
     async def main(root: Path) -> None:
         async with (
-            running_service(root, provisional_grace_s=GRACE_S) as harness,
+            running_service(
+                root,
+                config=AcpServiceConfig(allow_session_delete=True),
+                provisional_grace_s=GRACE_S,
+            ) as harness,
             trio.open_nursery() as nursery,
         ):
             scenario = Scenario(harness, root, clock, tolerate)

@@ -1,9 +1,10 @@
 """A Hypothesis-driven scenario machine over 2-3 ACP connections to one service.
 
-Each example is a list of operations (new, load, prompt with every kind of permission answer,
-cancel, close, set the model, disconnect, list, advance virtual time, account change, runtime
-stop) run inside one ``trio.run`` on a mock clock; ``edge_machine`` holds the engine and the
-invariants it checks after every settled step.
+Each example is a list of operations (new, load and resume - a re-attach when the connection
+holds the session -, delete, prompt with every kind of permission answer, cancel, close, set the
+model, disconnect, list, advance virtual time, account change, runtime stop) run inside one
+``trio.run`` on a mock clock; ``edge_machine`` holds the engine and the invariants it checks
+after every settled step.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from edge_machine import (
     AnswerLate,
     Cancel,
     Close,
+    Delete,
     Disconnect,
     Initialize,
     List,
@@ -25,6 +27,7 @@ from edge_machine import (
     New,
     Op,
     Prompt,
+    Resume,
     SetModel,
     StopRuntime,
     SwitchAccount,
@@ -54,6 +57,8 @@ KINDS: dict[str, tuple[int, st.SearchStrategy[Op]]] = {
     "cancel": (3, st.builds(Cancel, conns, tasks, thens)),
     "close": (3, st.builds(Close, conns, tasks, thens)),
     "load": (4, st.builds(Load, conns, tasks, thens)),
+    "resume": (2, st.builds(Resume, conns, tasks, thens)),
+    "delete": (2, st.builds(Delete, conns, tasks, thens)),
     "answer_late": (2, st.builds(AnswerLate, conns, thens)),
     "disconnect": (2, st.builds(Disconnect, conns, thens)),
     "set_model": (
@@ -181,5 +186,30 @@ def test_account_changes_and_runtime_stop_end_sessions() -> None:
             List(2),
             StopRuntime("drain"),
             New(2),
+        ]
+    )
+
+
+def test_reattach_resume_and_delete() -> None:
+    run_scenario(
+        [
+            New(0),
+            Prompt(0, 0, "echo"),
+            Load(0, 0),
+            Resume(0, 0),
+            Prompt(0, 0, "hang"),
+            Load(0, 0),
+            Resume(0, 0),
+            Delete(0, 0),
+            Delete(1, 3),
+            Cancel(0, 0),
+            Load(1, 3),
+            Delete(0, 0),
+            Load(1, 3),
+            Resume(2, 3),
+            List(1),
+            New(1),
+            Delete(1, 0),
+            Resume(1, 4),
         ]
     )

@@ -568,3 +568,54 @@ async def test_invalid_catalog_fails_new_and_leaves_no_task(
         await client.prompt(sid, '/mcp main__echo {"text": "ok"}')
         assert only_call(client, sid)[-1]["status"] == "completed"
         client.validate(acp_schema)
+
+
+# -- re-attach: a load on the connection that holds the session ---------------------------------
+
+
+def _tool_outcomes(client: AcpTestClient, sid: str) -> list[tuple[str, str]]:
+    """(status, shown text) of the last row of each tool call, in call order."""
+    return [(rows[-1]["status"], shown_text(rows[-1])) for rows in tool_calls(client, sid).values()]
+
+
+async def test_reload_replaces_the_sessions_servers_with_the_requests(
+    tmp_path: Path, project: Path, loopback: Loopback, tag: str, acp_schema: AcpSchema
+) -> None:
+    async with running_acp(tmp_path) as acp, acp.connect() as client:
+        first = acp_http_server(loopback.url(), "first", tag=tag)
+        sid = (await client.new_session(str(project), mcp_servers=[first]))["sessionId"]
+        await client.prompt(sid, '/mcp first__echo {"text": "one"}')
+        second = acp_http_server(loopback.url(), "second", tag=tag)
+        await client.load_session(sid, str(project), mcp_servers=[second])
+        await client.prompt(sid, '/mcp second__echo {"text": "two"}')
+        await client.prompt(sid, '/mcp first__echo {"text": "gone"}')
+        outcomes = _tool_outcomes(client, sid)
+        assert outcomes[-1] == ("failed", "unknown external MCP tool id")
+        assert outcomes[-2][0] == "completed"
+        sent = [r for r in await loopback.records(tag) if r.get("rpc") == "tools/call"]
+        assert [r["arguments"] for r in sent] == [{"text": "one"}, {"text": "two"}]
+        # A re-attach with no servers leaves the session with none.
+        await client.load_session(sid, str(project))
+        await client.prompt(sid, '/mcp second__echo {"text": "none"}')
+        assert _tool_outcomes(client, sid)[-1][0] == "failed"
+        client.validate(acp_schema)
+
+
+async def test_reload_whose_servers_fail_keeps_the_old_ones(
+    tmp_path: Path, project: Path, loopback: Loopback, tag: str, acp_schema: AcpSchema
+) -> None:
+    async with running_acp(tmp_path) as acp, acp.connect() as client:
+        server = acp_http_server(loopback.url(), tag=tag)
+        sid = (await client.new_session(str(project), mcp_servers=[server]))["sessionId"]
+        await client.prompt(sid, "/echo kept")
+        url = await _closed_port_url()
+        for method in (client.load_session, client.resume_session):
+            with pytest.raises(ProtocolError) as info:
+                await method(sid, str(project), mcp_servers=[acp_http_server(url, "gone")])
+            assert info.value.code == INVALID_PARAMS
+            assert info.value.message == "MCP server #0 ('gone'): could not connect"
+        await client.prompt(sid, '/mcp main__echo {"text": "still"}')
+        assert _tool_outcomes(client, sid)[-1][0] == "completed"
+        sent = [r for r in await loopback.records(tag) if r.get("rpc") == "tools/call"]
+        assert [r["arguments"] for r in sent] == [{"text": "still"}]
+        client.validate(acp_schema)

@@ -177,3 +177,31 @@ def test_check_frame_refuses_anything_but_one_terminated_line(line: bytes) -> No
     with pytest.raises(ValueError, match="frame"):
         check_frame(line)
     assert check_frame(b"{}\n") == b"{}\n"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "18446744073709551616",
+        "18446744073709551615",
+        "-9223372036854775809",
+        "123456789012345678901234567890123456789",
+    ],
+)
+def test_an_integer_id_of_any_size_is_echoed_with_its_exact_digits(text: str) -> None:
+    line = b'{"jsonrpc":"2.0","id":' + text.encode() + b',"method":"m","params":{}}'
+    parsed = parse_message(line)
+    assert isinstance(parsed, Request)
+    assert parsed.id == int(text)
+    assert type(parsed.id) is int
+    answer = encode_result(parsed.id, {})
+    assert answer == b'{"jsonrpc":"2.0","id":' + text.encode() + b',"result":{}}\n'
+    error = encode_error(parsed.id, ProtocolError(-32601, "nope"))
+    assert b'"id":' + text.encode() + b"," in error
+
+
+@pytest.mark.parametrize("text", ["1.5", "1.0", "1e2", "-0.25", "18446744073709551616.5"])
+def test_a_fractional_id_is_refused_without_echo(text: str) -> None:
+    parsed = invalid(b'{"jsonrpc":"2.0","id":' + text.encode() + b',"method":"m"}')
+    assert parsed.reply.code == INVALID_REQUEST
+    assert parsed.reply.id is None
