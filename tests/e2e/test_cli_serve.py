@@ -12,7 +12,15 @@ from pathlib import Path
 
 import trio
 
-from .conftest import DEADLINE, MAPLE_ACP, SERVE, LineReader, clean_env
+from .conftest import (
+    DEADLINE,
+    MAPLE_ACP,
+    SERVE,
+    LineReader,
+    clean_env,
+    connector_client,
+    running_host,
+)
 
 
 def fresh_env(home: Path, **extra: str) -> dict[str, str]:
@@ -135,3 +143,46 @@ async def test_json_log_format_writes_one_object_per_line(short_dir: Path) -> No
     assert entries[-1]["message"] == "maple-acp: stopped"
     assert any(entry["level"] == "debug" for entry in entries)
     assert any(entry["message"].startswith("maple-acp: serving on") for entry in entries)
+
+
+async def test_debug_logs_and_transcripts_never_show_a_relayed_secret(
+    short_dir: Path, project: Path
+) -> None:
+    """A relayed value printed by a tool reaches the client redacted, and appears in no log
+    line at DEBUG (text and JSON) and in no transcript `sessions show` prints."""
+    secret = "relay-secret-7d41c9e2aa"
+    relay_env = {"MAPLE_ACP_RELAY_ENV": "PLANTED_TOKEN", "PLANTED_TOKEN": secret}
+    with trio.fail_after(DEADLINE):
+        async with running_host(
+            short_dir, "--relay-allow", "PLANTED_TOKEN", "--log-level", "debug"
+        ) as host:
+            async with connector_client(host.socket, env=relay_env) as connector:
+                client = connector.client
+                await client.initialize()
+                session_id = (await client.new_session(os.fspath(project)))["sessionId"]
+                answer = await client.prompt(
+                    session_id, '/tool shell {"command": "echo token=$PLANTED_TOKEN"}'
+                )
+                assert answer["stopReason"] == "end_turn"
+                frames = b"\n".join(frame.raw for frame in client.frames if frame.direction == "in")
+                assert b"token=" in frames  # the tool ran and its output came back
+                assert secret.encode() not in frames
+                await client.close_session(session_id)
+            command = [
+                *MAPLE_ACP,
+                "sessions",
+                "show",
+                session_id,
+                "--socket",
+                os.fspath(host.socket),
+            ]
+            shown = await trio.to_thread.run_sync(
+                lambda: subprocess.run(
+                    command, capture_output=True, text=True, timeout=DEADLINE, env=clean_env()
+                )
+            )
+            assert shown.returncode == 0, shown.stderr
+            assert "token=" in shown.stdout
+            assert secret not in shown.stdout
+    assert any(" DEBUG " in line for line in host.stderr.lines)
+    assert not any(secret in line for line in host.stderr.lines)
