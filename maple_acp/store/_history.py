@@ -271,10 +271,6 @@ def encode_items(items: Sequence[TimelineItem]) -> list[tuple[Any, ...]]:
     return [_item_params(item) for item in items]
 
 
-def encode_item(item: TimelineItem) -> tuple[Any, ...]:
-    return _item_params(item)
-
-
 def read_history(conn: sqlite3.Connection, task_id: str) -> list[TimelineItem]:
     rows = conn.execute(
         f"SELECT {_ITEM_SELECT} FROM items WHERE task_id = ? ORDER BY seq", (task_id,)
