@@ -88,7 +88,9 @@ class _Response:
     #: Something of this answer already reached the caller: it can no longer be retried.
     forwarded: bool = False
 
-    def tool_calls(self) -> list[ToolCall]:
+    def tool_calls(self, request_number: int) -> list[ToolCall]:
+        """The calls asked for; a call without an id (some local servers send none) gets one
+        that is unique within the turn, so every result pairs with its call."""
         calls = []
         for index in sorted(self.tools):
             draft = self.tools[index]
@@ -96,7 +98,9 @@ class _Response:
             arguments = "".join(draft.arguments) if draft.size <= MAX_ARGUMENT_CHARS else None
             calls.append(
                 ToolCall(
-                    call_id=draft.call_id or f"call_{index}", name=draft.name, arguments=arguments
+                    call_id=draft.call_id or f"call_{request_number}_{index}",
+                    name=draft.name,
+                    arguments=arguments,
                 )
             )
         return calls
@@ -199,7 +203,7 @@ class ProviderBackend:
             if response.finish_reason == "content_filter":
                 _set_stop(turn, "REFUSAL")
                 return answer
-            calls = response.tool_calls()
+            calls = response.tool_calls(number)
             if not calls:
                 return answer
             if number == self._max_requests:

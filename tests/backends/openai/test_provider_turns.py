@@ -628,3 +628,27 @@ async def test_a_relay_value_printed_by_a_tool_never_reaches_the_provider(
     told = provider.chat_requests()[1].body["messages"][-1]["content"]
     assert told == "exit code 0\ntoken=[relay:MAPLE_TOKEN]\n"
     assert all(token not in json.dumps(r.body) for r in provider.requests)
+
+
+async def test_tool_calls_without_ids_get_unique_ones(
+    service: AgentService, provider: LoopbackProvider, project: Path
+) -> None:
+    (project / "a.txt").write_text("a")
+    anonymous = Reply(
+        events=[
+            chunk(tool_calls=[{"index": 0, "function": {"name": "read_file", "arguments": ""}}]),
+            chunk(tool_calls=[{"index": 0, "function": {"arguments": '{"path": "a.txt"}'}}]),
+            chunk(finish_reason="tool_calls"),
+        ]
+    )
+    provider.add(anonymous, attrs.evolve(anonymous), text_reply("ok"))
+    async with trio.open_nursery() as nursery:
+        lease = await open_lease(service, project, nursery)
+        _, outcome = await run_prompt(lease, "read twice")
+        await lease.release(close=False)
+    assert outcome.state is RunState.COMPLETED
+    messages = provider.chat_requests()[2].body["messages"]
+    ids = [c["id"] for m in messages for c in m.get("tool_calls") or ()]
+    results = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+    assert len(set(ids)) == 2
+    assert results == ids
