@@ -507,6 +507,8 @@ def _dump(model: pydantic.BaseModel) -> dict[str, Any]:
 
 
 def _leaf(exc: BaseException) -> BaseException:
+    # Not maple_acp._groups.single_exception: the SDK's task groups can fail with several
+    # errors at once (the transport's and its reader's), and the first one names the cause.
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return exc

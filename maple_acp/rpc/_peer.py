@@ -14,6 +14,7 @@ from typing import Any, Final, TypeAlias
 
 import trio
 
+from maple_acp._groups import single_exception
 from maple_acp.wire._errors import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -102,8 +103,7 @@ def method_not_found(method: str) -> ProtocolError:
 def _unwrap_protocol_error(exc: BaseException) -> ProtocolError | None:
     # A handler that raises ProtocolError from inside its own nursery surfaces it wrapped in
     # an exception group; the answer should still carry that error.
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
+    exc = single_exception(exc)
     return exc if isinstance(exc, ProtocolError) else None
 
 
