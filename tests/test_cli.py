@@ -13,6 +13,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from maple_acp import _cli_client
+from maple_acp._cli_client import (
+    AcpCallError,
+    HostUnavailable,
+    LineClient,
+    printable,
+    render_transcript,
+)
 from maple_acp.cli import cli, format_status
 
 MAIN = [sys.executable, "-m", "maple_acp._main"]
@@ -326,8 +334,6 @@ def test_status_finds_the_socket_in_the_config_file(tmp_path: Path) -> None:
 
 
 def test_a_transcript_shows_plans_diffs_and_locations_readably() -> None:
-    from maple_acp._cli_client import render_transcript
-
     lines = render_transcript(
         [
             {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "go"}},
@@ -396,3 +402,83 @@ def test_the_command_line_does_not_load_the_test_helpers() -> None:
     assert done.returncode == 0, done.stderr
     source = (Path(__file__).parents[1] / "maple_acp" / "cli.py").read_text()
     assert "maple_acp.testing" not in source
+
+
+# -- the command line's own ACP client, against a scripted peer on a socket pair --------------
+
+
+def scripted_client(
+    *lines: bytes, idle: float = 5.0
+) -> tuple[LineClient, socket.socket, socket.socket]:
+    mine, host = socket.socketpair()
+    host.sendall(b"".join(lines))
+    client = LineClient(mine.fileno(), mine.sendall, idle_timeout=idle, peer="the test host")
+    return client, mine, host
+
+
+def sent_lines(host: socket.socket) -> list[dict[str, object]]:
+    host.settimeout(1)
+    data = b""
+    try:
+        while chunk := host.recv(65536):
+            data += chunk
+    except TimeoutError:
+        pass
+    return [json.loads(line) for line in data.splitlines() if line]
+
+
+def test_client_records_updates_and_answers_unserved_requests_with_method_not_found() -> None:
+    update = {"sessionId": "s", "update": {"sessionUpdate": "agent_message_chunk"}}
+    client, mine, host = scripted_client(
+        json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": update}).encode()
+        + b"\n\n",
+        b'{"jsonrpc":"2.0","id":"x","method":"fs/read_text_file","params":{}}\n',
+        b'{"jsonrpc":"2.0","id":1,"result":{"ok":true}}\n',
+    )
+    with mine, host:
+        assert client.request("anything", {}) == {"ok": True}
+        assert client.updates == [update]
+        sent = sent_lines(host)
+    assert sent[0]["method"] == "anything"
+    assert sent[1] == {
+        "jsonrpc": "2.0",
+        "id": "x",
+        "error": {"code": -32601, "message": "fs/read_text_file is not served"},
+    }
+
+
+def test_client_turns_an_error_answer_into_one_line() -> None:
+    client, mine, host = scripted_client(
+        b'{"jsonrpc":"2.0","id":1,"error":{"code":-32002,"message":"unknown session"}}\n'
+    )
+    with mine, host, pytest.raises(AcpCallError) as caught:
+        client.request("session/load", {})
+    assert str(caught.value) == "session/load failed: unknown session (-32002)"
+    assert caught.value.code == -32002
+
+
+@pytest.mark.parametrize(
+    ("lines", "close", "expected"),
+    [
+        ([b"this is not json\n"], False, "the test host sent a line that is not JSON"),
+        ([b'{"jsonrpc":"2.0","id":1'], True, "the test host closed the connection"),
+        ([], False, "the test host sent nothing for 0 s; giving up"),
+        ([b"x" * 300], False, "the test host sent a line over 256 bytes"),
+    ],
+)
+def test_client_gives_up_on_a_bad_host_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, lines: list[bytes], close: bool, expected: str
+) -> None:
+    monkeypatch.setattr(_cli_client, "MAX_LINE_BYTES", 256)
+    client, mine, host = scripted_client(*lines, idle=0.05)
+    with mine, host:
+        if close:
+            host.shutdown(socket.SHUT_WR)
+        with pytest.raises(HostUnavailable) as caught:
+            client.request("initialize", {})
+    assert str(caught.value) == expected
+
+
+def test_a_transcript_cannot_drive_the_terminal() -> None:
+    assert printable("ok\tline\nnext") == "ok\tline\nnext"
+    assert printable("\x1b[2J\x07\x9b") == "\\x1b[2J\\x07\\x9b"
