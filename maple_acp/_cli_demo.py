@@ -68,6 +68,13 @@ def describe_update(update: Mapping[str, Any]) -> str:
         return "config_option_update (the model is now locked for this session)"
     if kind == "session_info_update":
         return f"session info: title {update.get('title')!r}"
+    if kind == "available_commands_update":
+        names = [f"/{c.get('name')}" for c in update.get("availableCommands") or []]
+        return f"available commands: {_short(' '.join(names), 60)}"
+    if kind == "plan":
+        return f"plan: {len(update.get('entries') or [])} entries"
+    if kind == "usage_update":
+        return f"context usage: {update.get('used')} of {update.get('size')} tokens"
     return kind
 
 
