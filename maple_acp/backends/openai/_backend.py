@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -17,6 +18,7 @@ from maple_acp._groups import single_exception
 from maple_acp.backends.openai._client import (
     ProviderKeys,
     RequestTimeouts,
+    TlsContext,
     open_provider_client,
     where,
 )
@@ -133,6 +135,7 @@ class ProviderBackend:
         self._max_requests = max(1, min(max_turn_requests, MAX_TURN_REQUESTS))
         #: Waits before retries 1, 2, 3 when the provider names none.
         self._backoff = tuple(backoff) or BACKOFF_S
+        self._tls = TlsContext()
 
     async def run_turn(self, turn: Turn) -> None:
         model_id = turn.model or self._config.default_model
@@ -146,7 +149,7 @@ class ProviderBackend:
         messages = self._conversation(turn)
         tools = offered_tools(turn)
         async with open_provider_client(
-            entry, self._keys.key_for(entry.name), self._timeouts
+            entry, self._keys.key_for(entry.name), self._timeouts, self._tls
         ) as client:
             answer = await self._loop(turn, client, entry, model, messages, tools)
         if turn.kind is RunKind.GOAL_CYCLE:
@@ -415,6 +418,11 @@ def _fault(exc: Exception, entry: ProviderEntry, model: str) -> Exception:
     if isinstance(inner, openai.APITimeoutError):
         return connection_fault(where(entry), timed_out=True)
     if isinstance(inner, openai.APIConnectionError):
+        if _caused_by(inner, ssl.SSLError):
+            # Retrying cannot make an untrusted certificate trusted.
+            return ProviderFault(
+                f"the provider at {where(entry)} has a TLS certificate not trusted here"
+            )
         return connection_fault(where(entry), timed_out=False)
     if isinstance(inner, (json.JSONDecodeError, openai.APIResponseValidationError)):
         return ProviderFault(MALFORMED_STREAM)
@@ -422,6 +430,19 @@ def _fault(exc: Exception, entry: ProviderEntry, model: str) -> Exception:
         # An error event inside the stream; its text is the provider's, so not shown.
         return ProviderFault("the provider reported an error inside its stream")
     return exc
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return True
+        seen.add(id(current))
+        if isinstance(current, BaseExceptionGroup):
+            return any(_caused_by(member, kind) for member in current.exceptions)
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _redacted(turn: Turn, text: str) -> str:

@@ -5,6 +5,7 @@ configuration or discovered from ``GET /models``."""
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
@@ -72,19 +73,37 @@ def where(entry: ProviderEntry) -> str:
     return f"{parts.scheme}://{host}{port}"
 
 
+class TlsContext:
+    """One TLS context for every client of a backend, made on first use: building one loads
+    the system's certificates, which costs more CPU than a short answer."""
+
+    __slots__ = ("_context",)
+
+    def __init__(self) -> None:
+        self._context: ssl.SSLContext | None = None
+
+    def get(self) -> ssl.SSLContext:
+        if self._context is None:
+            self._context = httpx2.create_ssl_context(trust_env=False)
+        return self._context
+
+
 @asynccontextmanager
 async def open_provider_client(
-    entry: ProviderEntry, key: str | None, timeouts: RequestTimeouts
+    entry: ProviderEntry, key: str | None, timeouts: RequestTimeouts, tls: TlsContext | None = None
 ) -> AsyncIterator[openai.AsyncOpenAI]:
     """An SDK client for ``entry`` whose connections close when the block ends.
 
     The SDK's own retries are off: retrying is the backend's (bounded, cancellation-aware)."""
+    verify: ssl.SSLContext | bool = True
+    if tls is not None and entry.base_url.startswith("https:"):
+        verify = tls.get()
     http = httpx2.AsyncClient(
         trust_env=False,
         follow_redirects=False,
         max_redirects=0,
         timeout=timeouts.for_httpx(),
-        transport=httpx2.AsyncHTTPTransport(trust_env=False),
+        transport=httpx2.AsyncHTTPTransport(trust_env=False, verify=verify),
     )
     async with http:
         client = openai.AsyncOpenAI(
@@ -122,6 +141,7 @@ class ProviderCatalog:
         self._config = config
         self._keys = keys
         self._timeouts = timeouts or RequestTimeouts(read=MODEL_DISCOVERY_BOUND_S)
+        self._tls = TlsContext()
 
     def default_model(self, account: str) -> ModelInfo:
         return self._info(self._config.default_model)
@@ -141,7 +161,7 @@ class ProviderCatalog:
         with trio.move_on_after(MODEL_DISCOVERY_BOUND_S) as scope:
             try:
                 async with open_provider_client(
-                    entry, self._keys.key_for(entry.name), self._timeouts
+                    entry, self._keys.key_for(entry.name), self._timeouts, self._tls
                 ) as client:
                     async for model in client.models.list():
                         if isinstance(model.id, str) and model.id.strip():

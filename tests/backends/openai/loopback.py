@@ -13,6 +13,7 @@ script for the provider benchmark from a separate process.
 from __future__ import annotations
 
 import json
+import ssl
 from collections import deque
 from typing import Any
 
@@ -149,7 +150,9 @@ def error_reply(status: int, message: str = "error", **headers: str) -> Reply:
 class LoopbackProvider:
     """The server. ``script`` answers chat requests in order; ``models`` answers model lists."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        #: Serve HTTPS with this server context instead of plain HTTP.
+        self.tls = tls
         self.script: deque[Reply] = deque()
         self.models: Reply = error_reply(404, "no model list")
         self.requests: list[Recorded] = []
@@ -164,7 +167,8 @@ class LoopbackProvider:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}/v1"
 
     def add(self, *replies: Reply) -> None:
         self.script.extend(replies)
@@ -173,12 +177,14 @@ class LoopbackProvider:
         return [r for r in self.requests if r.path.endswith("/chat/completions")]
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        listeners: list[Any] = list(await trio.open_tcp_listeners(0, host="127.0.0.1"))
         self.port = listeners[0].socket.getsockname()[1]
+        if self.tls is not None:
+            listeners = [trio.SSLListener(listener, self.tls) for listener in listeners]
         task_status.started()
         await trio.serve_listeners(self._connection, listeners)
 
-    async def _connection(self, stream: trio.SocketStream) -> None:
+    async def _connection(self, stream: trio.abc.Stream) -> None:
         buffer = bytearray()
         try:
             while True:
@@ -204,7 +210,7 @@ class LoopbackProvider:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
 
-    async def _answer(self, stream: trio.SocketStream, reply: Reply) -> bool:
+    async def _answer(self, stream: trio.abc.Stream, reply: Reply) -> bool:
         """Send ``reply``; False when the connection is to be dropped."""
         if reply.events is None and reply.stall:
             await stream.send_all(_head(reply.status, {"content-length": "100"}) + b"\r\n")
@@ -246,16 +252,16 @@ def _head(status: int, headers: dict[str, str]) -> bytes:
     return ("\r\n".join(lines) + "\r\n").encode()
 
 
-async def _send_chunk(stream: trio.SocketStream, data: bytes) -> None:
+async def _send_chunk(stream: trio.abc.Stream, data: bytes) -> None:
     await stream.send_all(f"{len(data):x}\r\n".encode() + data + b"\r\n")
 
 
-async def _wait_for_close(stream: trio.SocketStream) -> None:
+async def _wait_for_close(stream: trio.abc.Stream) -> None:
     while await stream.receive_some(65536):
         pass
 
 
-async def _wait_or_peer_gone(stream: trio.SocketStream, event: trio.Event) -> None:
+async def _wait_or_peer_gone(stream: trio.abc.Stream, event: trio.Event) -> None:
     async with trio.open_nursery() as nursery:
 
         async def watch() -> None:
@@ -268,7 +274,7 @@ async def _wait_or_peer_gone(stream: trio.SocketStream, event: trio.Event) -> No
         nursery.cancel_scope.cancel()
 
 
-async def _read_request(stream: trio.SocketStream, buffer: bytearray) -> Recorded | None:
+async def _read_request(stream: trio.abc.Stream, buffer: bytearray) -> Recorded | None:
     while b"\r\n\r\n" not in buffer:
         data = await stream.receive_some(65536)
         if not data:

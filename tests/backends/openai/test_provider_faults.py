@@ -4,6 +4,8 @@ HTTP stream at once and no tool runs after it. Real loopback server, real SDK, r
 
 from __future__ import annotations
 
+import shutil
+import ssl
 from pathlib import Path
 
 import pytest
@@ -256,3 +258,33 @@ async def test_chunks_of_other_shapes_are_a_malformed_stream(
     provider.add(Reply(events=[event]))
     failure = await failure_of(service, project)
     assert failure == "the provider sent a malformed stream"
+
+
+async def test_an_untrusted_tls_certificate_is_one_line_and_not_retried(
+    tmp_path: Path, project: Path
+) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a certificate")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    await trio.run_process(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"),
+            *("-keyout", str(key), "-out", str(cert)),
+        ],
+        capture_stdout=True,
+        capture_stderr=True,
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    server = LoopbackProvider(tls=context)
+    server.add(text_reply("never"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        async with provider_service(tmp_path, server) as service:
+            failure = await failure_of(service, project)
+        nursery.cancel_scope.cancel()
+    assert failure == (
+        f"the provider at https://127.0.0.1:{server.port} has a TLS certificate not trusted here"
+    )
+    assert not server.requests
