@@ -42,6 +42,8 @@ READ_FILE = "read_file"
 WRITE_FILE = "write_file"
 EDIT_FILE = "edit_file"
 UPDATE_PLAN = "update_plan"
+#: Lines ``read_file`` returns unless asked for fewer: a window the model can page through.
+READ_LINES = 2000
 #: Entries of one plan; a longer list is a model rambling, not a plan.
 MAX_PLAN_ENTRIES = 64
 
@@ -74,8 +76,12 @@ NATIVE_TOOLS: tuple[Any, ...] = (
     ),
     _spec(
         READ_FILE,
-        "Read a UTF-8 text file inside the project directory.",
-        {"path": {"type": "string", "description": "Relative to the project directory."}},
+        "Read a UTF-8 text file inside the project directory, a window of lines at a time.",
+        {
+            "path": {"type": "string", "description": "Relative to the project directory."},
+            "start_line": {"type": "integer", "description": "First line to read (from 1)."},
+            "max_lines": {"type": "integer", "description": f"At most {READ_LINES} by default."},
+        },
         ["path"],
     ),
     _spec(
@@ -247,11 +253,18 @@ class _Row:
 
 async def _read_file(row: _Row, turn: Turn, args: Mapping[str, Any]) -> ToolResult:
     path = _string(args, "path")
+    start = _positive(args, "start_line", 1)
+    count = min(_positive(args, "max_lines", READ_LINES), READ_LINES)
     read = await read_text_async(turn.root, path)
-    row.locations = (ToolLocation(path=read.path),)
-    text = read.text
-    if read.truncated:
-        text += "\n[the file is longer; only its beginning was read]"
+    lines = read.text.splitlines(keepends=True)
+    window = lines[start - 1 : start - 1 + count]
+    row.locations = (ToolLocation(path=read.path, line=start),)
+    text = "".join(window)
+    end = start - 1 + len(window)
+    if start > 1 or end < len(lines):
+        text += f"\n[lines {start}-{end} of {len(lines)}; pass start_line to read on]"
+    if read.truncated and end >= len(lines):
+        text += "\n[the file goes on past what a tool may read]"
     return await row.done(text)
 
 
@@ -374,6 +387,15 @@ def _string(args: Mapping[str, Any], key: str) -> str:
     value = args.get(key)
     if not isinstance(value, str):
         raise FileToolError(f"{key} must be a string")
+    return value
+
+
+def _positive(args: Mapping[str, Any], key: str, default: int) -> int:
+    value = args.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise FileToolError(f"{key} must be a whole number from 1")
     return value
 
 

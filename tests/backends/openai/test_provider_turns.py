@@ -652,3 +652,26 @@ async def test_tool_calls_without_ids_get_unique_ones(
     results = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
     assert len(set(ids)) == 2
     assert results == ids
+
+
+async def test_read_file_pages_through_a_long_file(
+    service: AgentService, provider: LoopbackProvider, project: Path
+) -> None:
+    (project / "long.txt").write_text("".join(f"line {n}\n" for n in range(1, 3001)))
+    provider.add(
+        tool_call_reply(("a", "read_file", {"path": "long.txt"})),
+        tool_call_reply(("b", "read_file", {"path": "long.txt", "start_line": 2999})),
+        tool_call_reply(("c", "read_file", {"path": "long.txt", "start_line": 0})),
+        text_reply("read"),
+    )
+    async with trio.open_nursery() as nursery:
+        lease = await open_lease(service, project, nursery)
+        events, _ = await run_prompt(lease, "read it")
+        await lease.release(close=False)
+    first, second, third = (r.body["messages"][-1]["content"] for r in provider.chat_requests()[1:])
+    assert first.startswith("line 1\n")
+    assert first.endswith("line 2000\n\n[lines 1-2000 of 3000; pass start_line to read on]")
+    assert second == "line 2999\nline 3000\n\n[lines 2999-3000 of 3000; pass start_line to read on]"
+    assert third == "error: start_line must be a whole number from 1"
+    located = [r.tool.locations for r in rows(events) if r.tool.status.terminal][1]
+    assert located[0].line == 2999
