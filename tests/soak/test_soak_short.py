@@ -1,0 +1,35 @@
+"""The soak run, short: 20 seconds of the full client mix against a real host, without the
+host kill (``nox -s soak`` runs it for ten minutes with a kill every minute)."""
+
+from __future__ import annotations
+
+from soak_bench import load_soak
+
+soak = load_soak()
+
+#: Every kind of operation the mix must have run at least once in twenty seconds.
+EXERCISED = {
+    "new",
+    "load",
+    "reload",
+    "prompt",
+    "tool_allow",
+    "tool_reject",
+    "hang_cancel",
+    "close",
+    "list",
+    "malformed",
+}
+
+
+async def test_short_soak_holds_every_check() -> None:
+    lines: list[str] = []
+    config = soak.SoakConfig(seconds=20, seed=15, kill_every_s=None, warmup_s=8, say=lines.append)
+    report = await soak.run_soak(config)
+    text = "\n".join([*lines, soak.format_report(report)])
+    assert report.ok, text
+    assert {op for op, _ in report.ops} >= EXERCISED, text
+    assert report.connections["opened"] >= 8, text
+    assert report.prompts["answered"] > 0, text
+    assert report.verified_messages > 0, text
+    assert [life.integrity for life in report.lives] == ["ok"], text
