@@ -40,6 +40,8 @@ class Reply:
     break_off: bool = False
     #: Wait for this event before sending the events (to hold a stream open).
     hold: trio.Event | None = None
+    #: Send nothing at all, not even the status line, until the client goes away.
+    silent: bool = False
 
 
 @attrs.define
@@ -212,6 +214,10 @@ class LoopbackProvider:
 
     async def _answer(self, stream: trio.abc.Stream, reply: Reply) -> bool:
         """Send ``reply``; False when the connection is to be dropped."""
+        if reply.silent:
+            self.streaming.set()
+            await _wait_for_close(stream)
+            return False
         if reply.events is None and reply.stall:
             await stream.send_all(_head(reply.status, {"content-length": "100"}) + b"\r\n")
             self.streaming.set()

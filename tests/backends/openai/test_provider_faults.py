@@ -288,3 +288,20 @@ async def test_an_untrusted_tls_certificate_is_one_line_and_not_retried(
         f"the provider at https://127.0.0.1:{server.port} has a TLS certificate not trusted here"
     )
     assert not server.requests
+
+
+async def test_cancel_before_the_answer_starts_closes_the_connection_too(
+    service: AgentService, provider: LoopbackProvider, project: Path
+) -> None:
+    provider.add(Reply(silent=True))
+    async with trio.open_nursery() as nursery:
+        lease = await open_lease(service, project, nursery)
+        run = await lease.start_run("go")
+        await provider.streaming.wait()
+        closed = provider.closed_event
+        run.cancel()
+        with trio.fail_after(1):
+            await closed.wait()
+        outcome = await run.wait()
+        await lease.release(close=False)
+    assert outcome.state is RunState.CANCELLED
