@@ -1,12 +1,16 @@
-"""Developer sessions: tests, lint, typecheck, fuzz, bench, demo.
+"""Developer sessions: tests, lint, typecheck, fuzz, soak, bench, demo.
 
-The default test suite runs the fuzz targets and property tests briefly; the ``fuzz`` and
-``long`` sessions run them for longer.
+The default test suite runs the fuzz targets and property tests briefly, and the soak run for
+twenty seconds; the ``fuzz``, ``long`` and ``soak`` sessions run them for longer.
 """
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import nox
+from nox.command import CommandFailed
 
 nox.options.sessions = ["tests", "lint", "typecheck"]
 nox.options.default_venv_backend = "venv"
@@ -40,11 +44,38 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def fuzz(session: nox.Session) -> None:
-    """Each atheris target for a bounded number of executions (``-- RUNS`` to change it)."""
-    session.install("-e", ".", "atheris")
-    runs = session.posargs[0] if session.posargs else "200000"
-    for target in sorted(__import__("pathlib").Path("fuzz").glob("fuzz_*.py")):
-        session.run("python", str(target), f"-atheris_runs={runs}")
+    """Each atheris target in fuzz/ for RUNS executions: ``nox -s fuzz -- RUNS [TARGET...]``
+    (default 200,000; the release check is 1,000,000).
+
+    A crash, a failed invariant or a hang (one input over 1 s) writes the input into the
+    target's seed corpus, ``fuzz/corpus/<target>/`` (``crash-*`` / ``timeout-*``), where the
+    default test suite replays it from then on; the session fails once every target has run.
+    """
+    session.install("-e", ".[openai]", "atheris")
+    runs = int(session.posargs[0]) if session.posargs else 200_000
+    chosen = set(session.posargs[1:])
+    targets = sorted(Path("fuzz").glob("fuzz_*.py"))
+    failed: list[str] = []
+    for target in targets:
+        if chosen and target.stem not in chosen:
+            continue
+        started = time.monotonic()
+        try:
+            session.run("python", str(target), f"-atheris_runs={runs}", "-print_final_stats=1")
+        except CommandFailed:
+            failed.append(target.stem)
+        session.log(f"{target.stem}: {runs} runs, {time.monotonic() - started:.0f} s")
+    if failed:
+        session.error(f"fuzzing failed: {', '.join(failed)}; the inputs are in fuzz/corpus/")
+
+
+@nox.session
+def soak(session: nox.Session) -> None:
+    """A real host under eight seeded clients for MINUTES (default 10), killed with SIGKILL and
+    restarted every minute: ``nox -s soak -- MINUTES [--seed N] [--kill-every S]``."""
+    session.install("-e", ".[test]")
+    minutes = session.posargs[0] if session.posargs else "10"
+    session.run("python", "bench/soak.py", "--minutes", minutes, *session.posargs[1:])
 
 
 @nox.session
@@ -52,7 +83,7 @@ def bench(session: nox.Session) -> None:
     """Side-by-side benchmarks; each prints ratios measured in one run. The official Python
     ACP SDK is installed here only, as the throughput baseline."""
     session.install("-e", ".", "agent-client-protocol")
-    for script in sorted(__import__("pathlib").Path("bench").glob("bench_*.py")):
+    for script in sorted(Path("bench").glob("bench_*.py")):
         session.run("python", str(script), *session.posargs)
 
 

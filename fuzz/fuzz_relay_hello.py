@@ -3,8 +3,9 @@
 The first byte picks the end:
 
 - even: the host's reading of a hello line. The rest is the line; the host parses the envelope,
-  structures the params as ``BridgeHello``, keeps the names on its allow-list and checks them
-  (``validate_relay_values``), as the edge does with a connection's first frame. The only
+  structures the params as ``BridgeHello`` and hands the offered environment to the runtime
+  (``RelayValues.accept``, what ``AgentService.accept_relay`` runs), which keeps the names on
+  its allow-list and checks them, as the edge does with a connection's first frame. The only
   acceptable refusals are ``ProtocolError(-32602)`` and ``RuntimeRejection(INVALID_RELAY)``,
   each a bounded single line that repeats no offered value. What is accepted holds only
   allow-listed, well-formed names, at most 16 values of at most 16 KiB each and 32 KiB in all,
@@ -30,8 +31,8 @@ from maple_acp.runtime import (
     MAX_RELAY_VALUE_BYTES,
     MAX_RELAY_VALUES,
     RejectionKind,
+    RelayValues,
     RuntimeRejection,
-    validate_relay_values,
 )
 from maple_acp.wire import (
     INVALID_PARAMS,
@@ -57,8 +58,10 @@ def host_relay(line: bytes, allowed: frozenset[str]) -> dict[str, str]:
     if not isinstance(parsed, Notification) or parsed.method != HELLO_METHOD:
         raise ProtocolError(INVALID_PARAMS, "not a bridge hello")
     hello = structure_params(parsed.params, BridgeHello)
-    offered = {k: v for k, v in hello.environment.items() if k in allowed}
-    return validate_relay_values(offered, allowed)
+    relay = RelayValues.accept(hello.environment, allowed)
+    offered = hello.environment
+    assert relay.dropped == sum(1 for name in offered if name not in allowed)
+    return dict(relay)
 
 
 def _offered_values(line: bytes) -> list[str]:
@@ -155,7 +158,7 @@ def main() -> None:
     from _atheris import run
 
     modules = [
-        "maple_acp.runtime._tools",
+        "maple_acp.runtime._relay",
         "maple_acp.rpc._envelope",
         "maple_acp.wire._converter",
         "maple_acp_connector._hello",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pytest
 from fuzz_targets import load_fuzz_target
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -42,7 +41,6 @@ def test_integer_ids_within_64_bits(flags: int, method: bytes, digits: bytes) ->
     fuzz_one(_input("integer", flags, method, digits))
 
 
-@pytest.mark.xfail(reason="issue 10 item 4: not yet landed in the edge", strict=True)
 def test_integer_id_beyond_64_bits_is_echoed() -> None:
     # 18446744073709551616: the SPEC's own example.
     fuzz_one(
@@ -52,7 +50,6 @@ def test_integer_id_beyond_64_bits_is_echoed() -> None:
     )
 
 
-@pytest.mark.xfail(reason="issue 10 item 4: not yet landed in the edge", strict=True)
 @given(st.integers(0, 255), st.binary(min_size=20, max_size=400))
 def test_integer_ids_of_any_length(flags: int, digits: bytes) -> None:
     fuzz_one(_input("integer", flags, b"m", b"\x01" + digits))
