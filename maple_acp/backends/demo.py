@@ -16,9 +16,20 @@ text, echoed back (consecutive lines as one message). Directives:
 ``/hang``
     Wait until the run is cancelled.
 ``/fail MESSAGE``
-    End the turn as failed with MESSAGE.
+    End the turn as failed with MESSAGE (``TurnFailed``); lines after it do not run. The run's
+    outcome is ``FAILED`` with MESSAGE as its failure text, which its caller receives as a
+    terminal notice. An ACP client sees what the script sent before, then MESSAGE as agent
+    text in a message of its own, then the prompt's answer with ``stopReason: "end_turn"``
+    (a failed turn may already have had effects, so it is not reported as a refusal). MESSAGE
+    is not kept in the task's history, so a later ``session/load`` does not replay it.
 ``/usage IN OUT``
     Report IN input and OUT output tokens for this run.
+``/context USED SIZE``
+    Report that USED of SIZE tokens of the context window are in use.
+``/plan STEP; STEP; ...``
+    Send the whole plan: one entry per ``;``-separated step, in order. A step that starts with
+    ``[x]`` is completed, ``[>]`` in progress, anything else (or ``[ ]``) pending. ``/plan``
+    alone sends an empty plan.
 ``/title TEXT``
     Rename the task (not as a user rename).
 ``/tool shell {"command": "..."}``
@@ -26,14 +37,23 @@ text, echoed back (consecutive lines as one message). Directives:
     it runs the command with ``/bin/sh`` in its own process group, with the host environment
     plus this session's relay values, and reports its exit code and (bounded) output. The
     process group is killed when the run is cancelled or the session revoked.
+``/tool write_file {"path": "...", "content": "..."}``
+    A native file write. The path (relative paths start at the task's directory) must resolve
+    inside the task's directory; one that escapes it ends the row as failed, without asking.
+    Otherwise the row carries the diff and the file's location, the demo policy asks, and on
+    allow the file is written (created if new).
 ``/mcp ID {json arguments}``
     An ``external_mcp`` call of tool ID through the session's router (always asked first); a
     clear tool error when the session has no external tools.
 ``/goal OBJECTIVE``
     Give the task an active goal.
 
+Any other ``/name`` line sends a notice that lists the directives (and runs nothing). The
+directives are also the backend's available commands (``available_commands``), which ACP
+clients show as slash commands.
+
 Goal cycles: each autonomous cycle sends ``goal cycle K: OBJECTIVE`` (K counts from 1) and
-reports 2 tokens of usage; the objective itself scripts how the goal ends:
+reports 2 tokens of usage; the objective scripts how the goal ends:
 
 - contains ``hang``: the cycle waits until cancelled (a prompt preempts it);
 - contains ``block``: the first cycle ends the goal ``blocked``;
@@ -45,12 +65,15 @@ reports 2 tokens of usage; the objective itself scripts how the goal ends:
 from __future__ import annotations
 
 import logging
+import os
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 import trio
 
+from maple_acp.model import CommandInfo, FileDiff, PlanEntry, PlanStatus, ToolLocation
 from maple_acp.runtime import (
     EXTERNAL_MCP_TOOL,
     AskForTools,
@@ -67,6 +90,13 @@ from maple_acp.runtime import (
     TurnFailed,
     Usage,
 )
+from maple_acp.runtime._files import (
+    FileChange,
+    FileToolError,
+    read_text,
+    resolve_in_root,
+    write_text_async,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +105,10 @@ MAX_STREAM_CHUNKS = 10_000_000
 MAX_STREAM_CHUNK_BYTES = 1024 * 1024
 #: Tool output text shown in a row; the raw output keeps the rest (already bounded by the tool).
 MAX_TOOL_TEXT_CHARS = 16_000
+#: Steps of one ``/plan``: a plan is for reading, not a load test.
+MAX_PLAN_ENTRIES = 100
+#: How much of an unknown directive's name a notice repeats.
+MAX_ECHOED_NAME_CHARS = 64
 #: Cycles before a goal without a script completes.
 DEFAULT_GOAL_CYCLES = 3
 
@@ -84,6 +118,55 @@ DEMO_MODELS = (
     ModelInfo(id="demo-embed", name="Demo embedding", chat=False),
 )
 
+#: The script's directives, as the available commands a client shows (in this order).
+DEMO_COMMANDS = (
+    CommandInfo(name="echo", description="Send TEXT as an agent message", input_hint="TEXT"),
+    CommandInfo(name="think", description="Send TEXT as a thought", input_hint="TEXT"),
+    CommandInfo(
+        name="stream", description="Send N chunks of SIZE bytes as one message", input_hint="N SIZE"
+    ),
+    CommandInfo(
+        name="burst",
+        description="Like stream, without waiting for the queue (overflow cancels)",
+        input_hint="N SIZE",
+    ),
+    CommandInfo(name="hang", description="Wait until the turn is cancelled"),
+    CommandInfo(
+        name="fail", description="End the turn as failed with MESSAGE", input_hint="MESSAGE"
+    ),
+    CommandInfo(
+        name="usage", description="Report this turn's input and output tokens", input_hint="IN OUT"
+    ),
+    CommandInfo(
+        name="context",
+        description="Report USED of SIZE context-window tokens in use",
+        input_hint="USED SIZE",
+    ),
+    CommandInfo(
+        name="plan",
+        description="Send a plan; steps split by ';', [x] completed, [>] in progress",
+        input_hint="[x] STEP; [>] STEP; STEP",
+    ),
+    CommandInfo(name="title", description="Rename the session", input_hint="TEXT"),
+    CommandInfo(
+        name="tool",
+        description="Call a native tool (shell, write_file) with JSON arguments",
+        input_hint='write_file {"path": "...", "content": "..."}',
+    ),
+    CommandInfo(
+        name="mcp",
+        description="Call a tool of the session's MCP servers",
+        input_hint="ID {json arguments}",
+    ),
+    CommandInfo(name="goal", description="Give the session an active goal", input_hint="OBJECTIVE"),
+)
+
+_PLAN_MARKERS = {
+    "[x]": PlanStatus.COMPLETED,
+    "[X]": PlanStatus.COMPLETED,
+    "[>]": PlanStatus.IN_PROGRESS,
+    "[ ]": PlanStatus.PENDING,
+}
 _COMPLETE_AFTER = re.compile(r"complete after (\d+)")
 
 
@@ -94,12 +177,36 @@ def demo_catalog() -> StaticModelCatalog:
 
 
 def demo_policy() -> AskForTools:
-    """The demo's permission policy: ask for ``shell`` (``external_mcp`` is always asked)."""
-    return AskForTools(frozenset({"shell"}))
+    """The demo's permission policy: ask for ``shell`` and ``write_file`` (``external_mcp`` is
+    always asked)."""
+    return AskForTools(frozenset({"shell", "write_file"}))
+
+
+def parse_plan(text: str) -> tuple[PlanEntry, ...]:
+    """The entries of ``/plan``'s argument (see the module docstring)."""
+    entries: list[PlanEntry] = []
+    for step in text.split(";"):
+        step = step.strip()
+        status = PlanStatus.PENDING
+        for marker, marked in _PLAN_MARKERS.items():
+            if step.startswith(marker):
+                step, status = step[len(marker) :].strip(), marked
+                break
+        if step:
+            entries.append(PlanEntry(content=step, status=status))
+    if len(entries) > MAX_PLAN_ENTRIES:
+        raise TurnFailed(f"/plan takes at most {MAX_PLAN_ENTRIES} steps")
+    return tuple(entries)
+
+
+_Directive = Callable[["DemoBackend", Turn, str], Awaitable[None]]
 
 
 class DemoBackend:
     """A deterministic ``AgentBackend``; see the module docstring for its script grammar."""
+
+    def available_commands(self) -> tuple[CommandInfo, ...]:
+        return DEMO_COMMANDS
 
     async def run_turn(self, turn: Turn) -> None:
         if turn.kind is RunKind.GOAL_CYCLE:
@@ -119,85 +226,106 @@ class DemoBackend:
 
     async def _directive(self, turn: Turn, line: str) -> None:
         name, _, rest = line[1:].partition(" ")
-        rest = rest.strip()
-        if name == "echo":
-            await turn.send_text(rest, message_id=turn.new_message_id())
-        elif name == "think":
-            await turn.send_thought(rest)
-        elif name in ("stream", "burst"):
-            count, size = _two_ints(line, rest)
-            if not (0 <= count <= MAX_STREAM_CHUNKS and 0 <= size <= MAX_STREAM_CHUNK_BYTES):
-                raise TurnFailed(f"/{name} is limited to {MAX_STREAM_CHUNKS} chunks of 1 MiB")
-            chunk = "x" * size
-            message_id = turn.new_message_id()
-            if name == "stream":
-                send = turn.send_text
-                for _ in range(count):
-                    await send(chunk, message_id=message_id)
-            else:
-                for _ in range(count):
-                    turn.send_text_nowait(chunk, message_id=message_id)
-                await trio.lowlevel.checkpoint()
-        elif name == "hang":
-            await trio.sleep_forever()
-        elif name == "fail":
-            raise TurnFailed(rest or "the demo turn failed")
-        elif name == "usage":
-            tokens_in, tokens_out = _two_ints(line, rest)
-            await turn.report_usage(
-                Usage(
-                    input_tokens=tokens_in,
-                    output_tokens=tokens_out,
-                    total_tokens=tokens_in + tokens_out,
-                )
-            )
-        elif name == "title":
-            await turn.set_title(rest)
-        elif name == "tool":
-            tool, _, args = rest.partition(" ")
-            if tool != "shell":
-                raise TurnFailed(f"the demo has no native tool named {tool[:64]!r}")
-            await self._shell(turn, _json_object(args))
-        elif name == "mcp":
-            tool_id, _, args = rest.partition(" ")
-            await self._external(turn, tool_id, _json_object(args) if args.strip() else {})
-        elif name == "goal":
-            goal = await turn.set_goal(rest)
-            await turn.send_text(f"goal set: {goal.objective}", message_id=turn.new_message_id())
+        handler = _DIRECTIVES.get(name)
+        if handler is None:
+            known = ", ".join(f"/{command.name}" for command in DEMO_COMMANDS)
+            shown = name[:MAX_ECHOED_NAME_CHARS]
+            await turn.notice(f"The demo has no directive /{shown}. Directives: {known}.")
+            return
+        await handler(self, turn, rest.strip())
+
+    async def _echo(self, turn: Turn, rest: str) -> None:
+        await turn.send_text(rest, message_id=turn.new_message_id())
+
+    async def _think(self, turn: Turn, rest: str) -> None:
+        await turn.send_thought(rest)
+
+    async def _stream(self, turn: Turn, rest: str) -> None:
+        await self._chunks(turn, "stream", rest)
+
+    async def _burst(self, turn: Turn, rest: str) -> None:
+        await self._chunks(turn, "burst", rest)
+
+    async def _chunks(self, turn: Turn, name: str, rest: str) -> None:
+        count, size = _two_ints(name, rest)
+        if not (count <= MAX_STREAM_CHUNKS and size <= MAX_STREAM_CHUNK_BYTES):
+            raise TurnFailed(f"/{name} is limited to {MAX_STREAM_CHUNKS} chunks of 1 MiB")
+        chunk = "x" * size
+        message_id = turn.new_message_id()
+        if name == "stream":
+            send = turn.send_text
+            for _ in range(count):
+                await send(chunk, message_id=message_id)
         else:
-            await turn.send_text(line)
+            for _ in range(count):
+                turn.send_text_nowait(chunk, message_id=message_id)
+            await trio.lowlevel.checkpoint()
+
+    async def _hang(self, turn: Turn, rest: str) -> None:
+        await trio.sleep_forever()
+
+    async def _fail(self, turn: Turn, rest: str) -> None:
+        raise TurnFailed(rest or "the demo turn failed")
+
+    async def _usage(self, turn: Turn, rest: str) -> None:
+        tokens_in, tokens_out = _two_ints("usage", rest)
+        await turn.report_usage(
+            Usage(
+                input_tokens=tokens_in,
+                output_tokens=tokens_out,
+                total_tokens=tokens_in + tokens_out,
+            )
+        )
+
+    async def _context(self, turn: Turn, rest: str) -> None:
+        used, size = _two_ints("context", rest)
+        await turn.report_context(used, size)
+
+    async def _plan(self, turn: Turn, rest: str) -> None:
+        await turn.send_plan(parse_plan(rest))
+
+    async def _title(self, turn: Turn, rest: str) -> None:
+        await turn.set_title(rest)
+
+    async def _tool(self, turn: Turn, rest: str) -> None:
+        tool, _, args = rest.partition(" ")
+        if tool == "shell":
+            await self._shell(turn, _json_object(args))
+        elif tool == "write_file":
+            await self._write_file(turn, _json_object(args))
+        else:
+            raise TurnFailed(f"the demo has no native tool named {tool[:64]!r}")
+
+    async def _mcp(self, turn: Turn, rest: str) -> None:
+        tool_id, _, args = rest.partition(" ")
+        await self._external(turn, tool_id, _json_object(args) if args.strip() else {})
+
+    async def _goal(self, turn: Turn, rest: str) -> None:
+        goal = await turn.set_goal(rest)
+        await turn.send_text(f"goal set: {goal.objective}", message_id=turn.new_message_id())
 
     async def _shell(self, turn: Turn, args: dict[str, Any]) -> None:
         command = args.get("command")
         tool_id = f"{turn.run_id}-shell-{turn.new_message_id()}"
         title = f"shell: {command}" if isinstance(command, str) else "shell"
         raw_input = {"command": command}
-        await turn.send_tool_row(
-            tool_id,
-            ToolState(name="shell", status=ToolStatus.PENDING, title=title, raw_input=raw_input),
-        )
+        row = _Row(turn, tool_id, "shell", title)
+        await row.send(ToolStatus.PENDING, raw_input=raw_input)
         if not isinstance(command, str) or not command:
-            await _finish(turn, tool_id, "shell", title, ToolStatus.FAILED, "no command given")
+            await row.send(ToolStatus.FAILED, "no command given")
             return
         request = ToolRequest(tool_id=tool_id, name="shell", title=title, raw_input=raw_input)
         if not await turn.ask_permission(request):
-            await _finish(turn, tool_id, "shell", title, ToolStatus.FAILED, "permission denied")
+            await row.send(ToolStatus.FAILED, "permission denied")
             return
-        await turn.send_tool_row(
-            tool_id, ToolState(name="shell", status=ToolStatus.IN_PROGRESS, title=title)
-        )
+        await row.send(ToolStatus.IN_PROGRESS)
         try:
             result = await turn.tools.run_shell(command, cwd=turn.root)
         except (ToolUnavailable, OSError) as exc:
-            await _finish(turn, tool_id, "shell", title, ToolStatus.FAILED, str(exc))
+            await row.send(ToolStatus.FAILED, str(exc))
             return
-        status = ToolStatus.COMPLETED if result.exit_code == 0 else ToolStatus.FAILED
-        await _finish(
-            turn,
-            tool_id,
-            "shell",
-            title,
-            status,
+        await row.send(
+            ToolStatus.COMPLETED if result.exit_code == 0 else ToolStatus.FAILED,
             result.output,
             raw_output={
                 "exit_code": result.exit_code,
@@ -206,34 +334,59 @@ class DemoBackend:
             },
         )
 
+    async def _write_file(self, turn: Turn, args: dict[str, Any]) -> None:
+        path, content = args.get("path"), args.get("content")
+        tool_id = f"{turn.run_id}-write_file-{turn.new_message_id()}"
+        title = f"write_file: {path}" if isinstance(path, str) else "write_file"
+        raw_input = {"path": path, "content": content}
+        row = _Row(turn, tool_id, "write_file", title)
+        await row.send(ToolStatus.PENDING, raw_input=raw_input)
+        if not isinstance(path, str) or not path or not isinstance(content, str):
+            await row.send(ToolStatus.FAILED, "write_file takes a string path and content")
+            return
+        try:
+            preview = await trio.to_thread.run_sync(_preview_write, turn.root, path, content)
+        except FileToolError as exc:
+            await row.send(ToolStatus.FAILED, str(exc))
+            return
+        row.locations = (preview.location(),)
+        await row.send(ToolStatus.PENDING, raw_input=raw_input, diffs=(preview.diff(),))
+        request = ToolRequest(tool_id=tool_id, name="write_file", title=title, raw_input=raw_input)
+        if not await turn.ask_permission(request):
+            await row.send(ToolStatus.FAILED, "permission denied")
+            return
+        await row.send(ToolStatus.IN_PROGRESS, diffs=(preview.diff(),))
+        try:
+            change = await write_text_async(turn.root, path, content)
+        except FileToolError as exc:
+            await row.send(ToolStatus.FAILED, str(exc))
+            return
+        row.locations = (change.location(),)
+        await row.send(
+            ToolStatus.COMPLETED,
+            f"wrote {len(content)} characters to {change.path}",
+            diffs=(change.diff(),),
+        )
+
     async def _external(self, turn: Turn, tool_id: str, arguments: dict[str, Any]) -> None:
         call_id = f"{turn.run_id}-mcp-{turn.new_message_id()}"
         title = f"external_mcp: {tool_id}"
         raw_input = {"tool": tool_id, "arguments": arguments}
-        await turn.send_tool_row(
-            call_id,
-            ToolState(
-                name=EXTERNAL_MCP_TOOL, status=ToolStatus.PENDING, title=title, raw_input=raw_input
-            ),
-        )
+        row = _Row(turn, call_id, EXTERNAL_MCP_TOOL, title)
+        await row.send(ToolStatus.PENDING, raw_input=raw_input)
         request = ToolRequest(
             tool_id=call_id, name=EXTERNAL_MCP_TOOL, title=title, raw_input=raw_input
         )
         if not await turn.ask_permission(request):
-            await _finish(
-                turn, call_id, EXTERNAL_MCP_TOOL, title, ToolStatus.FAILED, "permission denied"
-            )
+            await row.send(ToolStatus.FAILED, "permission denied")
             return
         try:
             result = await turn.tools.call_external(tool_id, arguments)
         except Exception as exc:
-            message = str(exc) or type(exc).__name__
-            await _finish(turn, call_id, EXTERNAL_MCP_TOOL, title, ToolStatus.FAILED, message)
+            await row.send(ToolStatus.FAILED, str(exc) or type(exc).__name__)
             return
         text = orjson.dumps(result).decode()
-        await _finish(
-            turn, call_id, EXTERNAL_MCP_TOOL, title, ToolStatus.COMPLETED, text, raw_output=result
-        )
+        await row.send(ToolStatus.COMPLETED, text, raw_output=result)
 
     async def _goal_cycle(self, turn: Turn) -> None:
         goal = turn.goal
@@ -258,34 +411,73 @@ class DemoBackend:
             turn.goal_progress = GoalProgress(reason=f"{needed - cycle} cycles to go")
 
 
-async def _finish(
-    turn: Turn,
-    tool_id: str,
-    name: str,
-    title: str,
-    status: ToolStatus,
-    text: str,
-    *,
-    raw_output: Any = None,
-) -> None:
-    await turn.send_tool_row(
-        tool_id,
-        ToolState(
-            name=name,
-            status=status,
-            title=title,
-            raw_output=raw_output,
-            output_text=text[:MAX_TOOL_TEXT_CHARS],
-        ),
-    )
+_DIRECTIVES: dict[str, _Directive] = {
+    "echo": DemoBackend._echo,
+    "think": DemoBackend._think,
+    "stream": DemoBackend._stream,
+    "burst": DemoBackend._burst,
+    "hang": DemoBackend._hang,
+    "fail": DemoBackend._fail,
+    "usage": DemoBackend._usage,
+    "context": DemoBackend._context,
+    "plan": DemoBackend._plan,
+    "title": DemoBackend._title,
+    "tool": DemoBackend._tool,
+    "mcp": DemoBackend._mcp,
+    "goal": DemoBackend._goal,
+}
 
 
-def _two_ints(line: str, rest: str) -> tuple[int, int]:
+class _Row:
+    """One tool call's rows: the name, title and locations stay; each row states the rest."""
+
+    def __init__(self, turn: Turn, tool_id: str, name: str, title: str) -> None:
+        self.turn = turn
+        self.tool_id = tool_id
+        self.name = name
+        self.title = title
+        self.locations: tuple[ToolLocation, ...] = ()
+
+    async def send(
+        self,
+        status: ToolStatus,
+        text: str | None = None,
+        *,
+        raw_input: Any = None,
+        raw_output: Any = None,
+        diffs: tuple[FileDiff, ...] = (),
+    ) -> None:
+        await self.turn.send_tool_row(
+            self.tool_id,
+            ToolState(
+                name=self.name,
+                status=status,
+                title=self.title,
+                raw_input=raw_input,
+                raw_output=raw_output,
+                output_text=None if text is None else text[:MAX_TOOL_TEXT_CHARS],
+                locations=self.locations,
+                diffs=diffs,
+            ),
+        )
+
+
+def _preview_write(root: str, path: str, content: str) -> FileChange:
+    """What writing ``content`` to ``path`` would change, without writing: shown to the
+    caller while it decides. Raises ``FileToolError`` for a path outside ``root``."""
+    resolved = resolve_in_root(root, path)
+    old = read_text(root, path).text if os.path.lexists(resolved) else None
+    return FileChange(path=resolved, old_text=old, new_text=content)
+
+
+def _two_ints(name: str, rest: str) -> tuple[int, int]:
     parts = rest.split()
     try:
         first, second = (int(part) for part in parts)
     except ValueError:
-        raise TurnFailed(f"{line.split()[0]} takes two integers") from None
+        raise TurnFailed(f"/{name} takes two integers") from None
+    if first < 0 or second < 0:
+        raise TurnFailed(f"/{name} takes two integers of at least 0")
     return first, second
 
 
