@@ -1,0 +1,103 @@
+"""After a reload (``session/load`` from a new connector process) a client gets back the
+latest plan, the file diffs with their locations and the title, before the load's answer."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from maple_acp.testing.client import AcpTestClient
+from maple_acp.testing.schema import AcpSchema
+
+from .conftest import DEADLINE, assert_only_protocol_lines, connector_client, running_host
+
+
+def of_kind(updates: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [u for u in updates if u["sessionUpdate"] == kind]
+
+
+def titles(updates: list[dict[str, Any]]) -> list[str]:
+    return [u["title"] for u in of_kind(updates, "session_info_update") if "title" in u]
+
+
+def answer_index(client: AcpTestClient, request_id: int) -> int:
+    return next(
+        i
+        for i, frame in enumerate(client.frames)
+        if frame.direction == "in"
+        and isinstance(frame.message, dict)
+        and frame.message.get("id") == request_id
+        and "method" not in frame.message
+    )
+
+
+def update_indexes(client: AcpTestClient, kind: str) -> list[int]:
+    return [
+        i
+        for i, frame in enumerate(client.frames)
+        if frame.direction == "in"
+        and isinstance(frame.message, dict)
+        and frame.message.get("method") == "session/update"
+        and frame.message["params"]["update"]["sessionUpdate"] == kind
+    ]
+
+
+async def test_reload_replays_the_plan_diffs_and_title(
+    short_dir: Path, project: Path, acp_schema: AcpSchema
+) -> None:
+    write = "/tool write_file " + json.dumps({"path": "src/app.py", "content": "print('hi')\n"})
+    target = os.fspath((project / "src" / "app.py").resolve())
+    with trio.fail_after(DEADLINE):
+        async with running_host(short_dir) as host:
+            async with connector_client(host.socket) as first:
+                client = first.client
+                await client.initialize()
+                sid = (await client.new_session(os.fspath(project)))["sessionId"]
+                await client.prompt(sid, "Write the app\n/plan [>] write it; test it")
+                await client.prompt(sid, write)
+                await client.prompt(sid, "/plan [x] write it; [>] test it\n/context 10 100")
+                live = client.updates(sid)
+                assert [u for u in of_kind(live, "session_info_update") if "title" in u][-1][
+                    "title"
+                ] == "Write the app"
+                assert await client.close_session(sid) == {}
+                client.validate(acp_schema)
+
+            async with connector_client(host.socket) as second:
+                client = second.client
+                await client.initialize()
+                await client.load_session(sid, os.fspath(project))
+                replay = client.updates(sid)
+
+                # Only the latest plan, whole.
+                [plan] = of_kind(replay, "plan")
+                assert plan["entries"] == [
+                    {"content": "write it", "priority": "medium", "status": "completed"},
+                    {"content": "test it", "priority": "medium", "status": "in_progress"},
+                ]
+                # The write, with its terminal state, diff and location.
+                calls = [u for u in replay if u["sessionUpdate"] == "tool_call"]
+                [call] = calls
+                assert call["status"] == "completed"
+                [diff] = [c for c in call["content"] if c["type"] == "diff"]
+                assert diff["path"] == target
+                assert diff["newText"] == "print('hi')\n"
+                assert diff.get("oldText") is None
+                assert [loc["path"] for loc in call["locations"]] == [target]
+                # The title, and no context usage (it is not history).
+                assert [
+                    u["title"] for u in of_kind(replay, "session_info_update") if "title" in u
+                ] == ["Write the app"]
+                assert of_kind(replay, "usage_update") == []
+
+                # All of it came before the load's answer (request id 2).
+                loaded_at = answer_index(client, 2)
+                for kind in ("plan", "tool_call", "session_info_update"):
+                    assert all(i < loaded_at for i in update_indexes(client, kind)), kind
+
+                client.validate(acp_schema)
+                assert_only_protocol_lines(client)
