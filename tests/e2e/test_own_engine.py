@@ -1,0 +1,166 @@
+"""``examples/own_engine.py``: a host with an engine of its own, started by its documented
+command and driven through the real connector (``maple-acp acp``) as an ACP client would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from maple_acp.testing.schema import AcpSchema
+
+from . import conftest
+from .conftest import (
+    DEADLINE,
+    MAPLE_ACP,
+    LineReader,
+    assert_only_protocol_lines,
+    clean_env,
+    connector_client,
+)
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own_engine.py"
+READY = "own engine: serving on "
+
+
+@asynccontextmanager
+async def own_engine(socket_path: Path, data_dir: Path) -> AsyncIterator[LineReader]:
+    """The example running as its own process until the block ends; then SIGINT, and it must
+    stop cleanly."""
+    command = [
+        sys.executable,
+        os.fspath(EXAMPLE),
+        *("--socket", os.fspath(socket_path), "--data-dir", os.fspath(data_dir)),
+    ]
+    async with trio.open_nursery() as nursery:
+        host: trio.Process = await nursery.start(
+            partial(
+                trio.run_process,
+                command,
+                stdin=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                check=False,
+                env=clean_env(),
+            )
+        )
+        assert host.stderr is not None
+        stderr = LineReader()
+        nursery.start_soon(stderr.pump, host.stderr)
+        await stderr.wait_for(lambda line: line.startswith(READY))
+        yield stderr
+        host.send_signal(signal.SIGINT)
+        assert await host.wait() == 0, stderr.text
+        await stderr.wait_closed()
+    assert stderr.lines[-1] == "own engine: stopped", stderr.text
+    assert not any("Traceback" in line for line in stderr.lines), stderr.text
+
+
+def of_kind(updates: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [u for u in updates if u["sessionUpdate"] == kind]
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+async def test_own_engine_answers_notes_and_remembers(
+    short_dir: Path, project: Path, acp_schema: AcpSchema, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The command an ACP client runs: ``maple-acp acp``, not the connector module directly.
+    monkeypatch.setattr(conftest, "CONNECTOR", [*MAPLE_ACP, "acp"])
+    base = short_dir / "own"
+    socket_path, data_dir = base / "run" / "acp.sock", base / "data"
+    decisions: list[str] = []
+
+    def permission(params: Mapping[str, Any]) -> str:
+        return decisions.pop(0)
+
+    with trio.fail_after(DEADLINE):
+        async with (
+            own_engine(socket_path, data_dir),
+            connector_client(socket_path, permission=permission) as connector,
+        ):
+            assert connector.process.args[2:4] == ["maple_acp._main", "acp"]
+            # Every directory the example made is private.
+            assert [mode(d) for d in (base, base / "run", data_dir)] == [0o700] * 3
+            client = connector.client
+            await client.initialize()
+            sid = (await client.new_session(os.fspath(project)))["sessionId"]
+            await client.wait_until(
+                lambda: bool(of_kind(client.updates(sid), "available_commands_update"))
+            )
+            [commands] = of_kind(client.updates(sid), "available_commands_update")
+            assert [c["name"] for c in commands["availableCommands"]] == ["note", "again"]
+
+            answer = await client.prompt(sid, "What is ACP?")
+            assert answer["stopReason"] == "end_turn"
+            assert client.text(sid).startswith("The Agent Client Protocol")
+            assert client.text(sid, "agent_thought_chunk") == "found 'what is acp' in the table"
+
+            # The engine's own tool: the client sees the diff and the file, then is asked.
+            decisions.append("allow")
+            before = len(client.updates(sid))
+            await client.prompt(sid, "/note buy milk")
+            notes = project / "NOTES.md"
+            assert notes.read_text() == "- buy milk\n"
+            rows = [u for u in client.updates(sid)[before:] if "toolCallId" in u]
+            assert rows[0]["sessionUpdate"] == "tool_call"
+            final = rows[-1]
+            assert final["status"] == "completed"
+            [diff] = [c for c in final["content"] if c["type"] == "diff"]
+            assert diff["path"] == os.fspath(notes)
+            assert diff["newText"] == "- buy milk\n"
+            assert diff.get("oldText") is None
+            assert [loc["path"] for loc in final["locations"]] == [os.fspath(notes)]
+            assert len(client.permission_requests) == 1
+
+            decisions.append("reject")
+            await client.prompt(sid, "/note sell the cow")
+            assert notes.read_text() == "- buy milk\n"
+            assert client.text(sid).endswith("NOTES.md is unchanged.")
+
+            # The engine reads the conversation so far.
+            await client.prompt(sid, "who are you")
+            await client.prompt(sid, "/again")
+            assert client.text(sid).endswith(
+                "A lookup table that speaks ACP.A lookup table that speaks ACP."
+            )
+            await client.prompt(sid, "what is the time")
+            assert client.text(sid).endswith("who are you?")
+
+            client.validate(acp_schema)
+            assert_only_protocol_lines(client)
+        assert connector.process.returncode == 0
+    assert not socket_path.exists()
+
+
+async def test_own_engine_refuses_a_shared_socket_directory_in_one_line(
+    short_dir: Path,
+) -> None:
+    shared = short_dir / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    command = [
+        sys.executable,
+        os.fspath(EXAMPLE),
+        *("--socket", os.fspath(shared / "acp.sock"), "--data-dir", os.fspath(short_dir / "d")),
+    ]
+    with trio.fail_after(DEADLINE):
+        result = await trio.run_process(
+            command, capture_stdout=True, capture_stderr=True, check=False, env=clean_env()
+        )
+    assert result.returncode == 1
+    lines = result.stderr.decode().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("own engine: ")
+    assert os.fspath(shared) in lines[0]
