@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import orjson
 
+from maple_acp.runtime import ToolLocation
 from maple_acp.wire import ToolCallLocation, ToolKind
 
 #: Tool and message text per update (SPEC.md limits).
@@ -69,24 +70,15 @@ def infer_tool_kind(name: str) -> ToolKind:
     return "other"
 
 
-def tool_locations(locations: Iterable[Any]) -> tuple[ToolCallLocation, ...]:
-    """ACP tool-call locations for the absolute paths among ``locations`` (records with a
-    ``path`` and an optional ``line``, or plain paths). Others are dropped: a relative path
-    means nothing to a client that does not know the tool's cwd, and a negative line is no
-    line at all."""
-    out: list[ToolCallLocation] = []
-    for location in locations:
-        path, line = (
-            (location, None)
-            if isinstance(location, str)
-            else (
-                getattr(location, "path", None),
-                getattr(location, "line", None),
-            )
+def tool_locations(locations: Iterable[ToolLocation]) -> tuple[ToolCallLocation, ...]:
+    """ACP tool-call locations for the absolute paths among ``locations``. Others are dropped:
+    a relative path means nothing to a client that does not know the tool's cwd; a negative
+    line is no line at all."""
+    return tuple(
+        ToolCallLocation(
+            path=location.path,
+            line=location.line if location.line is not None and location.line >= 0 else None,
         )
-        if not isinstance(path, str) or not os.path.isabs(path):
-            continue
-        if not isinstance(line, int) or isinstance(line, bool) or line < 0:
-            line = None
-        out.append(ToolCallLocation(path=path, line=line))
-    return tuple(out)
+        for location in locations
+        if os.path.isabs(location.path)
+    )

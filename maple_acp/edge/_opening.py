@@ -209,7 +209,7 @@ class SessionOpener:
         """Updates that follow an open answer: the session's commands (and, for a resume, its
         goal). They are sent once the answer is queued: a client must know the session id
         before updates about it arrive."""
-        commands = tuple(getattr(session.lease, "commands", ()))
+        commands = session.lease.commands
         snapshot = session.lease.goal if goal else None
         if not commands and snapshot is None:
             return

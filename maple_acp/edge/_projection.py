@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import orjson
 
+from maple_acp import wire
 from maple_acp.edge._bounds import (
     MAX_TOOL_TEXT_CHARS,
     bound_raw,
@@ -27,9 +28,12 @@ from maple_acp.edge._bounds import (
 )
 from maple_acp.rpc import encode_notification
 from maple_acp.runtime import (
+    CommandInfo,
+    FileDiff,
     GoalRecord,
     ItemKind,
     ModelChoices,
+    PlanEntry,
     TimelineItem,
     ToolState,
     ToolStatus,
@@ -46,7 +50,6 @@ from maple_acp.wire import (
     Diff,
     GoalSnapshot,
     Plan,
-    PlanEntry,
     SessionConfigOption,
     SessionConfigSelect,
     SessionConfigSelectOption,
@@ -212,7 +215,7 @@ def goal_snapshot(goal: GoalRecord) -> GoalSnapshot:
     )
 
 
-def _diff(diff: Any) -> Diff:
+def _diff(diff: FileDiff) -> Diff:
     new_text = bound_text(diff.new_text)
     if diff.truncated and not new_text.endswith(DIFF_TRUNCATED):
         new_text = new_text[: MAX_TOOL_TEXT_CHARS - len(DIFF_TRUNCATED)] + DIFF_TRUNCATED
@@ -304,12 +307,12 @@ class SessionProjector:
     def config_update(self, options: tuple[SessionConfigOption, ...]) -> SessionNotification:
         return self._wrap(ConfigOptionUpdate(config_options=options))
 
-    def plan(self, entries: Sequence[Any]) -> SessionNotification:
+    def plan(self, entries: Sequence[PlanEntry]) -> SessionNotification:
         """The whole plan (ACP replaces the client's plan with each one)."""
         return self._wrap(
             Plan(
                 entries=tuple(
-                    PlanEntry(
+                    wire.PlanEntry(
                         content=bound_text(entry.content, MAX_TITLE_CHARS),
                         priority=entry.priority.value,
                         status=entry.status.value,
@@ -322,7 +325,7 @@ class SessionProjector:
     def context_usage(self, used: int, size: int) -> SessionNotification:
         return self._wrap(UsageUpdate(used=used, size=size))
 
-    def commands(self, commands: Sequence[Any]) -> SessionNotification:
+    def commands(self, commands: Sequence[CommandInfo]) -> SessionNotification:
         return self._wrap(
             AvailableCommandsUpdate(
                 available_commands=tuple(
@@ -339,13 +342,20 @@ class SessionProjector:
         )
 
     def history(self, items: Sequence[TimelineItem]) -> Iterator[Outbound]:
-        """Replay of stored history through the same rules as live events."""
-        for item in items:
+        """Replay of stored history through the same rules as live events, as a client that
+        has nothing yet must see it: every tool id is announced afresh (a re-attaching client
+        rebuilds its view), and only the latest plan is sent (each plan replaces the last)."""
+        self._announced.clear()
+        latest_plan = max(
+            (index for index, item in enumerate(items) if item.kind is ItemKind.PLAN), default=-1
+        )
+        for index, item in enumerate(items):
             kind = item.kind
             if kind is ItemKind.TOOL:
                 if item.tool is not None:
                     yield self.tool(item.item_id, item.tool, summary=item.text)
             elif kind is ItemKind.PLAN:
-                yield self.plan(item.plan)
+                if index == latest_plan:
+                    yield self.plan(item.plan)
             elif item.text:
                 yield from self.text(_CHUNK_KIND[kind], item.item_id, item.text)

@@ -11,7 +11,7 @@ every update of the run is on the wire.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import trio
 
@@ -21,7 +21,10 @@ from maple_acp.edge._prompt import prompt_text
 from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.rpc import ConnectionClosed, OutboundFrameTooLarge, request_arrival
 from maple_acp.runtime import (
+    CommandsChanged,
+    ContextUsage,
     PermissionRequest,
+    PlanUpdated,
     PromptClaim,
     Run,
     RunEnded,
@@ -176,14 +179,16 @@ class PromptTurns:
                         elif isinstance(event, RunNotice):
                             for line in projector.notice(f"{event.run_id}-notice", event.text):
                                 await send(line)
+                        elif isinstance(event, PlanUpdated):
+                            await send(projector.plan(event.entries))
+                        elif isinstance(event, ContextUsage):
+                            await send(projector.context_usage(event.used, event.size))
+                        elif isinstance(event, CommandsChanged):
+                            await send(projector.commands(event.commands))
                         elif isinstance(event, RunEnded):
                             # A turn that lost an update did not end normally, even if its
                             # run completed before the cancel reached it.
                             return RunState.CANCELLED if dropped else event.outcome.state
-                        else:
-                            update = _extra_update(session, event)
-                            if update is not None:
-                                await send(update)
                     except OutboundFrameTooLarge as exc:
                         # One oversized update ends the turn, not the connection.
                         logger.warning("ending a turn: %s", exc)
@@ -227,17 +232,3 @@ class PromptTurns:
             # Cancellation (the run ended, the session closed) lands here too: the responder
             # then refuses the late answer and the run's own cancellation already denied it.
             event.responder.answer(answer)
-
-
-def _extra_update(session: EdgeSession, event: Any) -> Any:
-    """Run events beyond text, tools, titles and notices: a plan, context usage, commands.
-    Recognised by name so that the edge keeps working while the runtime grows them."""
-    name = type(event).__name__
-    projector = session.projector
-    if name == "PlanUpdated":
-        return projector.plan(event.entries)
-    if name == "ContextUsage":
-        return projector.context_usage(event.used, event.size)
-    if name == "CommandsChanged":
-        return projector.commands(event.commands)
-    return None

@@ -17,15 +17,16 @@ from maple_acp.edge._projection import (
     encode_update,
     text_chunk,
 )
-from maple_acp.model import (
+from maple_acp.runtime import (
     CommandInfo,
     FileDiff,
     PlanEntry,
     PlanPriority,
     PlanStatus,
     ToolLocation,
+    ToolState,
+    ToolStatus,
 )
-from maple_acp.runtime import ToolState, ToolStatus
 from maple_acp.testing import strategies as acp_st
 from maple_acp.testing.schema import AcpSchema
 from maple_acp.wire import ChunkKind
