@@ -5,9 +5,11 @@ configuration or discovered from ``GET /models``."""
 from __future__ import annotations
 
 import logging
+import os
 import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
@@ -26,6 +28,8 @@ logger = logging.getLogger(__name__)
 NO_KEY = "no-key"
 #: Words in a model id that mark a model no chat request can use.
 _NOT_CHAT = ("embed", "whisper", "tts", "dall-e", "moderation", "rerank", "transcribe")
+#: The SDK adds the headers listed in this environment variable to every request.
+_AMBIENT_HEADERS = "OPENAI_CUSTOM_HEADERS"
 #: Models kept from one provider's discovery.
 MAX_DISCOVERED_MODELS = 1024
 
@@ -112,12 +116,27 @@ async def open_provider_client(
             max_retries=0,
             timeout=timeouts.for_httpx(),
             http_client=http,
+            default_headers={
+                **_without_ambient_headers(),
+                # Named here so that the SDK drops an Authorization from the environment.
+                "Authorization": f"Bearer {key or NO_KEY}",
+            },
         )
         # The SDK would add these from OPENAI_ORG_ID / OPENAI_PROJECT_ID: meant for
         # api.openai.com, not for whatever endpoint the user configured.
         client.organization = None
         client.project = None
         yield client
+
+
+def _without_ambient_headers() -> dict[str, Any]:
+    """Headers that cancel the SDK's ``OPENAI_CUSTOM_HEADERS``: meant for api.openai.com (it
+    may hold an Authorization header), they must not go to whatever endpoint is configured."""
+    text = os.environ.get(_AMBIENT_HEADERS)
+    if not text:
+        return {}
+    names = (line.partition(":")[0].strip() for line in text.split("\n") if ":" in line)
+    return {name: openai.omit for name in names if name and name.lower() != "authorization"}
 
 
 def is_chat_model(model_id: str) -> bool:

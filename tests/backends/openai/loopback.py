@@ -294,7 +294,9 @@ async def _read_request(stream: trio.abc.Stream, buffer: bytearray) -> Recorded 
     headers = {}
     for line in lines[1:]:
         key, _, value = line.partition(":")
-        headers[key.strip().lower()] = value.strip()
+        name = key.strip().lower()
+        # A repeated header is kept as HTTP folds it, so a test sees that it was repeated.
+        headers[name] = f"{headers[name]}, {value.strip()}" if name in headers else value.strip()
     length = int(headers.get("content-length", "0"))
     body = bytearray(rest)
     while len(body) < length:

@@ -675,3 +675,26 @@ async def test_read_file_pages_through_a_long_file(
     assert third == "error: start_line must be a whole number from 1"
     located = [r.tool.locations for r in rows(events) if r.tool.status.terminal][1]
     assert located[0].line == 2999
+
+
+async def test_ambient_sdk_settings_do_not_reach_the_configured_endpoint(
+    service: AgentService,
+    provider: LoopbackProvider,
+    project: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", "Authorization: Bearer other\nX-Team: blue")
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-elsewhere")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-elsewhere")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    provider.add(text_reply("here"))
+    async with trio.open_nursery() as nursery:
+        lease = await open_lease(service, project, nursery)
+        _, outcome = await run_prompt(lease, "hi")
+        await lease.release(close=False)
+    assert outcome.state is RunState.COMPLETED
+    headers = provider.chat_requests()[0].headers
+    assert headers["authorization"] == f"Bearer {TEST_KEY}"
+    assert "x-team" not in headers
+    assert "openai-organization" not in headers
+    assert "openai-project" not in headers
