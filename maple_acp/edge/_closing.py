@@ -44,7 +44,7 @@ class SessionCloser:
     async def close(self, request: CloseSessionRequest) -> CloseSessionResponse:
         session = self.connection.session(request.session_id)
         await self._close(session)
-        logger.info("session %s close", session.id)
+        logger.info("session %s closed", session.id)
         return CloseSessionResponse()
 
     async def _close(self, session: EdgeSession) -> bool:
@@ -88,7 +88,7 @@ class SessionCloser:
                     raise
         else:
             await connection.runtime.delete_task(task_id)
-        logger.info("session %s delete", task_id)
+        logger.info("session %s deleted", task_id)
         return DeleteSessionResponse()
 
     def forget(self, session: EdgeSession) -> None:

@@ -134,7 +134,7 @@ class AcpConnection:
         synchronously (runs cancelled, pending permissions denied, relay values and MCP routers
         dropped), then released with a :data:`DISCONNECT_CLEANUP_S` bound.
         """
-        logger.info("connection opened")
+        logger.info("ACP connection opened")
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -147,7 +147,7 @@ class AcpConnection:
                     nursery.cancel_scope.cancel()
         finally:
             self.revoke_all()
-            logger.info("connection closed (%s)", self.peer.close_reason or "ended")
+            logger.info("ACP connection closed: %s", self.peer.close_reason or "ended")
 
     def _input_ended(self) -> None:
         """The client finished sending: that is a disconnect, so every capability goes now.

@@ -124,7 +124,7 @@ class SessionOpener:
                 router_factory=router_factory(servers),
             )
         )
-        logger.info("session %s new", session.id)
+        logger.info("session %s created", session.id)
         await self._after_answer(session)
         return NewSessionResponse(
             session_id=session.id, modes=mode_state(), config_options=self._options(session)
@@ -191,7 +191,7 @@ class SessionOpener:
                 await connection.send(session.projector.goal(goal))
         if session.stopped:
             raise unknown_session()
-        logger.info("session %s load", session.id)
+        logger.info("session %s loaded", session.id)
         await self._after_answer(session)
         return LoadSessionResponse(modes=mode_state(), config_options=self._options(session))
 
@@ -201,7 +201,7 @@ class SessionOpener:
         )
         if session.stopped:
             raise unknown_session()
-        logger.info("session %s resume", session.id)
+        logger.info("session %s resumed", session.id)
         await self._after_answer(session, goal=True)
         return ResumeSessionResponse(modes=mode_state(), config_options=self._options(session))
 
