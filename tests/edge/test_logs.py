@@ -27,27 +27,24 @@ async def test_lifecycle_lines_at_info_and_no_secret_at_any_level(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="maple_acp")
     config = AcpServiceConfig(allow_session_delete=True)
-    async with running_service(tmp_path, config=config) as harness:
-        async with harness.connect() as client:
-            await client.notify(
-                "_maple/bridge/hello", {"environment": {"RELAY_TOKEN": RELAY_SECRET}}
-            )
-            await client.initialize()
-            sid = (await client.new_session(str(project)))["sessionId"]
-            await client.prompt(sid, '/tool shell {"command": "echo $RELAY_TOKEN"}')
-            bad_server = {
-                "type": "http",
-                "name": "x",
-                "url": f"http://user:{URL_SECRET}@127.0.0.1:9/mcp",
-                "headers": [{"name": "Authorization", "value": HEADER_SECRET}],
-            }
-            with pytest.raises(ProtocolError):
-                await client.load_session(sid, str(project), mcp_servers=[bad_server])
-            await client.load_session(sid, str(project))
-            await client.resume_session(sid, str(project))
-            await client.close_session(sid)
-            await client.load_session(sid, str(project))
-            await client.delete_session(sid)
+    async with running_service(tmp_path, config=config) as harness, harness.connect() as client:
+        await client.notify("_maple/bridge/hello", {"environment": {"RELAY_TOKEN": RELAY_SECRET}})
+        await client.initialize()
+        sid = (await client.new_session(str(project)))["sessionId"]
+        await client.prompt(sid, '/tool shell {"command": "echo $RELAY_TOKEN"}')
+        bad_server = {
+            "type": "http",
+            "name": "x",
+            "url": f"http://user:{URL_SECRET}@127.0.0.1:9/mcp",
+            "headers": [{"name": "Authorization", "value": HEADER_SECRET}],
+        }
+        with pytest.raises(ProtocolError):
+            await client.load_session(sid, str(project), mcp_servers=[bad_server])
+        await client.load_session(sid, str(project))
+        await client.resume_session(sid, str(project))
+        await client.close_session(sid)
+        await client.load_session(sid, str(project))
+        await client.delete_session(sid)
     infos = [
         r.getMessage()
         for r in caplog.records
