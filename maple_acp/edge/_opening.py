@@ -28,7 +28,7 @@ from maple_acp.edge._projection import (
 )
 from maple_acp.edge._prompt import mcp_definitions
 from maple_acp.edge._session import EdgeSession, SessionClosed
-from maple_acp.mcp import McpRouter, ValidatedServer, validate_servers
+from maple_acp.mcp import ValidatedServer, validate_servers
 from maple_acp.rpc import after_answer
 from maple_acp.runtime import SessionLease, canonical_directory
 from maple_acp.wire import (
@@ -53,10 +53,11 @@ from maple_acp.wire import (
 
 if TYPE_CHECKING:
     from maple_acp.edge._connection import AcpConnection
+    from maple_acp.mcp import McpRouter
 
 logger = logging.getLogger(__name__)
 
-RouterFactory = Callable[[trio.Nursery], Awaitable[McpRouter]]
+RouterFactory = Callable[[trio.Nursery], Awaitable["McpRouter"]]
 
 
 def _iso8601(ms: int) -> str:
@@ -69,6 +70,9 @@ def router_factory(servers: tuple[ValidatedServer, ...]) -> RouterFactory | None
         return None
 
     async def start(nursery: trio.Nursery) -> McpRouter:
+        # Imported here: the MCP SDK loads only when a session brings servers.
+        from maple_acp.mcp import McpRouter
+
         router = McpRouter(servers)
         await nursery.start(router.serve)
         return router

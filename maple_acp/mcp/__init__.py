@@ -4,7 +4,12 @@ A lease validates the client's definitions with :func:`validate_servers`, starts
 :class:`McpRouter` in its own nursery, hands :meth:`McpRouter.tool_definition` to the backend,
 routes ``external_mcp`` calls through :meth:`McpRouter.call`, and revokes it synchronously with
 :meth:`McpRouter.revoke` on close, disconnect or lease loss.
+
+The router (and the MCP SDK under it) is imported on first use, not with this package: a host
+whose sessions bring no MCP servers never pays for it.
 """
+
+from typing import TYPE_CHECKING, Any, Final
 
 from maple_acp.mcp._catalog import (
     EXTERNAL_MCP_TOOL_NAME,
@@ -39,13 +44,35 @@ from maple_acp.mcp._errors import (
     McpDefinitionError,
     McpSetupError,
 )
-from maple_acp.mcp._router import (
-    CALL_TIMEOUT_SECONDS,
-    REVOKED_MESSAGE,
-    SESSION_CLOSE_TIMEOUT_SECONDS,
-    SETUP_TIMEOUT_SECONDS,
-    McpRouter,
+
+if TYPE_CHECKING:
+    from maple_acp.mcp._router import (
+        CALL_TIMEOUT_SECONDS,
+        REVOKED_MESSAGE,
+        SESSION_CLOSE_TIMEOUT_SECONDS,
+        SETUP_TIMEOUT_SECONDS,
+        McpRouter,
+    )
+
+#: Names served by ``_router``, which imports the MCP SDK (most of a host's start-up time):
+#: it is loaded only when something asks for one, i.e. when a session brings MCP servers.
+_ROUTER_NAMES: Final = frozenset(
+    {
+        "CALL_TIMEOUT_SECONDS",
+        "REVOKED_MESSAGE",
+        "SESSION_CLOSE_TIMEOUT_SECONDS",
+        "SETUP_TIMEOUT_SECONDS",
+        "McpRouter",
+    }
 )
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ROUTER_NAMES:
+        from maple_acp.mcp import _router
+
+        return getattr(_router, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "CALL_TIMEOUT_SECONDS",
