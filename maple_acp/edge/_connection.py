@@ -16,7 +16,7 @@ and returns the method's typed response.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -26,7 +26,7 @@ from maple_acp.edge._closing import SessionCloser
 from maple_acp.edge._errors import protocol_error, unknown_session
 from maple_acp.edge._goals import GoalFlow
 from maple_acp.edge._opening import SessionOpener
-from maple_acp.edge._projection import UPDATE_METHOD, Outbound
+from maple_acp.edge._projection import UPDATE_METHOD, Outbound, encode_update
 from maple_acp.edge._session import EdgeSession
 from maple_acp.edge._trust import TrustDialog
 from maple_acp.edge._turn import PromptTurns
@@ -57,6 +57,9 @@ logger = logging.getLogger(__name__)
 
 #: The bound for the asynchronous cleanup after a disconnect (SPEC.md).
 DISCONNECT_CLEANUP_S: Final = 5.0
+#: Updates handed to the peer at once by :meth:`AcpConnection.send_many`: half the outbound
+#: line budget, so a batch never waits for credit it could never get in one go.
+SEND_BATCH: Final = 128
 
 Handler = Callable[[Any], Awaitable[Any]]
 
@@ -221,6 +224,18 @@ class AcpConnection:
             await self.peer.notify_encoded(update)
         else:
             await self.peer.notify(UPDATE_METHOD, unstructure(update))
+
+    async def send_many(self, updates: Iterable[Outbound]) -> None:
+        """Queue many updates in order, handed to the peer :data:`SEND_BATCH` lines at a time
+        (a history replay: one hand-off per batch instead of one per line)."""
+        batch: list[bytes] = []
+        for update in updates:
+            batch.append(update if isinstance(update, bytes) else encode_update(update))
+            if len(batch) >= SEND_BATCH:
+                await self.peer.notify_lines(batch)
+                batch = []
+        if batch:
+            await self.peer.notify_lines(batch)
 
     # -- initialize and status ---------------------------------------------------------------
 

@@ -80,8 +80,6 @@ MODE_OPTION_ID: Final = "mode"
 DIFF_TRUNCATED: Final = "\n… [diff truncated]"
 #: Titles and notices are short by nature; a longer one is cut.
 MAX_TITLE_CHARS: Final = 500
-#: Text templates kept per session (one per message being streamed; older ones are rebuilt).
-MAX_TEMPLATES: Final = 16
 
 _STATUS: Final[dict[ToolStatus, ToolCallStatus]] = {
     ToolStatus.PENDING: "pending",
@@ -103,10 +101,16 @@ _CHUNK_TYPES: Final[
     "agent_message_chunk": AgentMessageChunk,
     "agent_thought_chunk": AgentThoughtChunk,
 }
-#: Stands in for the text while a template is cut from a typed line; NUL never occurs in a
-#: session or message id we issue, and a template is only used when the marker occurs once.
-_MARK: Final = "\x00text\x00"
-_MARK_JSON: Final = orjson.dumps(_MARK)
+#: Stand in for the text and the message id while a template is cut from a typed line; NUL
+#: never occurs in a session id we issue, and a template is used only when each marker occurs
+#: exactly once, text first.
+_TEXT_MARK: Final = "\x00text\x00"
+_ID_MARK: Final = "\x00id\x00"
+_TEXT_MARK_JSON: Final = orjson.dumps(_TEXT_MARK)
+_ID_MARK_JSON: Final = orjson.dumps(_ID_MARK)
+
+#: A text chunk's line in three parts: ``head + dumps(text) + middle + dumps(id) + tail``.
+TextTemplate = tuple[bytes, bytes, bytes]
 
 #: What a projection yields: a typed notification, or a text chunk's finished line.
 Outbound = SessionNotification | bytes
@@ -138,14 +142,18 @@ def encode_update(notification: SessionNotification) -> bytes:
     return encode_notification(UPDATE_METHOD, unstructure(notification))
 
 
-def text_template(session_id: str, kind: ChunkKind, message_id: str) -> tuple[bytes, bytes] | None:
-    """The bytes before and after the encoded text in a text chunk's line, cut from the typed
-    path's line; ``None`` if the ids make the cut ambiguous (then the typed path is used)."""
-    line = encode_update(text_chunk(session_id, kind, message_id, _MARK))
-    if line.count(_MARK_JSON) != 1:
+def text_template(session_id: str, kind: ChunkKind) -> TextTemplate | None:
+    """The bytes around the encoded text and message id in a text chunk's line, cut from the
+    typed path's own line; ``None`` if the session id makes the cut ambiguous (then the typed
+    path is used)."""
+    line = encode_update(text_chunk(session_id, kind, _ID_MARK, _TEXT_MARK))
+    if line.count(_TEXT_MARK_JSON) != 1 or line.count(_ID_MARK_JSON) != 1:
         return None
-    head, _, tail = line.partition(_MARK_JSON)
-    return head, tail
+    head, _, rest = line.partition(_TEXT_MARK_JSON)
+    middle, found, tail = rest.partition(_ID_MARK_JSON)
+    if not found:
+        return None  # the id comes before the text: not the shape this template knows
+    return head, middle, tail
 
 
 def mode_state() -> SessionModeState:
@@ -229,30 +237,28 @@ class SessionProjector:
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self._announced: set[str] = set()
-        self._templates: dict[tuple[str, str], tuple[bytes, bytes] | None] = {}
+        self._templates: dict[str, TextTemplate | None] = {}
 
     def _wrap(self, update: SessionUpdate) -> SessionNotification:
         return SessionNotification(session_id=self.session_id, update=update)
 
     def text(self, kind: ChunkKind, message_id: str, text: str) -> list[bytes]:
         """The finished lines of one text chunk (more than one only past the text bound)."""
-        key = (kind, message_id)
         templates = self._templates
-        if key in templates:
-            template = templates[key]
+        if kind in templates:
+            template = templates[kind]
         else:
-            if len(templates) >= MAX_TEMPLATES:
-                templates.clear()
-            template = templates[key] = text_template(self.session_id, kind, message_id)
+            template = templates[kind] = text_template(self.session_id, kind)
         if template is None:
             return [
                 encode_update(text_chunk(self.session_id, kind, message_id, piece))
                 for piece in _pieces(text)
             ]
-        head, tail = template
+        head, middle, tail = template
+        after = middle + orjson.dumps(message_id) + tail
         if len(text) <= MAX_TOOL_TEXT_CHARS:
-            return [head + orjson.dumps(text) + tail]
-        return [head + orjson.dumps(piece) + tail for piece in _pieces(text)]
+            return [head + orjson.dumps(text) + after]
+        return [head + orjson.dumps(piece) + after for piece in _pieces(text)]
 
     def tool_call(self, tool_id: str, tool: ToolState, *, summary: str = "") -> ToolCallUpdate:
         """A tool call's fields as ACP shows them: the terminal output (else the request

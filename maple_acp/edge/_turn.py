@@ -155,6 +155,8 @@ class PromptTurns:
         """Send every event of ``run`` as it comes; return the run's final state."""
         projector = session.projector
         send = self.connection.send
+        # Text chunks are finished lines: straight to the peer, the hot path.
+        send_line = self.connection.peer.notify_encoded
         dropped = False
         async with trio.open_nursery() as permissions:
             try:
@@ -164,12 +166,12 @@ class PromptTurns:
                             for line in projector.text(
                                 "agent_message_chunk", event.message_id, event.text
                             ):
-                                await send(line)
+                                await send_line(line)
                         elif isinstance(event, ThoughtChunk):
                             for line in projector.text(
                                 "agent_thought_chunk", event.message_id, event.text
                             ):
-                                await send(line)
+                                await send_line(line)
                         elif isinstance(event, ToolRow):
                             await send(projector.tool(event.tool_id, event.tool))
                         elif isinstance(event, PermissionRequest):

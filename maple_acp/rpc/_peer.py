@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeAlias
 
 import trio
@@ -23,7 +23,7 @@ from maple_acp.wire._errors import (
     ProtocolError,
 )
 
-from ._credit import MAX_OUTBOUND_BYTES, MAX_OUTBOUND_LINES, OutboundCredit
+from ._credit import FRAME_OVERHEAD_BYTES, MAX_OUTBOUND_BYTES, MAX_OUTBOUND_LINES, OutboundCredit
 from ._envelope import (
     ErrorResponse,
     Notification,
@@ -345,7 +345,49 @@ class JsonRpcPeer:
 
         ``ValueError`` if the line is empty or has a newline anywhere but at its end.
         """
-        await self._send(check_frame(line))
+        # The streaming hot path (one call per text chunk): the frame check, the credit and
+        # the hand-off are inlined rather than calls, with the same rules as _send.
+        size = len(line)
+        if not size or line.find(b"\n") != size - 1:
+            check_frame(line)  # raises the precise ValueError
+        charge = size + FRAME_OVERHEAD_BYTES
+        if self._closed:
+            raise ConnectionClosed(self._close_reason)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._credit_waiters or not self._credit.try_acquire(charge):
+            await self._wait_for_credit(charge)
+        self._outbox.append((line, charge))
+        self._queued += 1
+        if self._writer_parked:
+            self._writer_parked = False
+            self._writer_lot.unpark()
+
+    async def notify_lines(self, lines: Sequence[bytes]) -> None:
+        """:meth:`notify_encoded` for many lines, in order, as one hand-off: one cancellation
+        check and one writer wake-up for the batch, and credit taken line by line (when the
+        budget runs out, what is queued is handed to the writer first, then this waits).
+
+        ``ValueError`` (before anything is queued) if a line is empty or has a newline
+        anywhere but at its end. Raises like :meth:`notify` otherwise; on cancellation the
+        lines already queued stay queued and the rest are not."""
+        for line in lines:
+            check_frame(line)
+        if self._closed:
+            raise ConnectionClosed(self._close_reason)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        credit = self._credit
+        outbox = self._outbox
+        charge_for = OutboundCredit.charge_for
+        try:
+            for line in lines:
+                charge = charge_for(len(line))
+                if self._credit_waiters or not credit.try_acquire(charge):
+                    self._wake_writer()
+                    await self._wait_for_credit(charge)
+                outbox.append((line, charge))
+                self._queued += 1
+        finally:
+            self._wake_writer()
 
     async def drain(self) -> None:
         """Return once every line queued before this call has been fully written.
@@ -410,7 +452,10 @@ class JsonRpcPeer:
     def _enqueue(self, line: bytes, release_charge: int) -> None:
         self._outbox.append((line, release_charge))
         self._queued += 1
-        if self._writer_parked:
+        self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        if self._writer_parked and self._outbox:
             # Cleared here, not when the writer resumes: one wake-up per batch, not per line.
             self._writer_parked = False
             self._writer_lot.unpark()

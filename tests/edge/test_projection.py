@@ -77,11 +77,24 @@ def test_text_line_equals_the_typed_path_for_any_ids(
         )
 
 
-def test_ids_that_hold_the_template_marker_fall_back_to_the_typed_path() -> None:
-    projector = SessionProjector("s\x00text\x00")
-    assert projector.text("agent_message_chunk", "m", "hi") == _typed_lines(
-        "s\x00text\x00", "agent_message_chunk", "m", "hi"
-    )
+@pytest.mark.parametrize(
+    ("session_id", "message_id"),
+    [
+        ("s\x00text\x00", "m"),
+        ("s\x00id\x00", "m"),
+        ("s", "\x00text\x00"),
+        ("s", "\x00id\x00"),
+        ("\x00id\x00\x00text\x00", "\x00text\x00\x00id\x00"),
+    ],
+)
+def test_ids_that_hold_the_template_markers_still_match_the_typed_path(
+    session_id: str, message_id: str
+) -> None:
+    projector = SessionProjector(session_id)
+    for kind in KINDS:
+        assert projector.text(kind, message_id, "hi") == _typed_lines(
+            session_id, kind, message_id, "hi"
+        )
 
 
 def _params(item: Any) -> Any:

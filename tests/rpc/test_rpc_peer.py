@@ -901,3 +901,46 @@ async def test_answers_nobody_asked_for_get_no_reply(make_pair: Callable[[], Str
         await raw.send(request_line(5, "echo", ["next"]))
         assert await raw.read() == {"jsonrpc": "2.0", "id": 5, "result": ["next"]}
         assert not peer.closed
+
+
+# --- batches of pre-encoded lines ----------------------------------------------------------------
+
+
+def _line(index: int) -> bytes:
+    return b'{"jsonrpc":"2.0","method":"n","params":{"i":%d}}\n' % index
+
+
+async def test_a_batch_of_lines_arrives_whole_and_in_order_past_the_credit_budget() -> None:
+    ours, theirs = memory_pair()
+    raw = RawEnd(theirs)
+    async with serving(JsonRpcPeer(ours, max_outbound_lines=4)) as peer:
+        async with trio.open_nursery() as nursery:
+            # Ten lines through a budget of four: the batch waits for credit part way and
+            # hands what it queued to the writer first, or it would wait forever.
+            nursery.start_soon(peer.notify_lines, [_line(i) for i in range(10)])
+            received = [await raw.read() for _ in range(10)]
+        assert [m["params"]["i"] for m in received] == list(range(10))
+        await trio.testing.wait_all_tasks_blocked()
+        assert peer.credit.lines_in_use == 0
+
+
+async def test_a_batch_with_a_bad_line_queues_nothing() -> None:
+    ours, theirs = memory_pair()
+    raw = RawEnd(theirs)
+    async with serving(JsonRpcPeer(ours)) as peer:
+        with pytest.raises(ValueError, match="newline"):
+            await peer.notify_lines([_line(0), b'{"a":\n1}\n'])
+        with pytest.raises(ValueError, match="empty"):
+            await peer.notify_lines([_line(0), b""])
+        await peer.notify_lines([_line(7)])
+        assert (await raw.read())["params"]["i"] == 7
+
+
+async def test_a_batch_on_a_closed_connection_raises_connection_closed() -> None:
+    ours, _theirs = memory_pair()
+    async with serving(JsonRpcPeer(ours)) as peer:
+        await peer.aclose()
+        with pytest.raises(ConnectionClosed):
+            await peer.notify_lines([_line(0)])
+        with pytest.raises(ConnectionClosed):
+            await peer.notify_encoded(_line(0))

@@ -1,0 +1,116 @@
+"""History replay against live streaming of the same updates, through the connector.
+
+Run: ``python bench/bench_replay.py [--updates N] [--size B] [--runs R]``. Prints plain text;
+the ratio measured in one run is what counts.
+
+A prompt of N ``/echo`` lines of B bytes makes the demo backend send N agent messages, and
+``/stream N B`` sends N chunks of one message (the fastest live path); each is timed from the
+prompt request to its answer. The session is closed and loaded
+again on the same connection: the load replays the same N messages before its answer (timed
+from the load request to its answer). Both go through ``maple-acp serve`` and a
+``maple-acp-connector`` process, read by the same client code as ``bench_throughput.py``; the
+runs alternate, each on a fresh session.
+
+Target (issue 13): the replay at least as fast as the live stream, complete and in order
+before the answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_throughput import PYTHON, TIMEOUT_S, LineClient, _clean_env, running_host
+
+
+def one_round(client: LineClient, cwd: str, updates: int, size: int) -> tuple[float, float, float]:
+    """(live messages, live stream, replay) updates per second, on fresh sessions."""
+    session = client.call("session/new", {"cwd": cwd, "mcpServers": []})[0]["sessionId"]
+    stream = [{"type": "text", "text": f"/stream {updates} {size}"}]
+    started = time.perf_counter()
+    _, streamed = client.call("session/prompt", {"sessionId": session, "prompt": stream})
+    stream_s = time.perf_counter() - started
+    if streamed != updates:
+        raise RuntimeError(f"expected {updates} streamed chunks, got {streamed}")
+    client.call("session/close", {"sessionId": session})
+    session = client.call("session/new", {"cwd": cwd, "mcpServers": []})[0]["sessionId"]
+    text = "\n".join(f"/echo {str(i).rjust(size, 'x')}" for i in range(updates))
+    prompt = [{"type": "text", "text": text}]
+    started = time.perf_counter()
+    result, live = client.call("session/prompt", {"sessionId": session, "prompt": prompt})
+    live_s = time.perf_counter() - started
+    if live != updates or result.get("stopReason") != "end_turn":
+        raise RuntimeError(f"expected {updates} live updates, got {live}: {result}")
+    client.call("session/close", {"sessionId": session})
+    started = time.perf_counter()
+    _, replayed = client.call("session/load", {"sessionId": session, "cwd": cwd, "mcpServers": []})
+    replay_s = time.perf_counter() - started
+    if replayed != updates:
+        raise RuntimeError(f"expected {updates} replayed messages, got {replayed}")
+    client.call("session/close", {"sessionId": session})
+    return updates / live_s, updates / stream_s, updates / replay_s
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--updates", type=int, default=10_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="macp-replay-"))
+    live: list[float] = []
+    stream: list[float] = []
+    replay: list[float] = []
+    try:
+        project = scratch / "project"
+        project.mkdir()
+        with running_host(scratch) as (_, socket_path):
+            connector = subprocess.Popen(
+                [PYTHON, "-m", "maple_acp_connector", "--socket", str(socket_path)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=_clean_env(),
+            )
+            try:
+                assert connector.stdin is not None
+                assert connector.stdout is not None
+                client = LineClient(connector.stdin, connector.stdout)
+                client.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+                for _ in range(args.runs):
+                    rates = one_round(client, str(project), args.updates, args.size)
+                    live.append(rates[0])
+                    stream.append(rates[1])
+                    replay.append(rates[2])
+                connector.stdin.close()
+                connector.wait(timeout=TIMEOUT_S)
+            finally:
+                if connector.poll() is None:
+                    connector.kill()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    live_median = statistics.median(live)
+    stream_median = statistics.median(stream)
+    replay_median = statistics.median(replay)
+    print(f"history replay vs live streaming, {args.updates} updates of {args.size} bytes")
+    print(f"  live, {args.updates} messages:      {live_median:>10,.0f} updates/s  ({_fmt(live)})")
+    print(f"  live, one streamed message: {stream_median:>10,.0f} updates/s  ({_fmt(stream)})")
+    print(f"  session/load replay:        {replay_median:>10,.0f} updates/s  ({_fmt(replay)})")
+    for name, rate in (("the same messages live", live_median), ("live streaming", stream_median)):
+        ratio = replay_median / rate
+        verdict = "meets" if ratio >= 1 else "MISSES"
+        print(f"  replay / {name}: {ratio:.2f}x ({verdict} the 1x target)")
+    return 0
+
+
+def _fmt(values: list[float]) -> str:
+    return ", ".join(f"{v:,.0f}" for v in values)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
