@@ -108,9 +108,10 @@ async def test_a_slash_prompt_reaches_the_backend_unchanged(
         assert "/no_such_directive" in text
         assert "/plan" in text
         assert "/tool" in text
-        # And the session goes on.
-        await client.prompt(sid, "/echo still here")
-        assert client.text(sid).endswith("still here")
+        # A known one runs with its argument exactly as typed (inner spacing included).
+        await client.prompt(sid, "/echo   keep   these  spaces")
+        last = of_kind(client, sid, "agent_message_chunk")[-1]
+        assert last["content"]["text"] == "keep   these  spaces"
 
 
 async def test_write_file_carries_a_diff_and_the_location(
