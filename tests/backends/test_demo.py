@@ -302,6 +302,15 @@ def test_every_directive_is_an_available_command() -> None:
         assert f"``/{name}" in demo.__doc__
 
 
+async def test_a_session_of_the_demo_offers_its_directives(
+    service: AgentService, project: Path
+) -> None:
+    async with trio.open_nursery() as nursery:
+        lease = await nursery.start(service.serve_new_task, str(project))
+        assert lease.commands == DEMO_COMMANDS
+        await lease.release(close=True)
+
+
 async def test_plan_is_sent_whole_and_the_latest_is_kept(
     service: AgentService, project: Path
 ) -> None:
