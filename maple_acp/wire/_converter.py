@@ -388,16 +388,10 @@ _TAGGED_UNIONS: Final = (
         untagged=s.McpServerStdio,
     ),
     _TaggedUnion(
-        union=s.SessionConfigOption,
-        noun="config option type",
-        key="type",
-        members={"select": s.SessionConfigSelect, "boolean": s.SessionConfigBoolean},
-    ),
-    _TaggedUnion(
         union=u.ToolCallContent,
         noun="tool call content type",
         key="type",
-        members={"content": u.Content, "diff": u.Diff, "terminal": u.Terminal},
+        members={"content": u.Content, "diff": u.Diff},
     ),
     _TaggedUnion(
         union=u.SessionUpdate,
@@ -411,7 +405,6 @@ _TAGGED_UNIONS: Final = (
             "tool_call_update": u.ToolCallUpdate,
             "plan": u.Plan,
             "available_commands_update": u.AvailableCommandsUpdate,
-            "current_mode_update": u.CurrentModeUpdate,
             "config_option_update": u.ConfigOptionUpdate,
             "session_info_update": u.SessionInfoUpdate,
             "usage_update": u.UsageUpdate,
@@ -436,25 +429,6 @@ _TAGGED_UNIONS: Final = (
             "cancel": i.ElicitationCancel,
         },
     ),
-    _TaggedUnion(
-        union=i.ElicitationPropertySchema,
-        noun="property schema type",
-        key="type",
-        members={
-            "string": i.StringPropertySchema,
-            "number": i.NumberPropertySchema,
-            "integer": i.IntegerPropertySchema,
-            "boolean": i.BooleanPropertySchema,
-            "array": i.MultiSelectPropertySchema,
-        },
-    ),
-    _TaggedUnion(
-        union=i.MultiSelectItems,
-        noun="multi-select items type",
-        key="type",
-        members={"string": i.StringMultiSelectItems},
-        untagged=i.TitledMultiSelectItems,
-    ),
 )
 
 
@@ -466,19 +440,6 @@ def _structure_resource_contents(value: object, _: object) -> object:
     if "text" not in value and "blob" not in value:
         raise WireValueError("expected a 'text' or a 'blob' field")
     return CONVERTER.get_structure_hook(cls)(value, cls)
-
-
-def _structure_select_options(value: object, _: object) -> object:
-    # A grouped list is recognised by its first entry; an empty list is a flat one.
-    if not isinstance(value, list):
-        raise _expected("an array", value)
-    grouped = bool(value) and isinstance(value[0], dict) and "group" in value[0]
-    tp: Any = (
-        tuple[s.SessionConfigSelectGroup, ...]
-        if grouped
-        else tuple[s.SessionConfigSelectOption, ...]
-    )
-    return CONVERTER.get_structure_hook(tp)(value, tp)
 
 
 def _structure_config_value(value: object, _: object) -> str | bool:
@@ -505,7 +466,6 @@ def _structure_content_value(value: object, _: object) -> object:
 
 _UNTAGGED_UNIONS: Final[dict[Any, Callable[[object, object], object]]] = {
     c.ResourceContents: _structure_resource_contents,
-    s.SessionConfigSelectOptions: _structure_select_options,
     str | bool: _structure_config_value,
     int | str | None: _structure_request_id,
     i.ElicitationContentValue: _structure_content_value,

@@ -6,7 +6,7 @@ import attrs
 
 from ._content import Meta
 from ._updates import ToolCallUpdate
-from ._validators import WireValueError, non_negative
+from ._validators import WireValueError
 
 PermissionOptionKind = Literal["allow_once", "allow_always", "reject_once", "reject_always"]
 
@@ -48,53 +48,11 @@ class RequestPermissionResponse:
     meta: Meta | None = None
 
 
-StringFormat = Literal["email", "uri", "date", "date-time"]
-
-
-@attrs.frozen(kw_only=True)
-class EnumOption:
-    const: str
-    title: str
-    description: str | None = None
-    meta: Meta | None = None
-
-
-@attrs.frozen(kw_only=True)
-class StringPropertySchema:
-    title: str | None = None
-    description: str | None = None
-    min_length: int | None = attrs.field(default=None, validator=non_negative)
-    max_length: int | None = attrs.field(default=None, validator=non_negative)
-    pattern: str | None = None
-    format: StringFormat | None = None
-    default: str | None = None
-    enum: tuple[str, ...] | None = None
-    one_of: tuple[EnumOption, ...] | None = None
-    meta: Meta | None = None
-
-
-@attrs.frozen(kw_only=True)
-class NumberPropertySchema:
-    title: str | None = None
-    description: str | None = None
-    minimum: float | None = None
-    maximum: float | None = None
-    default: float | None = None
-    meta: Meta | None = None
-
-
-@attrs.frozen(kw_only=True)
-class IntegerPropertySchema:
-    title: str | None = None
-    description: str | None = None
-    minimum: int | None = None
-    maximum: int | None = None
-    default: int | None = None
-    meta: Meta | None = None
-
-
 @attrs.frozen(kw_only=True)
 class BooleanPropertySchema:
+    """A boolean form field: the only kind of field this package asks for (project trust)."""
+
+    type: Literal["boolean"] = "boolean"
     title: str | None = None
     description: str | None = None
     default: bool | None = None
@@ -102,48 +60,11 @@ class BooleanPropertySchema:
 
 
 @attrs.frozen(kw_only=True)
-class StringMultiSelectItems:
-    enum: tuple[str, ...]
-    meta: Meta | None = None
-
-
-@attrs.frozen(kw_only=True)
-class TitledMultiSelectItems:
-    any_of: tuple[EnumOption, ...]
-    meta: Meta | None = None
-
-
-#: ``{"type": "string", "enum": [...]}`` or ``{"anyOf": [...]}`` (the latter has no ``type``).
-MultiSelectItems = StringMultiSelectItems | TitledMultiSelectItems
-
-
-@attrs.frozen(kw_only=True)
-class MultiSelectPropertySchema:
-    items: MultiSelectItems
-    title: str | None = None
-    description: str | None = None
-    min_items: int | None = attrs.field(default=None, validator=non_negative)
-    max_items: int | None = attrs.field(default=None, validator=non_negative)
-    default: tuple[str, ...] | None = None
-    meta: Meta | None = None
-
-
-#: Tagged on ``type``: string, number, integer, boolean, array.
-ElicitationPropertySchema = (
-    StringPropertySchema
-    | NumberPropertySchema
-    | IntegerPropertySchema
-    | BooleanPropertySchema
-    | MultiSelectPropertySchema
-)
-
-
-@attrs.frozen(kw_only=True)
 class ElicitationSchema:
     type: Literal["object"] = "object"
     title: str | None = None
     description: str | None = None
-    properties: dict[str, ElicitationPropertySchema] = attrs.field(factory=dict)
+    properties: dict[str, BooleanPropertySchema] = attrs.field(factory=dict)
     required: tuple[str, ...] | None = None
     meta: Meta | None = None
 

@@ -75,43 +75,24 @@ class SessionConfigSelectOption:
 
 
 @attrs.frozen(kw_only=True)
-class SessionConfigSelectGroup:
-    group: str
-    name: str
-    options: tuple[SessionConfigSelectOption, ...]
-    meta: Meta | None = None
-
-
-#: A flat list of options or a list of groups; a group is recognised by its ``group`` key.
-SessionConfigSelectOptions = (
-    tuple[SessionConfigSelectOption, ...] | tuple[SessionConfigSelectGroup, ...]
-)
-
-
-@attrs.frozen(kw_only=True)
 class SessionConfigSelect:
+    """A select option (the only kind this agent offers: model and mode); its options are a
+    flat list."""
+
+    type: Literal["select"] = "select"
     id: str
     name: str
     current_value: str
-    options: SessionConfigSelectOptions
+    options: tuple[SessionConfigSelectOption, ...]
     description: str | None = None
     #: ``mode``, ``model``, ``model_config``, ``thought_level`` or any other string.
     category: str | None = None
     meta: Meta | None = None
 
 
-@attrs.frozen(kw_only=True)
-class SessionConfigBoolean:
-    id: str
-    name: str
-    current_value: bool
-    description: str | None = None
-    category: str | None = None
-    meta: Meta | None = None
-
-
-#: Tagged on ``type``: select, boolean.
-SessionConfigOption = SessionConfigSelect | SessionConfigBoolean
+#: A config option this agent sends: ``type`` is ``select`` (ACP also knows ``boolean`` options,
+#: which this agent neither offers nor reads).
+SessionConfigOption = SessionConfigSelect
 
 
 @attrs.frozen(kw_only=True)

@@ -56,14 +56,9 @@ class Diff:
     meta: Meta | None = None
 
 
-@attrs.frozen(kw_only=True)
-class Terminal:
-    terminal_id: str
-    meta: Meta | None = None
-
-
-#: Tagged on ``type``: content, diff, terminal.
-ToolCallContent = Content | Diff | Terminal
+#: Tagged on ``type``: content, diff (ACP's ``terminal`` content needs client terminals, which
+#: this agent does not use).
+ToolCallContent = Content | Diff
 
 
 @attrs.frozen(kw_only=True)
@@ -142,12 +137,6 @@ class AvailableCommandsUpdate:
 
 
 @attrs.frozen(kw_only=True)
-class CurrentModeUpdate:
-    current_mode_id: str
-    meta: Meta | None = None
-
-
-@attrs.frozen(kw_only=True)
 class ConfigOptionUpdate:
     config_options: tuple[SessionConfigOption, ...]
     meta: Meta | None = None
@@ -177,7 +166,8 @@ class UsageUpdate:
     meta: Meta | None = None
 
 
-#: Tagged on ``sessionUpdate`` with the snake_case name of each variant.
+#: Tagged on ``sessionUpdate`` with the snake_case name of each variant (not
+#: ``current_mode_update``: this agent has one mode, which never changes).
 SessionUpdate = (
     UserMessageChunk
     | AgentMessageChunk
@@ -186,7 +176,6 @@ SessionUpdate = (
     | ToolCallUpdate
     | Plan
     | AvailableCommandsUpdate
-    | CurrentModeUpdate
     | ConfigOptionUpdate
     | SessionInfoUpdate
     | UsageUpdate

@@ -207,7 +207,6 @@ COMPOSED = {
     "AgentMessageChunk": ["ContentChunk"],
     "AgentThoughtChunk": ["ContentChunk"],
     "SessionConfigSelect": ["SessionConfigOption", "SessionConfigSelect"],
-    "SessionConfigBoolean": ["SessionConfigOption", "SessionConfigBoolean"],
     "AuthMethod": ["AuthMethodAgent"],
     "ElicitationAccept": ["CreateElicitationResponse", "ElicitationAcceptAction"],
     "ElicitationDecline": ["CreateElicitationResponse"],
@@ -224,6 +223,9 @@ COMPOSED = {
 #: Keys a class carries beyond its definitions' properties: the tags in ``anyOf`` branches.
 EXTRA_KEYS = {
     "CreateElicitationRequest": {"mode"},
+    # Union members whose tag is a field of their own: this agent sends no other member.
+    "BooleanPropertySchema": {"type"},
+    "SessionConfigSelect": {"type"},
     "SetSessionConfigOptionRequest": {"type", "value"},
 }
 #: Our own extensions, which the ACP schema does not define.
