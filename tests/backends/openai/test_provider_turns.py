@@ -69,7 +69,10 @@ def rows(events: list[RunEvent], tool_id: str | None = None) -> list[ToolRow]:
 async def test_a_streamed_answer_reaches_the_caller_with_usage_and_the_key(
     service: AgentService, provider: LoopbackProvider, project: Path
 ) -> None:
-    provider.add(text_reply("Hel", "lo", " there", usage=(12, 3)))
+    reply = text_reply("Hel", "lo", " there", usage=None)
+    assert reply.events is not None
+    reply.events.append(usage_chunk(12, 3, cached=4))
+    provider.add(reply)
     async with trio.open_nursery() as nursery:
         lease = await open_lease(service, project, nursery)
         events, outcome = await run_prompt(lease, "say hello")
@@ -80,6 +83,8 @@ async def test_a_streamed_answer_reaches_the_caller_with_usage_and_the_key(
     assert len({c.message_id for c in chunks}) == 1
     assert outcome.usage.input_tokens == 12
     assert outcome.usage.output_tokens == 3
+    assert outcome.usage.total_tokens == 15
+    assert outcome.usage.cache_read_tokens == 4
     (request,) = provider.chat_requests()
     assert request.headers["authorization"] == f"Bearer {TEST_KEY}"
     body = request.body
