@@ -76,23 +76,30 @@ class GoalFlow:
         """Forward what happens outside any prompt until the lease ends."""
         connection = self.connection
         events = session.lease.session_events()
+        gone = False
         try:
             with session.update_scope():
-                async with trio.open_nursery() as cycles:
-                    async for event in events:
-                        if isinstance(event, GoalChanged):
-                            await connection.send(session.projector.goal(event.goal))
-                        elif isinstance(event, CycleStarted):
-                            cycles.start_soon(self._pump_cycle, session, event.run)
-                        elif isinstance(event, LeaseRevoked):
-                            break
-                    cycles.cancel_scope.cancel()
-        except (SessionClosed, ConnectionClosed):
+                try:
+                    async with trio.open_nursery() as cycles:
+                        async for event in events:
+                            if isinstance(event, GoalChanged):
+                                await connection.send(session.projector.goal(event.goal))
+                            elif isinstance(event, CycleStarted):
+                                cycles.start_soon(self._pump_cycle, session, event.run)
+                            elif isinstance(event, LeaseRevoked):
+                                break
+                        cycles.cancel_scope.cancel()
+                # Raised inside the nursery, a closed connection arrives as a group: the
+                # client is gone, which ends this stream and nothing else.
+                except* ConnectionClosed:
+                    gone = True
+        except SessionClosed:
             return
-        connection.closer.forget(session)
+        if not gone:
+            connection.closer.forget(session)
 
     async def _pump_cycle(self, session: EdgeSession, run: Run) -> None:
         try:
             await self.connection.turns.pump(session, run)
-        except ConnectionClosed:
+        except* ConnectionClosed:
             run.cancel()

@@ -643,6 +643,11 @@ class JsonRpcPeer:
                 finally:
                     del self._inflight[request.id]
         except Exception as exc:
+            if self._closed and isinstance(single_exception(exc), ConnectionClosed):
+                # The connection ended under the handler (a client gone mid-stream): a normal
+                # end of the request, and there is nobody left to answer.
+                logger.debug("%r ended with the connection", request.method)
+                return
             error = _unwrap_protocol_error(exc)
             if error is None:
                 error = self._internal_error(request.method, exc)

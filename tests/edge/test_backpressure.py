@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import socket
+import struct
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -13,8 +15,7 @@ import trio.testing
 from edge_harness import Harness, running_service
 
 from maple_acp.edge import AcpServiceConfig
-from maple_acp.runtime import Turn
-from maple_acp.store import ToolState, ToolStatus
+from maple_acp.runtime import ToolState, ToolStatus, Turn
 
 #: Updates the backend tries to stream at a client that has stopped reading.
 STREAM_UPDATES = 200_000
@@ -127,3 +128,38 @@ async def test_one_oversized_update_ends_the_turn_not_the_connection(tmp_path: P
         assert "too large" in text
         # The connection is still usable.
         assert (await client.list_sessions())["sessions"]
+
+
+async def test_a_client_gone_mid_stream_is_a_quiet_end_for_the_host(
+    harness: Harness, project: Path, caplog: Any
+) -> None:
+    """The transport fails while the pump waits for credit: the connection ends without an
+    error log or a traceback, the service goes on serving, and the run is gone."""
+    caplog.set_level(logging.DEBUG)
+    ours, theirs = socket.socketpair()
+    service_end = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
+    client = LineClient(trio.SocketStream(trio.socket.from_stdlib_socket(ours)))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(harness.acp.serve_stream, service_end)
+        new, _ = await client.answer(
+            await client.send("session/new", {"cwd": str(project), "mcpServers": []})
+        )
+        sid = new["result"]["sessionId"]
+        await client.send(
+            "session/prompt",
+            {"sessionId": sid, "prompt": [{"type": "text", "text": "/stream 20000 4096"}]},
+        )
+        while (await client.read()).get("method") != "session/update":
+            pass
+        await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+        # A reset, as a killed client process gives: unread data makes close() send RST.
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await client.stream.aclose()
+    assert harness.runtime.status().active_runs == 0
+    loud = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert loud == []
+    async with harness.connect(initialize=True) as other:
+        # Its prompt was admitted: the task stays, free to load.
+        listed = (await other.list_sessions())["sessions"]
+        assert [s["sessionId"] for s in listed] == [sid]
+        await other.load_session(sid, str(project))
