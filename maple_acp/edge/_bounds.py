@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import orjson
 
+from maple_acp._text import CUT_TEXT, truncate
 from maple_acp.runtime import ToolLocation
 from maple_acp.wire import ToolCallLocation, ToolKind
 
@@ -20,15 +21,13 @@ from maple_acp.wire import ToolCallLocation, ToolKind
 MAX_TOOL_TEXT_CHARS: Final = 16_000
 #: Encoded size of a raw tool input or output; larger values become a truncation marker.
 MAX_RAW_BYTES: Final = 64 * 1024
-#: Marker appended to text cut at :data:`MAX_TOOL_TEXT_CHARS`.
-TRUNCATION_SUFFIX: Final = "\n… [truncated]"
+#: Marker appended to text cut at :data:`MAX_TOOL_TEXT_CHARS` (the one truncation helper's).
+TRUNCATION_SUFFIX: Final = CUT_TEXT
 
 
 def bound_text(text: str, limit: int = MAX_TOOL_TEXT_CHARS) -> str:
     """``text`` cut to at most ``limit`` characters, marked when cut."""
-    if len(text) <= limit:
-        return text
-    return text[: limit - len(TRUNCATION_SUFFIX)] + TRUNCATION_SUFFIX
+    return truncate(text, limit, CUT_TEXT)
 
 
 def bound_raw(value: Any, limit: int = MAX_RAW_BYTES) -> Any:

@@ -19,6 +19,7 @@ from typing import Any, Final
 import orjson
 
 from maple_acp import wire
+from maple_acp._text import CUT_DIFF, truncate
 from maple_acp.edge._bounds import (
     MAX_TOOL_TEXT_CHARS,
     bound_raw,
@@ -77,7 +78,7 @@ MODE_ID: Final = "interactive"
 MODEL_OPTION_ID: Final = "model"
 MODE_OPTION_ID: Final = "mode"
 #: Marker appended to a diff whose text was cut before it reached the edge.
-DIFF_TRUNCATED: Final = "\n… [diff truncated]"
+DIFF_TRUNCATED: Final = CUT_DIFF
 #: Titles and notices are short by nature; a longer one is cut.
 MAX_TITLE_CHARS: Final = 500
 
@@ -224,10 +225,13 @@ def goal_snapshot(goal: GoalRecord) -> GoalSnapshot:
 
 
 def _diff(diff: FileDiff) -> Diff:
-    new_text = bound_text(diff.new_text)
-    if diff.truncated and not new_text.endswith(DIFF_TRUNCATED):
-        new_text = new_text[: MAX_TOOL_TEXT_CHARS - len(DIFF_TRUNCATED)] + DIFF_TRUNCATED
-    old_text = None if diff.old_text is None else bound_text(diff.old_text)
+    """A diff bounded like other tool content; a cut, here or before the edge, is visible."""
+    new_text = truncate(diff.new_text, MAX_TOOL_TEXT_CHARS, CUT_DIFF)
+    if diff.truncated and not new_text.endswith(CUT_DIFF):
+        new_text = new_text[: MAX_TOOL_TEXT_CHARS - len(CUT_DIFF)] + CUT_DIFF
+    old_text = (
+        None if diff.old_text is None else truncate(diff.old_text, MAX_TOOL_TEXT_CHARS, CUT_DIFF)
+    )
     return Diff(path=diff.path, new_text=new_text, old_text=old_text)
 
 

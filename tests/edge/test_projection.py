@@ -184,3 +184,19 @@ def test_any_tool_row_projects_to_a_valid_update(
     tool = ToolState(name="shell", status=status, output_text=text, raw_input=raw, raw_output=raw)
     acp_schema.validate("SessionNotification", _params(projector.tool("t", tool)))
     acp_schema.validate("SessionNotification", _params(projector.tool("t", tool)))
+
+
+def test_a_long_diff_is_bounded_like_other_tool_content_and_says_so(acp_schema: AcpSchema) -> None:
+    projector = SessionProjector("s")
+    big = "line\n" * 5000  # 25,000 characters
+    tool = ToolState(
+        name="edit_file",
+        status=ToolStatus.COMPLETED,
+        diffs=(FileDiff(path="/p/big.txt", new_text=big, old_text=big[:-5]),),
+    )
+    params = _params(projector.tool("t", tool))
+    [diff] = params["update"]["content"]
+    for key in ("newText", "oldText"):
+        assert len(diff[key]) == MAX_TOOL_TEXT_CHARS
+        assert diff[key].endswith(DIFF_TRUNCATED)
+    acp_schema.validate("SessionNotification", params)
