@@ -20,9 +20,6 @@ from maple_acp.edge._listener import EndpointInUse, ListenerError
 from maple_acp.edge._service import PROTOCOL_VERSION, AcpService, AcpServiceStatus
 from maple_acp.wire import STATUS_METHOD
 
-#: The listener's error under its former name, until every caller says ``ListenerError``.
-EndpointError = ListenerError
-
 __all__ = [
     "CLOSE_DEADLINE_S",
     "DISCONNECT_CLEANUP_S",
@@ -35,7 +32,6 @@ __all__ = [
     "AcpServiceConfig",
     "AcpServiceStatus",
     "ConfigError",
-    "EndpointError",
     "EndpointInUse",
     "HostLifecycle",
     "ListenerError",
