@@ -6,6 +6,9 @@ release event is set. Leaving normally is what makes the transport send the ``DE
 the server-side session; cancelling that ``async with`` instead would skip it and leak the
 session. So the owning tasks are shielded from outside cancellation and bounded by their own
 deadlines, and revocation is a synchronous method that sets events and cancels scopes.
+
+One concern, kept whole although long: the life of the client sessions of one router (setup,
+catalog freeze, calls, revocation) shares the owning-task and deadline rules above.
 """
 
 from __future__ import annotations

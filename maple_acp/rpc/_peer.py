@@ -1,7 +1,8 @@
 """The Trio shell: one reader, one writer and one task per inbound request over a Stream.
 
 Everything with a rule in it (framing, envelopes, credit, id correlation) lives in the sans-I/O
-modules beside this one; this module only moves bytes and wakes tasks.
+modules beside this one; this module only moves bytes and wakes tasks. One concern, kept whole
+although long: the tasks and wake-ups of one connection depend on each other's state.
 """
 
 from __future__ import annotations

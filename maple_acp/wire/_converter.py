@@ -1,5 +1,7 @@
 """The one converter between wire types and JSON, and the functions the other layers call.
 
+One concern, kept whole although long: every structuring and unstructuring rule of the wire.
+
 Rules it enforces, in one place:
 
 * keys are camelCase; the ``meta`` attribute is ACP's ``_meta`` and passes through untouched;
