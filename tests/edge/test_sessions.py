@@ -312,3 +312,41 @@ async def test_a_fractional_id_is_an_invalid_request(harness: Harness) -> None:
         await client.wait_until(refused)
         # The connection is still usable.
         assert (await client.list_sessions()) == {"sessions": []}
+
+
+async def test_resume_sends_the_goal_snapshot_after_its_answer(
+    harness: Harness, project: Path, acp_schema: AcpSchema
+) -> None:
+    async with harness.connect(initialize=True) as first:
+        sid = (await first.new_session(str(project)))["sessionId"]
+        await first.prompt(sid, "/echo with a goal")
+        goal = {"sessionId": sid, "action": "set", "objective": "wait here hang"}
+        await first.call("_session/goal", goal)
+        await first.call("_session/goal", {"sessionId": sid, "action": "pause"})
+        await first.close_session(sid)
+    async with harness.connect(initialize=True) as client:
+        await client.resume_session(sid, str(project))
+
+        def snapshots() -> list[Any]:
+            return [
+                u["_meta"]["goal"]
+                for u in client.updates(sid)
+                if u["sessionUpdate"] == "session_info_update" and "_meta" in u
+            ]
+
+        await client.wait_until(lambda: bool(snapshots()))
+        assert snapshots()[0]["objective"] == "wait here hang"
+        assert snapshots()[0]["status"] == "paused"
+        inbound = [
+            (i, f.message)
+            for i, f in enumerate(client.frames)
+            if f.direction == "in" and isinstance(f.message, dict)
+        ]
+        answered = max(i for i, m in inbound if "result" in m)
+        goal_at = min(
+            i
+            for i, m in inbound
+            if m.get("method") == "session/update" and "_meta" in m["params"]["update"]
+        )
+        assert goal_at > answered
+        client.validate(acp_schema)
