@@ -361,7 +361,8 @@ class Host:
 
     async def kill(self) -> None:
         assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
+        if self.process.returncode is None:
+            self.process.send_signal(signal.SIGKILL)
         await self.process.wait()
         await self.stderr.closed.wait()
 
@@ -520,10 +521,6 @@ class Connection:
         answer = await self.call(op, method, params)
         self.count(op, answer)
         if isinstance(answer, ProtocolError):
-            if same and answer.code == -32600:
-                self.report.note(
-                    f"{method} of a session this connection holds is refused ({answer.message})"
-                )
             return
         if session_id not in self.owned:
             self.owned.append(session_id)
@@ -999,6 +996,8 @@ class Soak:
             raise SoakAborted(f"{why}: the host exited {self.host.process.returncode}")
         with trio.move_on_after(IDLE_DEADLINE_S):
             while True:
+                if self.host.process.returncode is not None:
+                    raise SoakAborted(f"{why}: the host exited {self.host.process.returncode}")
                 last = await self.host.status()
                 if last is not None and (
                     last.get("connections") == 1
@@ -1145,6 +1144,30 @@ class Soak:
         life = HostLife(pid=self.host.pid, started=time.monotonic())
         self.report.lives.append(life)
         self.say(f"[{self.clock()}] host {life.pid} ready")
+        try:
+            await self._live(life, seconds, last=last)
+        except* SoakAborted:
+            # The host ended on its own: a finding; the run goes on with the next life.
+            process = self.host.process
+            assert process is not None
+            with trio.move_on_after(STEP_DEADLINE_S):
+                await process.wait()
+            await self.host.stderr.closed.wait()
+            life.end = f"died on its own (exit {process.returncode})"
+            tail = " | ".join(list(self.host.stderr.lines)[-3:])
+            self.report.find(f"host {life.pid} {life.end}; its last lines: {tail[:600]}")
+            if last:
+                await self.host.start(nursery)
+                await self.verify("after the host died", everything=True)
+                await self.host.stop()
+        life.integrity = integrity_check(self.data_dir)
+        self.say(f"[{self.clock()}] host {life.pid} ended ({life.end}); store: {life.integrity}")
+        if life.integrity != "ok":
+            self.report.find(f"integrity_check after host {life.pid}: {life.integrity}")
+        for line, count in collections.Counter(self.host.stderr.defects).items():
+            self.report.find(f"host {life.pid} logged {count} times: {line[:300]}")
+
+    async def _live(self, life: HostLife, seconds: float, *, last: bool) -> None:
         if len(self.report.lives) > 1:
             await self.verify(f"restart {len(self.report.lives) - 1}", everything=False)
         warmup = min(self.config.warmup_s, seconds / 3)
@@ -1165,12 +1188,6 @@ class Soak:
             # Then kill it under load.
             await self.traffic(3.0, then=self.host.kill)
             life.end = "SIGKILL under load"
-        life.integrity = integrity_check(self.data_dir)
-        self.say(f"[{self.clock()}] host {life.pid} ended ({life.end}); store: {life.integrity}")
-        if life.integrity != "ok":
-            self.report.find(f"integrity_check after host {life.pid}: {life.integrity}")
-        for line, count in collections.Counter(self.host.stderr.defects).items():
-            self.report.find(f"host {life.pid} logged {count} times: {line[:300]}")
 
     async def run(self) -> SoakReport:
         self.started = time.monotonic()
