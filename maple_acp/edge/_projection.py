@@ -242,17 +242,18 @@ class SessionProjector:
         self.session_id = session_id
         self._announced: set[str] = set()
         self._templates: dict[str, TextTemplate | None] = {}
+        #: The message being streamed: (message id, kind, head bytes, bytes after the text).
+        self._current: tuple[str, str, bytes, bytes] | None = None
 
     def _wrap(self, update: SessionUpdate) -> SessionNotification:
         return SessionNotification(session_id=self.session_id, update=update)
 
     def text(self, kind: ChunkKind, message_id: str, text: str) -> list[bytes]:
         """The finished lines of one text chunk (more than one only past the text bound)."""
-        templates = self._templates
-        if kind in templates:
-            template = templates[kind]
-        else:
-            template = templates[kind] = text_template(self.session_id, kind)
+        line = self.text_line(kind, message_id, text)
+        if line is not None:
+            return [line]
+        template = self._templates[kind]
         if template is None:
             return [
                 encode_update(text_chunk(self.session_id, kind, message_id, piece))
@@ -260,9 +261,30 @@ class SessionProjector:
             ]
         head, middle, tail = template
         after = middle + orjson.dumps(message_id) + tail
-        if len(text) <= MAX_TOOL_TEXT_CHARS:
-            return [head + orjson.dumps(text) + after]
         return [head + orjson.dumps(piece) + after for piece in _pieces(text)]
+
+    def text_line(self, kind: ChunkKind, message_id: str, text: str) -> bytes | None:
+        """The streaming hot path: the one finished line of a chunk within the text bound, or
+        ``None`` when :meth:`text` must do it (a longer text, or no usable template). The
+        bytes after the text are kept for the message being streamed."""
+        current = self._current
+        if current is not None and current[0] == message_id and current[1] == kind:
+            if len(text) <= MAX_TOOL_TEXT_CHARS:
+                return current[2] + orjson.dumps(text) + current[3]
+            return None
+        templates = self._templates
+        if kind in templates:
+            template = templates[kind]
+        else:
+            template = templates[kind] = text_template(self.session_id, kind)
+        if template is None:
+            return None
+        head, middle, tail = template
+        after = middle + orjson.dumps(message_id) + tail
+        self._current = (message_id, kind, head, after)
+        if len(text) <= MAX_TOOL_TEXT_CHARS:
+            return head + orjson.dumps(text) + after
+        return None
 
     def tool_call(self, tool_id: str, tool: ToolState, *, summary: str = "") -> ToolCallUpdate:
         """A tool call's fields as ACP shows them: the terminal output (else the request

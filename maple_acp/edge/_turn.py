@@ -157,16 +157,21 @@ class PromptTurns:
         send = self.connection.send
         # Text chunks are finished lines: straight to the peer, the hot path.
         send_line = self.connection.peer.notify_encoded
+        text_line = projector.text_line
         dropped = False
         async with trio.open_nursery() as permissions:
             try:
                 async for event in run.events():
                     try:
                         if isinstance(event, TextChunk):
-                            for line in projector.text(
-                                "agent_message_chunk", event.message_id, event.text
-                            ):
+                            line = text_line("agent_message_chunk", event.message_id, event.text)
+                            if line is not None:
                                 await send_line(line)
+                            else:
+                                for line in projector.text(
+                                    "agent_message_chunk", event.message_id, event.text
+                                ):
+                                    await send_line(line)
                         elif isinstance(event, ThoughtChunk):
                             for line in projector.text(
                                 "agent_thought_chunk", event.message_id, event.text

@@ -200,3 +200,18 @@ def test_a_long_diff_is_bounded_like_other_tool_content_and_says_so(acp_schema: 
         assert len(diff[key]) == MAX_TOOL_TEXT_CHARS
         assert diff[key].endswith(DIFF_TRUNCATED)
     acp_schema.validate("SessionNotification", params)
+
+
+def test_interleaved_messages_and_kinds_each_keep_their_own_id() -> None:
+    projector = SessionProjector("s1")
+    sequence: list[tuple[ChunkKind, str, str]] = [
+        ("agent_message_chunk", "m1", "a"),
+        ("agent_message_chunk", "m1", "b"),
+        ("agent_thought_chunk", "m1", "c"),
+        ("agent_message_chunk", "m2", "d"),
+        ("agent_message_chunk", "m1", "e" * (MAX_TOOL_TEXT_CHARS + 1)),
+        ("agent_message_chunk", "m1", "f"),
+        ("user_message_chunk", "m2", ""),
+    ]
+    for kind, message_id, text in sequence:
+        assert projector.text(kind, message_id, text) == _typed_lines("s1", kind, message_id, text)
