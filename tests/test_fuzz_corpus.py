@@ -21,6 +21,8 @@ TARGETS = sorted(path.stem for path in FUZZ_DIR.glob("fuzz_*.py"))
 #: the fix lands, the mark must go.
 PENDING: dict[str, str] = {
     "fuzz_provider_stream/raw_invalid_utf8.bin": "provider: a non-UTF-8 stream escapes as a bug",
+    "fuzz_config/key_with_newline.toml": "ops: a config key is shown raw in the error",
+    "fuzz_config/grace_infinite.toml": "ops: an infinite grace is accepted and crashes serve",
 }
 SEEDS = sorted(
     (target, path)
