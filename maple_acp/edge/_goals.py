@@ -19,9 +19,7 @@ from maple_acp.runtime import (
     CycleStarted,
     GoalChanged,
     LeaseRevoked,
-    RejectionKind,
     Run,
-    RuntimeRejection,
 )
 from maple_acp.wire import (
     INVALID_PARAMS,
@@ -53,23 +51,19 @@ class GoalFlow:
         if request.action not in GOAL_ACTIONS:
             raise ProtocolError(INVALID_PARAMS, "action: not supported")
         lease = session.lease
+        # Refusals are the runtime's (INVALID_GOAL is -32602 in the one table, edge/_errors).
         with lease.operation():
-            try:
-                if request.action == "set":
-                    objective = (request.objective or "").strip()
-                    if not objective:
-                        raise ProtocolError(INVALID_PARAMS, "objective: must not be blank")
-                    await lease.set_goal(objective)
-                elif request.action == "pause":
-                    await lease.pause_goal()
-                elif request.action == "resume":
-                    await lease.resume_goal()
-                else:
-                    await lease.clear_goal()
-            except RuntimeRejection as exc:
-                if exc.kind is RejectionKind.INVALID_GOAL:
-                    raise ProtocolError(INVALID_PARAMS, exc.message) from None
-                raise
+            if request.action == "set":
+                objective = (request.objective or "").strip()
+                if not objective:
+                    raise ProtocolError(INVALID_PARAMS, "objective: must not be blank")
+                await lease.set_goal(objective)
+            elif request.action == "pause":
+                await lease.pause_goal()
+            elif request.action == "resume":
+                await lease.resume_goal()
+            else:
+                await lease.clear_goal()
         return GoalControlResponse()
 
     async def pump_session_events(self, session: EdgeSession) -> None:
