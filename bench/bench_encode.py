@@ -119,14 +119,26 @@ def inline_writer(count: int) -> Callable[[trio.SocketStream], Any]:
     return produce
 
 
-def peer_writer(count: int, *, pre_encoded: bool) -> Callable[[trio.SocketStream], Any]:
+#: Lines per ``notify_lines`` call in the batched row (a replay hands over 128 at a time).
+BATCH_LINES = 128
+
+
+def peer_writer(
+    count: int, *, pre_encoded: bool, batched: bool = False
+) -> Callable[[trio.SocketStream], Any]:
     async def produce(stream: trio.SocketStream) -> None:
         p = params()
         line = encode_notification(METHOD, p)
         peer = JsonRpcPeer(stream)
         async with trio.open_nursery() as nursery:
             await nursery.start(peer.serve)
-            if pre_encoded:
+            if batched:
+                batch = [line] * BATCH_LINES
+                for _ in range(count // BATCH_LINES):
+                    await peer.notify_lines(batch)
+                for _ in range(count % BATCH_LINES):
+                    await peer.notify_encoded(line)
+            elif pre_encoded:
                 for _ in range(count):
                     await peer.notify_encoded(line)
             else:
@@ -159,10 +171,12 @@ def main() -> None:
     floor = over_socketpair(peer_count, inline_writer(peer_count))
     notify = over_socketpair(peer_count, peer_writer(peer_count, pre_encoded=False))
     encoded = over_socketpair(peer_count, peer_writer(peer_count, pre_encoded=True))
+    batched = over_socketpair(peer_count, peer_writer(peer_count, pre_encoded=True, batched=True))
     print(f"socketpair to a discarding reader process, {peer_count} lines each:")
     row("inline dumps + 64 KiB send_all", f"{floor:,.0f} lines/s")
     row("peer.notify", f"{notify:,.0f} lines/s")
     row("peer.notify_encoded", f"{encoded:,.0f} lines/s")
+    row(f"peer.notify_lines ({BATCH_LINES} a call)", f"{batched:,.0f} lines/s")
     row("ratio peer.notify / inline", f"{notify / floor:.2f}")
 
 
