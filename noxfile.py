@@ -48,7 +48,7 @@ def fuzz(session: nox.Session) -> None:
     (default 200,000; the release check is 1,000,000).
 
     A crash, a failed invariant or a hang (one input over 1 s) writes the input into the
-    target's seed corpus, ``fuzz/corpus/<target>/`` (``crash-*`` / ``timeout-*``), where the
+    target's seed corpus, ``fuzz/seeds/<target>/`` (``crash-*`` / ``timeout-*``), where the
     default test suite replays it from then on; the session fails once every target has run.
     """
     session.install("-e", ".[openai]", "atheris")
@@ -66,7 +66,7 @@ def fuzz(session: nox.Session) -> None:
             failed.append(target.stem)
         session.log(f"{target.stem}: {runs} runs, {time.monotonic() - started:.0f} s")
     if failed:
-        session.error(f"fuzzing failed: {', '.join(failed)}; the inputs are in fuzz/corpus/")
+        session.error(f"fuzzing failed: {', '.join(failed)}; the inputs are in fuzz/seeds/")
 
 
 @nox.session

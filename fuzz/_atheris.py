@@ -2,7 +2,7 @@
 that the test suite can load a target's ``fuzz_one`` without atheris or this directory on the
 path).
 
-Each target ``fuzz/fuzz_NAME.py`` keeps its seed corpus in ``fuzz/corpus/fuzz_NAME/`` (small
+Each target ``fuzz/fuzz_NAME.py`` keeps its seed corpus in ``fuzz/seeds/fuzz_NAME/`` (small
 files, committed). :func:`run` starts libFuzzer with:
 
 - a scratch directory first (libFuzzer writes the inputs it finds interesting into the *first*
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 FUZZ_DIR = Path(__file__).resolve().parent
-CORPUS_DIR = FUZZ_DIR / "corpus"
+SEEDS_DIR = FUZZ_DIR / "seeds"
 #: Seconds one input may take before libFuzzer reports a hang.
 HANG_TIMEOUT_S = 1
 
@@ -87,7 +87,7 @@ def fuzzer_arguments(name: str, argv: list[str]) -> list[str]:
     args = list(argv)
     options = [arg for arg in args[1:] if arg.startswith("-")]
     positional = [arg for arg in args[1:] if not arg.startswith("-")]
-    seeds = CORPUS_DIR / name
+    seeds = SEEDS_DIR / name
     seeds.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"{name}_"))
     if not positional:

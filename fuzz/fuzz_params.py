@@ -2,7 +2,7 @@
 
 Input is parsed with orjson; every JSON value is then structured as each method's params and
 result type, taken from wire's method tables (``AGENT_METHODS`` and the others), so a method
-added there is fuzzed without a change here. The seed corpus (``fuzz/corpus/fuzz_params/``)
+added there is fuzzed without a change here. The seed corpus (``fuzz/seeds/fuzz_params/``)
 holds a valid document for every method: random bytes alone rarely form a JSON object with the
 right keys, so without them the fuzzer would mostly exercise the JSON parser.
 

@@ -81,7 +81,7 @@ def test_target_covers_every_method() -> None:
 
 def _corpus_documents() -> list[Any]:
     documents = []
-    for path in sorted((FUZZ_DIR / "corpus" / "fuzz_params").glob("*.json")):
+    for path in sorted((FUZZ_DIR / "seeds" / "fuzz_params").glob("*.json")):
         documents.append(orjson.loads(path.read_bytes()))
     return documents
 
@@ -107,5 +107,5 @@ def test_every_agent_method_has_a_seed(method: str) -> None:
     # A method added to the registry is fuzzed at once; this asks for a seed that reaches it.
     params = wire.AGENT_METHODS[method].params
     assert any(_accepts(params, document) for document in _corpus_documents()), (
-        f"add a valid {method} params document to fuzz/corpus/fuzz_params/"
+        f"add a valid {method} params document to fuzz/seeds/fuzz_params/"
     )
