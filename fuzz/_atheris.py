@@ -81,9 +81,9 @@ def _dictionary(seeds: Path, work: Path) -> Path | None:
     return dictionary
 
 
-def fuzzer_arguments(name: str, argv: list[str]) -> list[str]:
-    """``argv`` completed with the corpus pair, the artifact prefix, the hang timeout and a
-    dictionary, each unless ``argv`` already says otherwise."""
+def fuzzer_arguments(name: str, argv: list[str], max_len: int | None = None) -> list[str]:
+    """``argv`` completed with the corpus pair, the artifact prefix, the hang timeout, a
+    dictionary and the target's input size bound, each unless ``argv`` already says otherwise."""
     args = list(argv)
     options = [arg for arg in args[1:] if arg.startswith("-")]
     positional = [arg for arg in args[1:] if not arg.startswith("-")]
@@ -97,6 +97,8 @@ def fuzzer_arguments(name: str, argv: list[str]) -> list[str]:
         args.append(f"-artifact_prefix={seeds}/")
     if not any(arg.startswith("-timeout=") for arg in options):
         args.append(f"-timeout={HANG_TIMEOUT_S}")
+    if max_len is not None and not any(arg.startswith("-max_len=") for arg in options):
+        args.append(f"-max_len={max_len}")
     if not any(arg.startswith("-dict=") for arg in options):
         dictionary = _dictionary(seeds, work)
         if dictionary is not None:
@@ -108,9 +110,12 @@ def run(
     name: str,
     fuzz_one: Callable[[bytes], None],
     modules: Iterable[str] | None = None,
+    *,
+    max_len: int | None = None,
 ) -> None:
     """Fuzz ``fuzz_one`` under atheris with ``name``'s corpus; instrument ``modules`` (already
-    imported), or everything loaded when ``modules`` is ``None``."""
+    imported), or everything loaded when ``modules`` is ``None``. ``max_len`` bounds the
+    inputs libFuzzer makes (default: the larger of 4096 bytes and the largest seed)."""
     try:
         import atheris  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError:
@@ -120,5 +125,6 @@ def run(
     else:
         for module in modules:
             instrument_module(atheris, sys.modules[module])
-    atheris.Setup(fuzzer_arguments(name, sys.argv), lambda data: fuzz_one(bytes(data)))
+    arguments = fuzzer_arguments(name, sys.argv, max_len)
+    atheris.Setup(arguments, lambda data: fuzz_one(bytes(data)))
     atheris.Fuzz()
