@@ -14,7 +14,7 @@ from typing import Any, Final
 import orjson
 
 from maple_acp._text import CUT_TEXT, truncate
-from maple_acp.runtime import ToolLocation
+from maple_acp.model import ToolLocation
 from maple_acp.wire import ToolCallLocation, ToolKind
 
 #: Tool and message text per update (SPEC.md limits).

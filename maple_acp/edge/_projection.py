@@ -27,18 +27,18 @@ from maple_acp.edge._bounds import (
     infer_tool_kind,
     tool_locations,
 )
-from maple_acp.rpc import encode_notification
-from maple_acp.runtime import (
+from maple_acp.model import (
     CommandInfo,
     FileDiff,
     GoalRecord,
     ItemKind,
-    ModelChoices,
     PlanEntry,
     TimelineItem,
     ToolState,
     ToolStatus,
 )
+from maple_acp.rpc import encode_notification
+from maple_acp.runtime import ModelChoices
 from maple_acp.wire import (
     GOAL_CONTROL_METHOD,
     AgentMessageChunk,

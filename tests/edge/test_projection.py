@@ -17,7 +17,7 @@ from maple_acp.edge._projection import (
     encode_update,
     text_chunk,
 )
-from maple_acp.runtime import (
+from maple_acp.model import (
     CommandInfo,
     FileDiff,
     PlanEntry,
