@@ -54,6 +54,7 @@ import trio
 
 from maple_acp.rpc import ConnectionClosed
 from maple_acp.testing.client import AcpTestClient, open_acp_client
+from maple_acp.testing.schema import AcpSchema, SchemaViolation, find_schema_dir
 from maple_acp.wire import ProtocolError
 
 #: SPEC: memory may grow this much over a host's life after its warm-up.
@@ -86,6 +87,7 @@ OPERATIONS: Mapping[str, int] = {
     "tool_reject": 6,
     "hang_cancel": 6,
     "close": 6,
+    "cancel_idle": 2,
     "delete": 4,
     "goal": 6,
     "list": 3,
@@ -126,6 +128,8 @@ class SoakConfig:
     env: Mapping[str, str] = field(default_factory=dict)
     #: Append the host's whole stderr (every life) to this file.
     host_log: Path | None = None
+    #: Every frame of this share of connections is checked against the ACP schema (costly).
+    validate_share: float = 0.05
     say: Callable[[str], None] = print
 
 
@@ -176,6 +180,7 @@ class SoakReport:
     verified_sessions: int = 0
     verified_messages: int = 0
     verified_deleted: int = 0
+    validated_frames: int = 0
     traffic_s: float = 0.0
     elapsed_s: float = 0.0
     #: (seconds since start, host RSS bytes) under traffic.
@@ -544,6 +549,18 @@ class Connection:
             return await self.load()
         await self.load(method="session/resume")
 
+    async def cancel_idle(self) -> None:
+        """``session/cancel`` with no prompt running, or for an unknown session: a silent
+        no-op; the connection stays usable (checked by listing)."""
+        rng = self.worker.rng
+        session_id = rng.choice(self.owned) if self.owned and rng.random() < 0.7 else "no-such"
+        try:
+            await self.client.cancel(session_id)
+        except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+            raise Gone from None
+        answer = await self.call("cancel_idle", "session/list", {})
+        self.count("cancel_idle", answer)
+
     async def close(self) -> None:
         if not self.owned:
             return
@@ -730,6 +747,8 @@ class Connection:
                 await self.prompt(op)
             elif op == "close":
                 await self.close()
+            elif op == "cancel_idle":
+                await self.cancel_idle()
             elif op == "delete":
                 await self.delete()
             elif op == "goal":
@@ -838,6 +857,8 @@ class Worker:
             finally:
                 if conn is not None:
                     conn.account_prompts()
+                    if self.rng.random() < self.soak.config.validate_share:
+                        self.soak.validate(conn.client)
 
     async def _end(self, conn: Connection, ending: str) -> None:
         self.report.connections[ending] += 1
@@ -949,9 +970,21 @@ class Soak:
         # One worker object per slot for the whole run: its random stream and its markers go on
         # across pauses and restarts.
         self.workers = [Worker(index, self) for index in range(config.workers)]
+        directory_of_schema = find_schema_dir()
+        self.schema = AcpSchema(directory_of_schema) if directory_of_schema else None
 
     def say(self, text: str) -> None:
         self.config.say(text)
+
+    def validate(self, client: AcpTestClient) -> None:
+        """Every frame the host sent on this connection, against the ACP schema."""
+        if self.schema is None:
+            self.report.note("ACP schema not found (ACP_SCHEMA_DIR): frames are not validated")
+            return
+        try:
+            self.report.validated_frames += client.validate(self.schema)
+        except SchemaViolation as violation:
+            self.report.find(f"a frame violates the ACP schema: {str(violation)[:400]}")
 
     async def traffic(self, seconds: float, *, then: Callable[[], Any] | None = None) -> None:
         """All workers for ``seconds``; ``then`` runs while they still run (the host kill)."""
@@ -1251,6 +1284,7 @@ def format_report(report: SoakReport) -> str:
         "host RSS under traffic (s: MiB): "
         + ", ".join(f"{t}: {rss / 2**20:.0f}" for t, rss in report.rss_trend)
     )
+    lines.append(f"frames checked against the ACP schema: {report.validated_frames}")
     lines.append(
         f"verified: {report.verified_sessions} session loads, {report.verified_messages} admitted "
         f"messages, {report.verified_deleted} deleted-session checks"
@@ -1274,6 +1308,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--kill-every", type=float, default=60.0, help="seconds; 0: never")
     parser.add_argument("--host-log", type=Path, help="append the host's stderr to this file")
+    parser.add_argument(
+        "--validate-share",
+        type=float,
+        default=0.05,
+        help="share of connections whose every frame is checked against the ACP schema",
+    )
     args = parser.parse_args(argv)
     seconds = args.seconds if args.seconds is not None else args.minutes * 60
     config = SoakConfig(
@@ -1282,6 +1322,7 @@ def main(argv: list[str] | None = None) -> int:
         workers=args.workers,
         kill_every_s=args.kill_every or None,
         host_log=args.host_log,
+        validate_share=args.validate_share,
     )
     report = trio.run(run_soak, config)
     print(format_report(report))
