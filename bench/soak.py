@@ -27,6 +27,11 @@ Checks, at every host restart and at the end (with the traffic paused):
 
 Prints operations per second and every figure; exits 1 if any check failed. ``run_soak`` is
 what ``nox -s soak`` and the default suite's short run (20 seconds, no kill) call.
+
+RSS also moves with the allocator's high-water mark, so the warm-up first drives every
+connection's outbound buffer to its bound. To look inside the host's own memory, run it under a
+wrapper: ``MAPLE_ACP_SOAK_HOST="python wrapper.py"`` (the wrapper starts ``tracemalloc``, then
+calls ``maple_acp._main.main``; its arguments are the host's).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import collections
 import json
 import os
 import random
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -67,6 +73,8 @@ IDLE_DEADLINE_S = 20.0
 #: trio's idle worker threads end after 10 s; fds, threads and children get this long to settle.
 SETTLE_DEADLINE_S = 25.0
 POLL_S = 0.25
+#: Runs the host through this command instead of ``maple-acp`` (profiling), when set.
+HOST_COMMAND_ENV = "MAPLE_ACP_SOAK_HOST"
 #: Connections that share a verification after a restart.
 VERIFIERS = 4
 #: How often the host's RSS is sampled under traffic, for the printed trend.
@@ -214,6 +222,9 @@ def _commands() -> tuple[list[str], list[list[str]]]:
     connector = bindir / "maple-acp-connector"
     host = [str(main)] if main.exists() else [sys.executable, "-m", "maple_acp._main"]
     connectors = [[*host, "acp"]]
+    if os.environ.get(HOST_COMMAND_ENV):
+        # A wrapper around the host, e.g. a memory profiler: its arguments follow.
+        host = shlex.split(os.environ[HOST_COMMAND_ENV])
     connectors.append(
         [str(connector)] if connector.exists() else [sys.executable, "-m", "maple_acp_connector"]
     )
