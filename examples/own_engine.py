@@ -70,8 +70,9 @@ class LookupEngine:
 
     async def run_turn(self, turn: Turn) -> None:
         prompt = turn.prompt.strip()
-        if prompt.startswith("/note"):
-            await self.note(turn, prompt.removeprefix("/note").strip())
+        command, _, argument = prompt.partition(" ")
+        if command == "/note":
+            await self.note(turn, argument.strip())
         elif prompt == "/again":
             answers = [item.text for item in turn.history if item.kind is ItemKind.ASSISTANT]
             await turn.send_text(answers[-1] if answers else "I have not answered anything yet.")
