@@ -31,6 +31,16 @@ Leases
     the lease is handed out, so a lease-scoped ``ExternalToolRouter`` is connected before
     ownership is committed. The lease's ``ToolContext`` holds the relay values (allow-listed,
     bounded; they reach only children started by ``ToolContext.run_shell``) and the router.
+    ``service.accept_relay(offered)`` checks a connector's values once (names the host does
+    not allow are left out) and gives ``RelayValues`` to pass as ``relay=``. Every tool row,
+    permission request, shell output and failure text has each relay value of 8 or more
+    characters replaced by ``[relay:NAME]`` before it is stored, sent or logged.
+    ``await lease.replace_router(factory)`` re-attaches another set of external tools (the new
+    router starts first; on failure the old one stays; ``RUN_ACTIVE`` while a run is active).
+    The runtime alone enforces the project directory (canonicalised once, inside
+    ``allowed_roots``: ``INVALID_CWD``), one prompt at a time (``with lease.claim_prompt() as
+    claim`` holds the slot across a caller's whole prompt; ``RUN_ACTIVE``) and the operation
+    barrier (``with lease.operation()``; ``await lease.drain()``).
     ``lease.revoke()`` is synchronous: the run is cancelled, permissions deny, relay values and
     router are dropped, child process groups get SIGTERM. ``await lease.drain()`` is the
     operation barrier; ``await lease.release(close=True|False)`` finishes cleanup (SIGKILL of
@@ -43,22 +53,36 @@ Tasks
     ``service.list_tasks(cwd=..., cursor=...)`` pages (≤ 100, opaque cursor) through the
     account's caller-mediated, non-provisional tasks, newest first. ``lease.history()`` (or
     ``service.task_history``) gives the ordered history ready for replay: an ended tool row's
-    ``text`` is its terminal output text.
+    ``text`` is its terminal output text. ``await service.delete_task(id)`` deletes a task
+    durably (``TASK_NOT_FOUND`` for unknown or another account's, ``RUN_ACTIVE`` while a run
+    or goal cycle is active, ``TASK_LEASED`` while a lease holds it; trust stays).
 
 Runs and events
     ``run = await lease.start_run(text)`` admits the user message durably, then starts the
     backend turn (one active run per task; ``RUN_ACTIVE`` otherwise; a running goal cycle is
     cancelled first). ``async for event in run.events()`` yields ``TextChunk``/``ThoughtChunk``
     (stable ``message_id``), ``ToolRow`` (``first`` for the first row of a tool id),
-    ``PermissionRequest``, ``UsageUpdate``, ``TitleChanged``, ``RunNotice`` and, last,
-    ``RunEnded``. A failed run's text arrives as a terminal ``RunNotice`` before ``RunEnded``.
-    ``run.cancel()``; ``await run.wait()`` gives the retained ``RunOutcome`` (state, failure
-    text ≤ 500 chars, this run's usage only).
+    ``PermissionRequest``, ``UsageUpdate``, ``TitleChanged``, ``PlanUpdated`` (the whole
+    plan), ``ContextUsage`` (context window used/size), ``CommandsChanged``, ``RunNotice``
+    and, last, ``RunEnded``. When a prompt run ends with its task still untitled, the task is
+    titled from the first line of its first user message (``TitleChanged`` before
+    ``RunEnded``); a backend's own ``turn.set_title`` wins. A failed run's text arrives as a
+    terminal ``RunNotice`` before ``RunEnded``. ``run.cancel()``; ``await run.wait()`` gives
+    the retained ``RunOutcome`` (state, failure text ≤ 500 chars, this run's usage only).
 
     Backpressure: a run's queue holds ``RUN_EVENT_QUEUE`` (256) events. The backend's awaited
     sends wait for room, so a slow reader slows the backend with bounded memory. A producer that
     cannot wait (``Turn.send_text_nowait``, for host callbacks) that finds the queue full
     cancels that exact run: a terminal ``RunNotice`` tells why, nothing is silently dropped.
+
+Backends
+    ``AgentBackend.run_turn(turn)`` gets a ``Turn``: ``prompt``, ``history`` (the visible
+    history before this turn's user message, read once), ``offered_tools`` (``external_mcp``
+    with its catalog while MCP servers are connected), ``tools`` (relay-bearing context),
+    ``skills``, ``goal``; it reports through ``send_text``/``send_thought``,
+    ``send_tool_row`` (diffs and locations bounded), ``ask_permission``, ``report_usage``,
+    ``report_context``, ``send_plan``, ``set_commands``, ``set_title``, ``notice``,
+    ``set_goal``. An optional ``available_commands()`` gives ``lease.commands``.
 
 Permissions
     The host's ``PermissionPolicy`` classifies each tool request as allow or ask;
@@ -90,21 +114,28 @@ Goals
 """
 
 from maple_acp.model import (
+    CommandInfo,
+    FileDiff,
     GoalRecord,
     GoalStatus,
     ItemKind,
+    PlanEntry,
+    PlanPriority,
+    PlanStatus,
     TaskPage,
     TaskPolicy,
     TaskQuery,
     TaskRecord,
     TaskSurface,
     TimelineItem,
+    ToolLocation,
+    ToolSpec,
     ToolState,
     ToolStatus,
     Usage,
 )
 from maple_acp.runtime._admission import canonical_directory, within_roots
-from maple_acp.runtime._backend import AgentBackend, GoalProgress, TurnFailed
+from maple_acp.runtime._backend import AgentBackend, CommandSource, GoalProgress, TurnFailed
 from maple_acp.runtime._errors import (
     MAX_MESSAGE_CHARS,
     RejectionKind,
@@ -112,10 +143,13 @@ from maple_acp.runtime._errors import (
     bounded_text,
 )
 from maple_acp.runtime._events import (
+    CommandsChanged,
+    ContextUsage,
     CycleStarted,
     GoalChanged,
     LeaseRevoked,
     PermissionRequest,
+    PlanUpdated,
     RunEnded,
     RunEvent,
     RunKind,
@@ -140,6 +174,11 @@ from maple_acp.runtime._models import (
     ModelInfo,
     StaticModelCatalog,
 )
+from maple_acp.runtime._offer import (
+    MAX_COMMANDS,
+    MAX_PLAN_ENTRIES,
+    external_mcp_spec,
+)
 from maple_acp.runtime._permissions import (
     EXTERNAL_MCP_TOOL,
     AskForTools,
@@ -156,6 +195,7 @@ from maple_acp.runtime._relay import (
     RelayValues,
     validate_relay_values,
 )
+from maple_acp.runtime._replies import ServiceStatus, TaskListing
 from maple_acp.runtime._run import RUN_EVENT_QUEUE, Run
 from maple_acp.runtime._service import (
     DEFAULT_PROVISIONAL_GRACE_S,
@@ -163,8 +203,6 @@ from maple_acp.runtime._service import (
     MAX_LIST_PAGE,
     PROVISIONAL_SWEEP_INTERVAL_S,
     AgentService,
-    ServiceStatus,
-    TaskListing,
 )
 from maple_acp.runtime._session_events import SESSION_EVENT_QUEUE, SessionEvents
 from maple_acp.runtime._tools import (
@@ -182,10 +220,12 @@ __all__ = [
     "DRAIN_BOUND_S",
     "EXTERNAL_MCP_TOOL",
     "LEASE_CLEANUP_BOUND_S",
+    "MAX_COMMANDS",
     "MAX_GOAL_ITERATIONS",
     "MAX_GOAL_OBJECTIVE_CHARS",
     "MAX_LIST_PAGE",
     "MAX_MESSAGE_CHARS",
+    "MAX_PLAN_ENTRIES",
     "MAX_RELAY_TOTAL_BYTES",
     "MAX_RELAY_VALUES",
     "MAX_RELAY_VALUE_BYTES",
@@ -197,9 +237,14 @@ __all__ = [
     "AgentBackend",
     "AgentService",
     "AskForTools",
+    "CommandInfo",
+    "CommandSource",
+    "CommandsChanged",
+    "ContextUsage",
     "CycleStarted",
     "ExternalToolDefinition",
     "ExternalToolRouter",
+    "FileDiff",
     "GoalChanged",
     "GoalProgress",
     "GoalRecord",
@@ -214,6 +259,10 @@ __all__ = [
     "PermissionPolicy",
     "PermissionRequest",
     "PermissionResponder",
+    "PlanEntry",
+    "PlanPriority",
+    "PlanStatus",
+    "PlanUpdated",
     "PromptClaim",
     "RejectionKind",
     "RelayValues",
@@ -244,8 +293,10 @@ __all__ = [
     "TimelineItem",
     "TitleChanged",
     "ToolContext",
+    "ToolLocation",
     "ToolRequest",
     "ToolRow",
+    "ToolSpec",
     "ToolState",
     "ToolStatus",
     "ToolUnavailable",
@@ -256,6 +307,7 @@ __all__ = [
     "UsageUpdate",
     "bounded_text",
     "canonical_directory",
+    "external_mcp_spec",
     "find_project_skills",
     "validate_relay_values",
     "within_roots",

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
 from maple_acp._exceptions import MapleAcpError
-from maple_acp.model import GoalStatus
+from maple_acp.model import CommandInfo, GoalStatus
 
 if TYPE_CHECKING:
     from maple_acp.runtime._turn import Turn
+
+logger = logging.getLogger(__name__)
 
 
 class TurnFailed(MapleAcpError):
@@ -38,3 +42,24 @@ class AgentBackend(Protocol):
     """
 
     async def run_turn(self, turn: Turn) -> None: ...
+
+
+class CommandSource(Protocol):
+    """What a backend that offers commands also defines (optional: a backend without
+    ``available_commands`` offers none). Called when a lease is made; ``Turn.set_commands``
+    changes them later."""
+
+    def available_commands(self) -> Sequence[CommandInfo]: ...
+
+
+def backend_commands(backend: AgentBackend) -> Sequence[CommandInfo]:
+    """The backend's commands, or none if it declares none (or fails to list them)."""
+    available = getattr(backend, "available_commands", None)
+    if available is None:
+        return ()
+    try:
+        commands: Sequence[CommandInfo] = available()
+    except Exception:
+        logger.warning("the agent backend failed to list its commands", exc_info=True)
+        return ()
+    return commands

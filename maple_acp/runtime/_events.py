@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import attrs
 
-from maple_acp.model import GoalRecord, ToolState, Usage
+from maple_acp.model import CommandInfo, GoalRecord, PlanEntry, ToolState, Usage
 
 if TYPE_CHECKING:
     from maple_acp.runtime._permissions import PermissionResponder, ToolRequest
@@ -97,6 +97,31 @@ class TitleChanged:
 
 
 @attrs.frozen
+class PlanUpdated:
+    """The backend's whole plan, as it stands now (each update replaces the previous one)."""
+
+    run_id: str
+    entries: tuple[PlanEntry, ...]
+
+
+@attrs.frozen
+class ContextUsage:
+    """How much of the model's context window is in use (``used`` may exceed ``size``)."""
+
+    run_id: str
+    used: int
+    size: int
+
+
+@attrs.frozen
+class CommandsChanged:
+    """The backend's available commands changed; ``commands`` is the whole new list."""
+
+    run_id: str
+    commands: tuple[CommandInfo, ...]
+
+
+@attrs.frozen
 class RunNotice:
     """A message for the caller about the run itself (not agent text). ``terminal`` notices
     come right before ``RunEnded``: the failure text of a failed run, or the overflow notice."""
@@ -121,6 +146,9 @@ RunEvent: TypeAlias = (
     | PermissionRequest
     | UsageUpdate
     | TitleChanged
+    | PlanUpdated
+    | ContextUsage
+    | CommandsChanged
     | RunNotice
     | RunEnded
 )

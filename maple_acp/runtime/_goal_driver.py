@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from maple_acp.model import GoalRecord, GoalStatus
+from maple_acp.model import GoalRecord, GoalStatus, TimelineItem
 from maple_acp.runtime import _goals
 from maple_acp.runtime._events import CycleStarted, GoalChanged, RunKind
 from maple_acp.runtime._run import Run
@@ -35,7 +35,8 @@ class GoalCycleDriver:
         store: TaskStore,
         now_ms: Callable[[], int],
         events: SessionEvents,
-        launch_cycle: Callable[[str], Awaitable[Run]],
+        read_history: Callable[[], Awaitable[tuple[TimelineItem, ...]]],
+        launch_cycle: Callable[[str, tuple[TimelineItem, ...]], Awaitable[Run]],
         active_run: Callable[[], Run | None],
         quiescent: Callable[[], bool],
     ) -> None:
@@ -44,6 +45,7 @@ class GoalCycleDriver:
         self._store = store
         self._now_ms = now_ms
         self._events = events
+        self._read_history = read_history
         self._launch_cycle = launch_cycle
         self._active_run = active_run
         self._quiescent = quiescent
@@ -115,12 +117,14 @@ class GoalCycleDriver:
                 if not self._cycle_due():
                     continue
                 await self._events.wait_room()
+                history = await self._read_history()
+                # Checked again after every wait: a prompt, a pause or a clear may have come.
                 if not self._cycle_due():
                     continue
                 goal = self._goal
                 assert goal is not None
                 epoch = self._epoch
-                run = await self._launch_cycle(goal.objective)
+                run = await self._launch_cycle(goal.objective, history)
                 self._events.publish(CycleStarted(run))
                 outcome = await run.wait()
                 current = self._goal

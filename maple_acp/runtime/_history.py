@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import attrs
 
+from maple_acp._text import one_line
 from maple_acp.model import ItemKind, TimelineItem
+
+#: A title the runtime gives an untitled task, at most (session lists show one short line).
+MAX_AUTO_TITLE_CHARS = 80
 
 
 def replay_view(items: list[TimelineItem]) -> list[TimelineItem]:
@@ -21,3 +25,13 @@ def replay_view(items: list[TimelineItem]) -> list[TimelineItem]:
             item = attrs.evolve(item, text=tool.output_text)
         view.append(item)
     return view
+
+
+def title_from_history(items: list[TimelineItem]) -> str | None:
+    """The title an untitled task gets when a prompt run ends: the first non-blank line of
+    its first user message, one line of at most ``MAX_AUTO_TITLE_CHARS``."""
+    first = next((item for item in items if item.kind is ItemKind.USER), None)
+    if first is None:
+        return None
+    line = next((line for line in first.text.splitlines() if line.strip()), "")
+    return one_line(line, MAX_AUTO_TITLE_CHARS) if line else None

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import attrs
 
 from maple_acp._text import CUT_TEXT, truncate
-from maple_acp.model import ItemKind, TimelineItem, ToolState, ToolStatus, Usage
+from maple_acp.model import ItemKind, PlanEntry, TimelineItem, ToolState, ToolStatus, Usage
 from maple_acp.runtime._events import RunState, ToolRow
 from maple_acp.store import TaskStore
 
@@ -66,6 +66,7 @@ class RunJournal:
         self._ids = 0
         self._messages: dict[str, _Message] = {}
         self._tools: dict[str, ToolState] = {}
+        self._plans: dict[str, tuple[PlanEntry, ...]] = {}
         self._emitted: dict[str, ToolState] = {}
         self._order: list[str] = []
         self._dirty: set[str] = set()
@@ -106,6 +107,14 @@ class RunJournal:
         self._current = None
         return tool_id not in self._emitted
 
+    def add_plan(self, entries: tuple[PlanEntry, ...]) -> None:
+        """Record a whole plan as a new history row (the latest one of a task wins)."""
+        plan_id = self.next_id("p")
+        self._order.append(plan_id)
+        self._plans[plan_id] = entries
+        self._dirty.add(plan_id)
+        self._current = None
+
     def tool_emitted(self, tool_id: str, tool: ToolState) -> None:
         self._emitted[tool_id] = tool
 
@@ -137,7 +146,18 @@ class RunJournal:
             if item_id not in self._dirty:
                 continue
             message = self._messages.get(item_id)
-            if message is not None:
+            plan = self._plans.get(item_id)
+            if plan is not None:
+                items.append(
+                    TimelineItem(
+                        item_id=item_id,
+                        kind=ItemKind.PLAN,
+                        created_ms=now,
+                        run_id=self.run_id,
+                        plan=plan,
+                    )
+                )
+            elif message is not None:
                 items.append(
                     TimelineItem(
                         item_id=item_id,

@@ -9,15 +9,17 @@ from contextlib import contextmanager
 
 import trio
 
-from maple_acp.model import GoalRecord, ItemKind, TaskRecord, TimelineItem
+from maple_acp.model import CommandInfo, GoalRecord, ItemKind, TaskRecord, TimelineItem
+from maple_acp.runtime._backend import backend_commands
 from maple_acp.runtime._barrier import OperationBarrier
 from maple_acp.runtime._context import LeaseContext
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
 from maple_acp.runtime._events import RunKind
 from maple_acp.runtime._goal_driver import GoalCycleDriver
-from maple_acp.runtime._history import replay_view
+from maple_acp.runtime._history import replay_view, title_from_history
 from maple_acp.runtime._lease_life import LeaseLifetime, ProvisionalRow, RouterFactory
 from maple_acp.runtime._models import ModelChoices
+from maple_acp.runtime._offer import bounded_commands, offered_tools
 from maple_acp.runtime._outlet import RunHooks, RunOutlet
 from maple_acp.runtime._run import Run
 from maple_acp.runtime._session_events import SessionEvents
@@ -79,6 +81,7 @@ class SessionLease:
         self._claim: PromptClaim | None = None
         self._prompt_waiting = 0
         self._replacing_router = False
+        self._commands = bounded_commands(backend_commands(context.backend))
         self._run_serial = 0
         self._life = LeaseLifetime(
             context=context,
@@ -95,6 +98,7 @@ class SessionLease:
             store=context.store,
             now_ms=context.now_ms,
             events=self._events,
+            read_history=lambda: self._history_before(""),
             launch_cycle=self._launch_cycle,
             active_run=lambda: self._active_run,
             quiescent=self._quiescent,
@@ -129,6 +133,12 @@ class SessionLease:
     @property
     def goal(self) -> GoalRecord | None:
         return self._goals.goal
+
+    @property
+    def commands(self) -> tuple[CommandInfo, ...]:
+        """The backend's available commands (a prompt starting with ``/name`` reaches it
+        unchanged): what it declared when the lease was made, or what a turn set since."""
+        return self._commands
 
     @property
     def goal_cycle_active(self) -> bool:
@@ -287,8 +297,9 @@ class SessionLease:
                     )
                     self._task = record
                     self._row.admitted()
+                    history = await self._history_before(run_id)
                     self._life.check_live()
-                    return await self._launch(run_id, RunKind.PROMPT, prompt)
+                    return await self._launch(run_id, RunKind.PROMPT, prompt, history)
                 finally:
                     self._prompt_waiting -= 1
                     self._goals.poke()
@@ -301,10 +312,19 @@ class SessionLease:
         run.cancel()
         return True
 
-    async def _launch_cycle(self, objective: str) -> Run:
-        return await self._launch(self._new_run_id(), RunKind.GOAL_CYCLE, objective)
+    async def _launch_cycle(self, objective: str, history: tuple[TimelineItem, ...]) -> Run:
+        return await self._launch(self._new_run_id(), RunKind.GOAL_CYCLE, objective, history)
 
-    async def _launch(self, run_id: str, kind: RunKind, prompt: str) -> Run:
+    async def _history_before(self, run_id: str) -> tuple[TimelineItem, ...]:
+        # Read once per turn; the run's own user message is not "history so far".
+        stored = await self._context.store.history(self.task_id)
+        return tuple(item for item in stored if item.run_id != run_id)
+
+    async def _launch(
+        self, run_id: str, kind: RunKind, prompt: str, history: tuple[TimelineItem, ...]
+    ) -> Run:
+        # No checkpoint before the run is the active one: whoever checked that the task was
+        # free (the prompt admission, the goal driver) must still be right when it starts.
         nursery = self._life.nursery
         context = self._context
         hooks = RunHooks(
@@ -313,8 +333,11 @@ class SessionLease:
             set_title=self._set_title,
             set_goal=self._set_goal_from_run,
             redactor=self.tools.redactor,
+            set_commands=self._set_commands,
+            auto_title=self._auto_title,
         )
         task, skills, goal, tools = self._task, self._skills, self._goals.goal, self.tools
+        offered = offered_tools(tools.router if not tools.revoked else None)
 
         def make_turn(outlet: RunOutlet) -> Turn:
             return Turn(
@@ -327,6 +350,8 @@ class SessionLease:
                 skills=skills,
                 goal=goal,
                 tools=tools,
+                history=history,
+                offered_tools=offered,
             )
 
         run = Run(
@@ -362,6 +387,18 @@ class SessionLease:
         )
         if record is not None:
             self._task = record
+
+    def _set_commands(self, commands: tuple[CommandInfo, ...]) -> None:
+        self._commands = commands
+
+    async def _auto_title(self) -> str | None:
+        # A backend's own set_title came first and wins.
+        if self._task.title:
+            return None
+        title = title_from_history(await self._context.store.history(self.task_id))
+        if title is not None:
+            await self._set_title(title)
+        return title
 
     # -- goals -------------------------------------------------------------------------------
 

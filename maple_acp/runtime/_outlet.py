@@ -8,10 +8,12 @@ from collections.abc import Awaitable, Callable
 import attrs
 
 from maple_acp._text import one_line
-from maple_acp.model import GoalRecord, ItemKind, ToolState, Usage
+from maple_acp.model import CommandInfo, GoalRecord, ItemKind, PlanEntry, ToolState, Usage
 from maple_acp.runtime._event_queue import RunEventQueue
 from maple_acp.runtime._events import (
+    CommandsChanged,
     PermissionRequest,
+    PlanUpdated,
     RunEvent,
     TextChunk,
     ThoughtChunk,
@@ -45,6 +47,10 @@ class RunHooks:
     set_goal: Callable[[str, int | None], Awaitable[GoalRecord]]
     #: The lease's relay values, replaced in every tool row and permission request.
     redactor: RelayRedactor
+    #: The backend's commands changed (the lease keeps the latest list).
+    set_commands: Callable[[tuple[CommandInfo, ...]], None]
+    #: At the end of a prompt run: the title the runtime gave an untitled task, if any.
+    auto_title: Callable[[], Awaitable[str | None]]
 
 
 class RunOutlet:
@@ -132,6 +138,16 @@ class RunOutlet:
     def _log_decision(self, request: ToolRequest, outcome: str) -> None:
         name = one_line(request.name, MAX_LOGGED_NAME_CHARS)
         logger.info("permission for tool %s in run %s: %s", name, self.run_id, outcome)
+
+    async def send_plan(self, entries: tuple[PlanEntry, ...]) -> None:
+        self._journal.add_plan(entries)
+        # Written at once, like a tool row: the latest plan is part of the replayed history.
+        await self._journal.flush()
+        await self._queue.send(PlanUpdated(self.run_id, entries))
+
+    async def send_commands(self, commands: tuple[CommandInfo, ...]) -> None:
+        self.hooks.set_commands(commands)
+        await self._queue.send(CommandsChanged(self.run_id, commands))
 
     async def add_usage(self, usage: Usage) -> None:
         self._usage = self._usage + usage

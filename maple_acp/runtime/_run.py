@@ -13,7 +13,15 @@ from maple_acp.model import Usage
 from maple_acp.runtime._backend import AgentBackend, GoalProgress, TurnFailed
 from maple_acp.runtime._errors import bounded_text
 from maple_acp.runtime._event_queue import RUN_EVENT_QUEUE, RunEventQueue
-from maple_acp.runtime._events import RunEnded, RunEvent, RunKind, RunNotice, RunOutcome, RunState
+from maple_acp.runtime._events import (
+    RunEnded,
+    RunEvent,
+    RunKind,
+    RunNotice,
+    RunOutcome,
+    RunState,
+    TitleChanged,
+)
 from maple_acp.runtime._journal import RunJournal
 from maple_acp.runtime._outlet import RunHooks, RunOutlet
 from maple_acp.runtime._permissions import PermissionBroker
@@ -146,7 +154,9 @@ class Run:
                 # Every tool's final state reaches the caller, even if writing it times out.
                 tail: list[RunEvent] = list(self._journal.close_open_tools(state, failure))
                 with trio.move_on_after(RUN_FINALIZE_BOUND_S):
-                    await self._write_final_rows()
+                    title = await self._write_final_rows()
+                    if title is not None:
+                        tail.append(TitleChanged(self.id, title))
                 self._outcome = RunOutcome(
                     state=state, failure=failure, usage=self._outlet.usage, overflowed=overflowed
                 )
@@ -182,14 +192,19 @@ class Run:
         # Redacted before it is cut, so that no part of a relay value survives the cut.
         return bounded_text(self._outlet.hooks.redactor.text(text))
 
-    async def _write_final_rows(self) -> None:
+    async def _write_final_rows(self) -> str | None:
+        """Write what is left of the run; returns the title the runtime gave the task, if
+        this prompt run ended with the task still untitled."""
         try:
             await self._journal.flush()
             usage = self._outlet.usage
             if usage != Usage() or self.kind is RunKind.PROMPT:
                 await self._journal.record_usage(usage)
+            if self.kind is RunKind.PROMPT:
+                return await self._outlet.hooks.auto_title()
         except Exception:
             logger.warning("could not write the final rows of run %s", self.id, exc_info=True)
+        return None
 
 
 def _failure_text(exc: Exception, run_id: str) -> str:

@@ -10,7 +10,6 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Self
 
-import attrs
 import trio
 
 from maple_acp.model import (
@@ -37,6 +36,7 @@ from maple_acp.runtime._models import ModelCatalog, ModelCatalogCache, ModelChoi
 from maple_acp.runtime._permissions import PermissionPolicy
 from maple_acp.runtime._registry import LeaseRegistry
 from maple_acp.runtime._relay import RelayValues, validate_relay_values
+from maple_acp.runtime._replies import ServiceStatus, TaskListing
 from maple_acp.runtime._tools import ToolContext
 from maple_acp.runtime._trust import SkillInfo, find_project_skills_async
 from maple_acp.store import InvalidCursor, TaskStore
@@ -52,24 +52,6 @@ PROVISIONAL_SWEEP_INTERVAL_S = 60.0
 DRAIN_BOUND_S = 5.0
 #: A task list page, at most.
 MAX_LIST_PAGE = 100
-
-
-@attrs.frozen(kw_only=True)
-class ServiceStatus:
-    ready: bool
-    account: str | None
-    generation: int
-    draining: bool
-    #: Leases not yet released (revoked ones still cleaning up included).
-    leases: int
-    active_runs: int
-
-
-@attrs.frozen(kw_only=True)
-class TaskListing:
-    tasks: tuple[TaskRecord, ...]
-    #: Opaque; pass it back for the next page. ``None`` on the last page.
-    next_cursor: str | None
 
 
 class AgentService:

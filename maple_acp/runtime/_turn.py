@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
-from maple_acp.model import GoalRecord, ItemKind, ToolState, Usage
+from collections.abc import Sequence
+
+from maple_acp.model import (
+    CommandInfo,
+    GoalRecord,
+    ItemKind,
+    PlanEntry,
+    TimelineItem,
+    ToolSpec,
+    ToolState,
+    Usage,
+)
 from maple_acp.runtime._backend import GoalProgress
 from maple_acp.runtime._errors import bounded_text
-from maple_acp.runtime._events import RunKind, RunNotice, TitleChanged
+from maple_acp.runtime._events import ContextUsage, RunKind, RunNotice, TitleChanged
+from maple_acp.runtime._offer import bounded_commands, bounded_plan
 from maple_acp.runtime._outlet import RunOutlet
 from maple_acp.runtime._permissions import ToolRequest
 from maple_acp.runtime._tools import ToolContext
@@ -35,6 +47,8 @@ class Turn:
         skills: tuple[SkillInfo, ...],
         goal: GoalRecord | None,
         tools: ToolContext,
+        history: tuple[TimelineItem, ...] = (),
+        offered_tools: tuple[ToolSpec, ...] = (),
     ) -> None:
         self._outlet = outlet
         self.run_id = outlet.run_id
@@ -50,6 +64,12 @@ class Turn:
         #: The task's goal when the turn started.
         self.goal = goal
         self.tools = tools
+        #: The task's visible history before this turn's user message, in order (user,
+        #: assistant, thought, tool rows with their final state, plans), read once per turn.
+        self.history = history
+        #: Tools the runtime offers besides the backend's own native ones: ``external_mcp``
+        #: (its exact tool ids in the schema) while the caller supplied MCP servers.
+        self.offered_tools = offered_tools
         #: Set by a goal cycle to say how the goal stands after it.
         self.goal_progress: GoalProgress | None = None
 
@@ -83,6 +103,24 @@ class Turn:
     async def report_usage(self, usage: Usage) -> None:
         """Add token usage to this run's total."""
         await self._outlet.add_usage(usage)
+
+    async def send_plan(self, entries: Sequence[PlanEntry]) -> None:
+        """The whole plan as it stands now (the caller replaces its previous one). It is
+        also written to the task history, whose latest plan is replayed on load."""
+        await self._outlet.send_plan(bounded_plan(entries))
+
+    async def report_context(self, used: int, size: int) -> None:
+        """How many tokens of the model's context window are in use (``used`` may exceed
+        ``size``). Not persisted."""
+        for value in (used, size):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError("context usage is two integers >= 0")
+        await self._outlet.send(ContextUsage(self.run_id, used, size))
+
+    async def set_commands(self, commands: Sequence[CommandInfo]) -> None:
+        """Replace the commands the backend offers (each a prompt starting with
+        ``/name``); the caller is told, and the lease's ``commands`` hold them from now."""
+        await self._outlet.send_commands(bounded_commands(commands))
 
     async def set_title(self, title: str) -> None:
         title = bounded_text(title, MAX_TITLE_CHARS)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from maple_acp.runtime import RunEvent
+import trio
+
+from maple_acp.runtime import EXTERNAL_MCP_TOOL, RunEvent
 
 E = TypeVar("E")
 
@@ -27,3 +29,39 @@ def of_type(events: list[RunEvent], kind: type[E]) -> list[E]:
 def exists(path: Path) -> bool:
     """Whether ``path`` exists (a sync helper: the tests check files between awaits)."""
     return os.path.exists(path)
+
+
+class LoopRouter:
+    """An in-process external tool router: the runtime's ``ExternalToolRouter`` protocol with
+    a serve task in the lease's nursery, as the MCP router has."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.revoked = False
+        self.serving = False
+        self._stop = trio.Event()
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.serving = True
+        task_status.started()
+        try:
+            await self._stop.wait()
+        finally:
+            self.serving = False
+
+    def tool_definition(self) -> Any:
+        return _Definition()
+
+    async def call(self, tool_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        await trio.lowlevel.checkpoint()
+        return {"content": [{"type": "text", "text": f"{self.name}:{tool_id}"}]}
+
+    def revoke(self) -> None:
+        self.revoked = True
+        self._stop.set()
+
+
+class _Definition:
+    name = EXTERNAL_MCP_TOOL
+    description = "tools of the caller"
+    input_schema: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}

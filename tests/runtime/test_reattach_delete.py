@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
+from runtime_helpers import LoopRouter
 
 from maple_acp.model import TaskRecord, TaskSurface
 from maple_acp.runtime import (
-    EXTERNAL_MCP_TOOL,
     AgentService,
     CycleStarted,
     RejectionKind,
@@ -20,42 +20,6 @@ from maple_acp.runtime import (
     SessionLease,
 )
 from maple_acp.testing.demo import collect_events, demo_service, run_prompt
-
-
-class LoopRouter:
-    """An in-process external tool router: the runtime's ``ExternalToolRouter`` protocol with
-    a serve task in the lease's nursery, as the MCP router has."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.revoked = False
-        self.serving = False
-        self._stop = trio.Event()
-
-    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        self.serving = True
-        task_status.started()
-        try:
-            await self._stop.wait()
-        finally:
-            self.serving = False
-
-    def tool_definition(self) -> Any:
-        return _Definition()
-
-    async def call(self, tool_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        await trio.lowlevel.checkpoint()
-        return {"content": [{"type": "text", "text": f"{self.name}:{tool_id}"}]}
-
-    def revoke(self) -> None:
-        self.revoked = True
-        self._stop.set()
-
-
-class _Definition:
-    name = EXTERNAL_MCP_TOOL
-    description = "tools of the caller"
-    input_schema: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
 
 
 class ConnectFailed(Exception):
