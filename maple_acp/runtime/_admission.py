@@ -104,14 +104,15 @@ class ProjectRoots:
         """Resolve the configured roots once, when the service starts serving."""
         self._allowed = tuple([await canonical_directory(root) for root in self._allowed])
 
-    def admits(self, root: str) -> bool:
-        return within_roots(root, self._allowed)
+    def admits(self, root: str, caller_roots: Sequence[str] = ()) -> bool:
+        return within_roots(root, self._allowed) and within_roots(root, caller_roots)
 
-    async def admit(self, cwd: str) -> str:
+    async def admit(self, cwd: str, caller_roots: Sequence[str] = ()) -> str:
         """``cwd`` canonicalised once, if it is an accessible directory inside the allowed
-        roots. Raises ``INVALID_CWD``."""
+        roots (the service's, and the calling surface's own canonical ``caller_roots``).
+        Raises ``INVALID_CWD``."""
         root = await canonical_directory(cwd)
-        if not self.admits(root):
+        if not self.admits(root, caller_roots):
             raise RuntimeRejection(
                 RejectionKind.INVALID_CWD, "the working directory is outside the allowed roots"
             )

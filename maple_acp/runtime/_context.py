@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from maple_acp.model import CommandInfo
 from maple_acp.runtime._backend import AgentBackend
 from maple_acp.runtime._models import ModelChoices
 from maple_acp.runtime._permissions import PermissionPolicy
@@ -39,3 +40,5 @@ class LeaseContext:
     set_trust: Callable[[int, str, bool | None, SessionLease], Awaitable[None]]
     #: The lease's cleanup ended: the task is free for another lease.
     unregister: Callable[[SessionLease], None]
+    #: The backend's declared commands, bounded, for a new lease.
+    declared_commands: Callable[[], tuple[CommandInfo, ...]]

@@ -29,6 +29,19 @@ class RunKind(enum.Enum):
     GOAL_CYCLE = "goal_cycle"
 
 
+class StopReason(enum.StrEnum):
+    """Why a completed turn stopped, as the backend reports it (``Turn.stop_reason``)."""
+
+    #: The model finished its answer.
+    END_TURN = "end_turn"
+    #: The model hit its output token limit.
+    MAX_TOKENS = "max_tokens"
+    #: The backend's bound on model requests in one turn was reached.
+    MAX_TURN_REQUESTS = "max_turn_requests"
+    #: The model (or its provider) refused to go on.
+    REFUSAL = "refusal"
+
+
 @attrs.frozen(kw_only=True)
 class RunOutcome:
     """The retained terminal state of one run."""
@@ -40,6 +53,8 @@ class RunOutcome:
     usage: Usage = attrs.field(factory=Usage)
     #: The run was cancelled because its event queue overflowed.
     overflowed: bool = False
+    #: For a completed run: why the backend's turn stopped (``END_TURN`` otherwise).
+    stop_reason: StopReason = StopReason.END_TURN
 
 
 @attrs.frozen

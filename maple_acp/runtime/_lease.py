@@ -10,7 +10,6 @@ from contextlib import contextmanager
 import trio
 
 from maple_acp.model import CommandInfo, GoalRecord, ItemKind, TaskRecord, TimelineItem
-from maple_acp.runtime._backend import backend_commands
 from maple_acp.runtime._barrier import OperationBarrier
 from maple_acp.runtime._context import LeaseContext
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
@@ -19,7 +18,7 @@ from maple_acp.runtime._goal_driver import GoalCycleDriver
 from maple_acp.runtime._history import replay_view, title_from_history
 from maple_acp.runtime._lease_life import LeaseLifetime, ProvisionalRow, RouterFactory
 from maple_acp.runtime._models import ModelChoices
-from maple_acp.runtime._offer import bounded_commands, offered_tools
+from maple_acp.runtime._offer import offered_tools
 from maple_acp.runtime._outlet import RunHooks, RunOutlet
 from maple_acp.runtime._run import Run
 from maple_acp.runtime._session_events import SessionEvents
@@ -81,7 +80,7 @@ class SessionLease:
         self._claim: PromptClaim | None = None
         self._prompt_waiting = 0
         self._replacing_router = False
-        self._commands = bounded_commands(backend_commands(context.backend))
+        self._commands = context.declared_commands()
         self._run_serial = 0
         self._life = LeaseLifetime(
             context=context,

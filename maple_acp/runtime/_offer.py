@@ -58,6 +58,25 @@ def bounded_plan(entries: Sequence[PlanEntry]) -> tuple[PlanEntry, ...]:
     return tuple(plan)
 
 
+class CommandBounds:
+    """Bounds a backend's declared commands for each new lease. A backend usually returns
+    the same tuple every time, so the bounded form of the last one is reused (bounding walks
+    every character, and session/new should not pay for it each time). CommandInfo is frozen:
+    a tuple of them cannot change behind the cache's back."""
+
+    def __init__(self) -> None:
+        self._declared: object = None
+        self._bounded: tuple[CommandInfo, ...] = ()
+
+    def of(self, commands: Sequence[CommandInfo]) -> tuple[CommandInfo, ...]:
+        if isinstance(commands, tuple) and commands is self._declared:
+            return self._bounded
+        bounded = bounded_commands(commands)
+        if isinstance(commands, tuple):
+            self._declared, self._bounded = commands, bounded
+        return bounded
+
+
 def bounded_commands(commands: Sequence[CommandInfo]) -> tuple[CommandInfo, ...]:
     bounded: list[CommandInfo] = []
     for command in list(commands)[:MAX_COMMANDS]:

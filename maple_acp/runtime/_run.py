@@ -20,6 +20,7 @@ from maple_acp.runtime._events import (
     RunNotice,
     RunOutcome,
     RunState,
+    StopReason,
     TitleChanged,
 )
 from maple_acp.runtime._journal import RunJournal
@@ -157,8 +158,13 @@ class Run:
                     title = await self._write_final_rows()
                     if title is not None:
                         tail.append(TitleChanged(self.id, title))
+                stop = self._turn.stop_reason if state is RunState.COMPLETED else None
                 self._outcome = RunOutcome(
-                    state=state, failure=failure, usage=self._outlet.usage, overflowed=overflowed
+                    state=state,
+                    failure=failure,
+                    usage=self._outlet.usage,
+                    overflowed=overflowed,
+                    stop_reason=StopReason(stop) if stop is not None else StopReason.END_TURN,
                 )
                 if overflowed:
                     tail.append(RunNotice(self.id, OVERFLOW_NOTICE, terminal=True))
@@ -176,11 +182,12 @@ class Run:
         usage = outcome.usage
         # Counts and the stop reason only: the failure text can quote what a tool printed.
         logger.info(
-            "%s run %s of task %s ended: %s in %.3f s, %d updates, tokens in %d out %d total %d",
+            "%s run %s of task %s ended: %s%s in %.3f s, %d updates, tokens in %d out %d total %d",
             self.kind.value,
             self.id,
             self.task_id,
             outcome.state.value,
+            f" ({outcome.stop_reason.value})" if outcome.state is RunState.COMPLETED else "",
             duration_s,
             self._queue.sent,
             usage.input_tokens,

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import Collection, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
-from types import TracebackType
-from typing import Self
 
 import trio
 
@@ -26,17 +24,19 @@ from maple_acp.runtime._admission import (
     canonical_directory,
     check_attachable,
 )
-from maple_acp.runtime._backend import AgentBackend
+from maple_acp.runtime._backend import AgentBackend, backend_commands
 from maple_acp.runtime._context import LeaseContext
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
 from maple_acp.runtime._history import replay_view
 from maple_acp.runtime._lease import SessionLease
 from maple_acp.runtime._lease_life import RouterFactory
 from maple_acp.runtime._models import ModelCatalog, ModelCatalogCache, ModelChoices
+from maple_acp.runtime._offer import CommandBounds
 from maple_acp.runtime._permissions import PermissionPolicy
 from maple_acp.runtime._registry import LeaseRegistry
 from maple_acp.runtime._relay import RelayValues, validate_relay_values
 from maple_acp.runtime._replies import ServiceStatus, TaskListing
+from maple_acp.runtime._self_serving import ServedInOwnNursery
 from maple_acp.runtime._tools import ToolContext
 from maple_acp.runtime._trust import SkillInfo, find_project_skills_async
 from maple_acp.store import InvalidCursor, TaskStore
@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 #: How long a provisional task released without a close stays loadable by id: clients split
 #: "create" and "prompt" across processes.
 DEFAULT_PROVISIONAL_GRACE_S = 600.0
+#: The longest grace period accepted (ten years): its milliseconds must fit the store.
+MAX_PROVISIONAL_GRACE_S = 10 * 365 * 24 * 3600.0
 #: How often expired, untouched provisional tasks are swept.
 PROVISIONAL_SWEEP_INTERVAL_S = 60.0
 #: ``drain`` waits this long for cancelled runs to end.
@@ -54,7 +56,7 @@ DRAIN_BOUND_S = 5.0
 MAX_LIST_PAGE = 100
 
 
-class AgentService:
+class AgentService(ServedInOwnNursery):
     """The runtime facade. See the package docstring for a tour.
 
     Resource handling: ``serve`` (or ``async with service``) runs the start-up sweep of stranded
@@ -81,6 +83,10 @@ class AgentService:
     ) -> None:
         if provisional_grace_s < 0:
             raise ValueError("the provisional grace period cannot be negative")
+        if not math.isfinite(provisional_grace_s) or provisional_grace_s > MAX_PROVISIONAL_GRACE_S:
+            raise ValueError(
+                f"the provisional grace period must be finite, at most {MAX_PROVISIONAL_GRACE_S} s"
+            )
         self.store = store
         self.backend = backend
         self.policy = policy
@@ -91,11 +97,10 @@ class AgentService:
         self._models = ModelCatalogCache(catalog)
         self._fence = AdmissionFence()
         self._leases = LeaseRegistry()
+        self._command_bounds = CommandBounds()
         self._sweep_lock = trio.Lock()
         self._wall_anchor_ms = 0
         self._trio_anchor = 0.0
-        self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
-        self._nursery: trio.Nursery | None = None
         self._lease_context = LeaseContext(
             store=store,
             backend=backend,
@@ -107,6 +112,7 @@ class AgentService:
             model_choices=self._model_choices,
             set_trust=self._set_trust,
             unregister=self._leases.remove,
+            declared_commands=lambda: self._command_bounds.of(backend_commands(backend)),
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -136,35 +142,6 @@ class AgentService:
                     logger.warning("provisional sweep failed", exc_info=True)
         finally:
             self._fence.ready = False
-
-    async def __aenter__(self) -> Self:
-        """``async with service:`` runs ``serve`` in a nursery of its own until the block
-        ends."""
-        nursery_cm = trio.open_nursery()
-        nursery = await nursery_cm.__aenter__()
-        self._nursery_cm, self._nursery = nursery_cm, nursery
-        try:
-            await nursery.start(self.serve)
-        except BaseException as exc:
-            nursery.cancel_scope.cancel()
-            self._nursery_cm = self._nursery = None
-            if not await nursery_cm.__aexit__(type(exc), exc, exc.__traceback__):
-                raise
-            raise
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
-        nursery_cm, nursery = self._nursery_cm, self._nursery
-        assert nursery_cm is not None
-        assert nursery is not None
-        self._nursery_cm = self._nursery = None
-        nursery.cancel_scope.cancel()
-        return await nursery_cm.__aexit__(exc_type, exc, tb)
 
     def sign_in(self, account: str) -> int:
         """Make ``account`` the active one. A different account starts a new generation:
@@ -297,6 +274,7 @@ class AgentService:
         router_factory: RouterFactory | None = None,
         model: str | None = None,
         surface: TaskSurface = TaskSurface.EXTERNAL,
+        allowed_roots: Sequence[str] = (),
         task_status: trio.TaskStatus[SessionLease] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Create a task in ``cwd`` and hold a lease on it until the lease is released:
@@ -306,12 +284,13 @@ class AgentService:
         admitted message. Its model is ``model`` or the catalog's default (taken from the
         cached listing: creating a task never waits for the catalog unless ``model`` is
         given). ``router_factory`` runs inside the lease's nursery before the lease is
-        returned. Raises ``INVALID_CWD``, ``INVALID_RELAY``, ``UNKNOWN_MODEL`` and the
-        admission kinds before anything is created.
+        returned. ``allowed_roots`` are the calling surface's own (canonical) roots, applied
+        with the service's. Raises ``INVALID_CWD``, ``INVALID_RELAY``, ``UNKNOWN_MODEL`` and
+        the admission kinds before anything is created.
         """
         generation = self._fence.admit()
         tools = self._tool_context(relay)
-        root = await self._roots.admit(cwd)
+        root = await self._roots.admit(cwd, allowed_roots)
         if model is None:
             model = self.cached_model_choices().default
         elif model not in await self._model_choices(generation, False):
@@ -344,6 +323,7 @@ class AgentService:
         *,
         relay: Mapping[str, str] | None = None,
         router_factory: RouterFactory | None = None,
+        allowed_roots: Sequence[str] = (),
         task_status: trio.TaskStatus[SessionLease] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Attach a lease to an existing task and hold it until released:
@@ -359,7 +339,7 @@ class AgentService:
         """
         generation = self._fence.admit()
         tools = self._tool_context(relay)
-        root = await self._roots.admit(cwd)
+        root = await self._roots.admit(cwd, allowed_roots)
         async with self._sweep_lock:
             found = await self.store.get_task(task_id)
             account = self._fence.account_of(generation)
@@ -398,14 +378,19 @@ class AgentService:
     # -- tasks -------------------------------------------------------------------------------
 
     async def list_tasks(
-        self, *, cwd: str | None = None, cursor: str | None = None, limit: int = MAX_LIST_PAGE
+        self,
+        *,
+        cwd: str | None = None,
+        cursor: str | None = None,
+        limit: int = MAX_LIST_PAGE,
+        allowed_roots: Sequence[str] = (),
     ) -> TaskListing:
         """The signed-in account's caller-mediated, non-provisional tasks, newest first, at
         most 100 per page; ``cwd`` filters by exact canonical root (``INVALID_CWD`` outside
         the allowed roots). ``INVALID_CURSOR`` for a cursor this service did not issue (for
         this query)."""
         generation = self._fence.admit()
-        root = await self._roots.admit(cwd) if cwd is not None else None
+        root = await self._roots.admit(cwd, allowed_roots) if cwd is not None else None
         account = self._fence.account_of(generation)
         query = TaskQuery(
             account=account,
@@ -419,7 +404,7 @@ class AgentService:
         except InvalidCursor as exc:
             raise RuntimeRejection(RejectionKind.INVALID_CURSOR, "the cursor is not valid") from exc
         self._fence.check(generation)
-        tasks = tuple(t for t in page.tasks if self._roots.admits(t.root))
+        tasks = tuple(t for t in page.tasks if self._roots.admits(t.root, allowed_roots))
         return TaskListing(tasks=tasks, next_cursor=page.next_cursor)
 
     async def _own_task(self, generation: int, task_id: str) -> TaskRecord:

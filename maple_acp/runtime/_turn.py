@@ -16,7 +16,7 @@ from maple_acp.model import (
 )
 from maple_acp.runtime._backend import GoalProgress
 from maple_acp.runtime._errors import bounded_text
-from maple_acp.runtime._events import ContextUsage, RunKind, RunNotice, TitleChanged
+from maple_acp.runtime._events import ContextUsage, RunKind, RunNotice, StopReason, TitleChanged
 from maple_acp.runtime._offer import bounded_commands, bounded_plan
 from maple_acp.runtime._outlet import RunOutlet
 from maple_acp.runtime._permissions import ToolRequest
@@ -72,6 +72,9 @@ class Turn:
         self.offered_tools = offered_tools
         #: Set by a goal cycle to say how the goal stands after it.
         self.goal_progress: GoalProgress | None = None
+        #: Set by a backend that returns normally for another reason than the model finishing
+        #: its answer (a token limit, a refusal, its own request bound).
+        self.stop_reason = StopReason.END_TURN
 
     def new_message_id(self) -> str:
         return self._outlet.next_id("m")

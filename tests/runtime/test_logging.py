@@ -66,7 +66,7 @@ async def test_log_lines_say_what_happened_and_never_a_secret(
     # What an operator needs to see.
     assert re.search(r"prompt run \S+ of task \S+ started", text)
     assert re.search(
-        r"prompt run \S+ of task \S+ ended: completed in [\d.]+ s, \d+ updates, "
+        r"prompt run \S+ of task \S+ ended: completed \(end_turn\) in [\d.]+ s, \d+ updates, "
         r"tokens in 7 out 5 total 12",
         text,
     ), text

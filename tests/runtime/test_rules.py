@@ -106,6 +106,60 @@ async def test_cwd_is_canonicalised_once_and_checked_against_the_roots(
         )
 
 
+async def test_a_callers_own_roots_apply_with_the_services(
+    rooted: tuple[AgentService, Path],
+) -> None:
+    service, base = rooted
+    allowed = base / "allowed"
+    (allowed / "other").mkdir()
+    mine = (os.path.realpath(allowed / "project"),)
+    async with trio.open_nursery() as nursery:
+        lease: SessionLease = await nursery.start(
+            lambda task_status: service.serve_new_task(
+                str(allowed / "project"), allowed_roots=mine, task_status=task_status
+            )
+        )
+        await lease.start_run("listed")
+        await lease.drain()
+        await lease.release(close=True)
+        # Inside the service's roots but outside the caller's: refused the same way.
+        await refused(
+            RejectionKind.INVALID_CWD,
+            nursery.start,
+            lambda task_status: service.serve_new_task(
+                str(allowed / "other"), allowed_roots=mine, task_status=task_status
+            ),
+        )
+        await refused(
+            RejectionKind.INVALID_CWD,
+            nursery.start,
+            lambda task_status: service.serve_task(
+                lease.task_id, str(allowed / "other"), allowed_roots=mine, task_status=task_status
+            ),
+        )
+    await refused(
+        RejectionKind.INVALID_CWD,
+        service.list_tasks,
+        cwd=str(allowed / "other"),
+        allowed_roots=mine,
+    )
+    assert [t.id for t in (await service.list_tasks(allowed_roots=mine)).tasks] == [lease.task_id]
+    elsewhere = (os.path.realpath(allowed / "other"),)
+    assert (await service.list_tasks(allowed_roots=elsewhere)).tasks == ()
+
+
+def test_a_grace_period_must_be_finite(tmp_path: Path) -> None:
+    for grace in (float("inf"), float("nan"), 1e306, -1.0):
+        with pytest.raises(ValueError, match="grace"):
+            AgentService(
+                store=None,  # type: ignore[arg-type]
+                backend=DemoBackend(),
+                catalog=demo_catalog(),
+                policy=demo_policy(),
+                provisional_grace_s=grace,
+            )
+
+
 # -- relay values --------------------------------------------------------------------------
 
 

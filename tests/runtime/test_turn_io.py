@@ -33,6 +33,7 @@ from maple_acp.runtime import (
     RunEnded,
     RunEvent,
     SessionLease,
+    StopReason,
     TitleChanged,
     ToolRow,
     Turn,
@@ -78,6 +79,8 @@ class ScriptedEngine:
                 await turn.set_commands(
                     [CommandInfo(name=name, description=f"run {name}") for name in rest.split()]
                 )
+            elif word == "stop":
+                turn.stop_reason = StopReason(rest)
             elif word == "title":
                 await turn.set_title(rest)
             elif word == "edit":
@@ -271,3 +274,41 @@ async def test_an_untitled_task_is_titled_from_its_first_message(
         assert titles(events) == ["Chosen by the engine"]
         assert lease.task.title == "Chosen by the engine"
         await lease.release(close=True)
+
+
+async def test_a_backend_says_why_its_turn_stopped(
+    engine_service: tuple[AgentService, ScriptedEngine], project: Path
+) -> None:
+    service, _engine = engine_service
+    async with trio.open_nursery() as nursery:
+        lease = await new_lease(nursery, service, project)
+        reasons = []
+        for script in ("hello", "stop max_tokens", "stop refusal", "stop max_turn_requests"):
+            _events, outcome = await run_prompt(lease, script)
+            reasons.append(outcome.stop_reason)
+        # A failed turn's stop reason is not the backend's to give.
+        _events, failed = await run_prompt(lease, "stop refusal\ncontext -1 1")
+        await lease.release(close=True)
+    assert reasons == [
+        StopReason.END_TURN,
+        StopReason.MAX_TOKENS,
+        StopReason.REFUSAL,
+        StopReason.MAX_TURN_REQUESTS,
+    ]
+    assert failed.state.value == "failed"
+    assert failed.stop_reason is StopReason.END_TURN
+
+
+async def test_every_lease_starts_with_the_declared_commands(
+    engine_service: tuple[AgentService, ScriptedEngine], project: Path
+) -> None:
+    service, _engine = engine_service
+    async with trio.open_nursery() as nursery:
+        first = await new_lease(nursery, service, project)
+        await run_prompt(first, "commands only")
+        assert [c.name for c in first.commands] == ["only"]
+        # A turn's change is that lease's; the next lease starts from the declaration.
+        second = await new_lease(nursery, service, project)
+        assert second.commands == COMMANDS
+        await first.release(close=True)
+        await second.release(close=True)
