@@ -1,8 +1,9 @@
 """Opening sessions: ``session/new``, ``session/load``, ``session/resume``, and a session's
 settings (``session/list``, ``session/set_mode``, ``session/set_config_option``).
 
-Admission rules (cwd, allowed roots, relay values, task ownership) are the runtime's; this
-module asks the runtime for a lease and shapes the answer. MCP definitions are validated before
+Admission rules (cwd canonicalisation, allowed roots - the runtime's and this service's own -,
+relay values, task ownership) are the runtime's; this module asks the runtime for a lease and
+shapes the answer. MCP definitions are validated before
 anything is created. A load or resume of a session this connection already holds is a
 re-attach: the request's MCP servers replace the lease's (the new set connects first), and a
 load replays the history again.
@@ -64,6 +65,11 @@ def _iso8601(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
+def _no_additional(directories: tuple[str, ...]) -> None:
+    if directories:
+        raise ProtocolError(INVALID_PARAMS, "additionalDirectories is not supported")
+
+
 def router_factory(servers: tuple[ValidatedServer, ...]) -> RouterFactory | None:
     """What the runtime runs inside a lease's nursery to connect its MCP servers."""
     if not servers:
@@ -87,13 +93,10 @@ class SessionOpener:
     def __init__(self, connection: AcpConnection) -> None:
         self.connection = connection
 
-    async def _admit_cwd(self, cwd: str, additional: tuple[str, ...]) -> str:
-        if additional:
-            raise ProtocolError(INVALID_PARAMS, "additionalDirectories is not supported")
-        root = await canonical_directory(cwd)
-        if not self.connection.config.admits(root):
-            raise ProtocolError(INVALID_PARAMS, "cwd is outside the allowed project roots")
-        return root
+    @property
+    def _roots(self) -> tuple[str, ...]:
+        """This service's own allowed roots, which the runtime applies with its own."""
+        return self.connection.config.allowed_roots
 
     async def _open(self, start: Callable[..., Awaitable[None]]) -> EdgeSession:
         connection = self.connection
@@ -118,14 +121,16 @@ class SessionOpener:
 
     async def new(self, request: NewSessionRequest) -> NewSessionResponse:
         connection = self.connection
+        _no_additional(request.additional_directories)
         servers = validate_servers(mcp_definitions(request.mcp_servers))
-        root = await self._admit_cwd(request.cwd, request.additional_directories)
+        # The runtime canonicalises the cwd, once, and applies both sets of allowed roots.
         session = await self._open(
             partial(
                 connection.runtime.serve_new_task,
-                root,
+                request.cwd,
                 relay=connection.relay,
                 router_factory=router_factory(servers),
+                allowed_roots=self._roots,
             )
         )
         logger.info("session %s created", session.id)
@@ -146,32 +151,29 @@ class SessionOpener:
         connection = self.connection
         if session_id in connection.tombstones:
             raise ProtocolError(INVALID_REQUEST, "the session is closing")
+        _no_additional(additional)
         servers = validate_servers(mcp_definitions(mcp_servers))
         held = connection.sessions.get(session_id)
         if held is not None and not held.closing:
-            return await self._reattach(held, cwd, additional, servers)
+            return await self._reattach(held, cwd, servers)
         if held is not None:
             raise ProtocolError(INVALID_REQUEST, "the session is closing")
-        root = await self._admit_cwd(cwd, additional)
         return await self._open(
             partial(
                 connection.runtime.serve_task,
                 session_id,
-                root,
+                cwd,
                 relay=connection.relay,
                 router_factory=router_factory(servers),
+                allowed_roots=self._roots,
             )
         )
 
     async def _reattach(
-        self,
-        session: EdgeSession,
-        cwd: str,
-        additional: tuple[str, ...],
-        servers: tuple[ValidatedServer, ...],
+        self, session: EdgeSession, cwd: str, servers: tuple[ValidatedServer, ...]
     ) -> EdgeSession:
-        root = await self._admit_cwd(cwd, additional)
-        if root != session.lease.task.root:
+        # The lease holds the task already: the cwd must name its root, as on a first load.
+        if await canonical_directory(cwd) != session.lease.task.root:
             raise ProtocolError(INVALID_PARAMS, "cwd is not the session's working directory")
         # RUN_ACTIVE (-32600) while a prompt or a goal cycle runs; if the new servers fail to
         # connect, the lease keeps its old ones and their error is the answer.
@@ -230,11 +232,9 @@ class SessionOpener:
         after_answer(follow)
 
     async def list(self, request: ListSessionsRequest) -> ListSessionsResponse:
-        connection = self.connection
-        cwd = None
-        if request.cwd is not None:
-            cwd = await self._admit_cwd(request.cwd, ())
-        listing = await connection.runtime.list_tasks(cwd=cwd, cursor=request.cursor)
+        listing = await self.connection.runtime.list_tasks(
+            cwd=request.cwd, cursor=request.cursor, allowed_roots=self._roots
+        )
         sessions = tuple(
             SessionInfo(
                 session_id=task.id,
@@ -243,7 +243,6 @@ class SessionOpener:
                 updated_at=_iso8601(task.updated_ms),
             )
             for task in listing.tasks
-            if connection.config.admits(task.root)
         )
         return ListSessionsResponse(sessions=sessions, next_cursor=listing.next_cursor)
 
