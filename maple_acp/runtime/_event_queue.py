@@ -18,6 +18,8 @@ logger = logging.getLogger(__name__)
 RUN_EVENT_QUEUE = 256
 #: A backend emitting into a queue with room checkpoints once per this many events.
 EMIT_BATCH = 64
+#: Events a consumer takes in one batch, at most (the queue's size: one batch drains it).
+MAX_BATCH = RUN_EVENT_QUEUE
 
 
 class RunEventQueue:
@@ -78,6 +80,9 @@ class RunEventQueue:
         self._reader_taken = True
         return _QueueReader(self._receive, self._tail)
 
+    def batch_reader(self) -> _BatchReader:
+        return _BatchReader(self.reader())
+
 
 class _QueueReader:
     """Async iterator over the queued events, then the retained terminal ones."""
@@ -106,3 +111,31 @@ class _QueueReader:
             self._tail_index += 1
             return event
         raise StopAsyncIteration
+
+    async def next_batch(self) -> list[RunEvent]:
+        """Every event available now (at least one, at most ``MAX_BATCH``), waiting only
+        for the first. Raises ``StopAsyncIteration`` after the last one."""
+        batch = [await self.__anext__()]
+        if self._tail_index is None:
+            try:
+                while len(batch) < MAX_BATCH:
+                    batch.append(self._receive.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                pass
+        while self._tail_index is not None and self._tail_index < len(self._tail):
+            batch.append(self._tail[self._tail_index])
+            self._tail_index += 1
+        return batch
+
+
+class _BatchReader:
+    """Async iterator over a run's events in batches (see ``_QueueReader.next_batch``)."""
+
+    def __init__(self, reader: _QueueReader) -> None:
+        self._reader = reader
+
+    def __aiter__(self) -> _BatchReader:
+        return self
+
+    async def __anext__(self) -> list[RunEvent]:
+        return await self._reader.next_batch()

@@ -78,6 +78,13 @@ class Run:
         """The run's ordered events, ending with ``RunEnded``. Can be taken once."""
         return self._queue.reader()
 
+    def event_batches(self) -> AsyncIterator[list[RunEvent]]:
+        """The same events as ``events()``, in lists: every event available at that moment
+        (at least one, in order), so a consumer hands them on with one wake-up per batch. The
+        last batch ends with ``RunEnded``. Can be taken once, and not together with
+        ``events()``."""
+        return self._queue.batch_reader()
+
     def cancel(self) -> None:
         """Cancel this exact run; every pending permission request resolves as denied.
         Idempotent; no effect on an ended run."""

@@ -194,3 +194,33 @@ async def test_events_can_be_read_only_once(service: AgentService, project: Path
         with pytest.raises(RuntimeError):
             run.events()
         await lease.release(close=True)
+
+
+async def test_event_batches_carry_the_same_events_in_order(
+    service: AgentService, project: Path
+) -> None:
+    from maple_acp.runtime import RunEnded, TextChunk, TitleChanged
+    from maple_acp.runtime._event_queue import MAX_BATCH
+
+    async with trio.open_nursery() as nursery:
+        lease = await nursery.start(service.serve_new_task, str(project))
+        one_by_one = await lease.start_run("/stream 600 10\n/think done")
+        singles = [event async for event in one_by_one.events()]
+        batched_run = await lease.start_run("/stream 600 10\n/think done")
+        batches_iter = batched_run.event_batches()
+        with pytest.raises(RuntimeError):
+            batched_run.events()
+        # A slow consumer: the backend fills the queue before the first batch is taken.
+        await trio.testing.wait_all_tasks_blocked()
+        batches = [batch async for batch in batches_iter]
+        await lease.release(close=True)
+    flat = [event for batch in batches for event in batch]
+    assert all(batch for batch in batches)
+    assert max(len(batch) for batch in batches) > 1
+    assert all(len(batch) <= MAX_BATCH + 3 for batch in batches)
+    assert isinstance(flat[-1], RunEnded)
+    # The first prompt run of the task also titled it; the second had nothing to title.
+    singles = [e for e in singles if not isinstance(e, TitleChanged)]
+    assert [type(e) for e in flat] == [type(e) for e in singles]
+    texts = [e.text for e in flat if isinstance(e, TextChunk)]
+    assert texts == [e.text for e in singles if isinstance(e, TextChunk)]
