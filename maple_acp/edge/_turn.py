@@ -37,6 +37,7 @@ from maple_acp.runtime import (
     ToolState,
     ToolStatus,
 )
+from maple_acp.runtime import StopReason as RunStopReason
 from maple_acp.runtime import Usage as RunUsage
 from maple_acp.wire import (
     PermissionOption,
@@ -68,21 +69,33 @@ PERMISSION_OPTIONS: Final = (
 #: Our option ids, as the runtime's responder words them.
 _ANSWERS: Final = {"allow_once": "allow_once", "reject_once": "deny_once"}
 
-_STOP_REASONS: Final[dict[RunState, StopReason]] = {
-    RunState.COMPLETED: "end_turn",
-    RunState.CANCELLED: "cancelled",
-    # The failure text was already shown as agent text; answering the turn normally keeps a
-    # client from retrying work that may have had effects.
-    RunState.FAILED: "end_turn",
+#: ACP's stop reason for a completed turn, by the backend's own (``Turn.stop_reason``).
+_COMPLETED_REASONS: Final[dict[RunStopReason, StopReason]] = {
+    RunStopReason.END_TURN: "end_turn",
+    RunStopReason.MAX_TOKENS: "max_tokens",
+    RunStopReason.MAX_TURN_REQUESTS: "max_turn_requests",
+    RunStopReason.REFUSAL: "refusal",
 }
 
 
-def prompt_answer(state: RunState, usage: RunUsage | None = None) -> PromptResponse:
+def prompt_answer(
+    state: RunState,
+    usage: RunUsage | None = None,
+    reason: RunStopReason = RunStopReason.END_TURN,
+) -> PromptResponse:
     """A prompt's answer: its stop reason and exactly this turn's usage (zero for a turn that
-    was cancelled before its run began)."""
+    was cancelled before its run began). A completed turn answers the backend's reason; a
+    failed one ``end_turn``: its failure text was already shown as agent text, and answering
+    normally keeps a client from retrying work that may have had effects."""
     usage = usage or RunUsage()
+    if state is RunState.CANCELLED:
+        stop: StopReason = "cancelled"
+    elif state is RunState.COMPLETED:
+        stop = _COMPLETED_REASONS[reason]
+    else:
+        stop = "end_turn"
     return PromptResponse(
-        stop_reason=_STOP_REASONS[state],
+        stop_reason=stop,
         usage=Usage(
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
@@ -149,7 +162,7 @@ class PromptTurns:
         outcome = await run.wait()
         # Every update of the run must be on the wire before the prompt's answer.
         await self.connection.peer.drain()
-        return prompt_answer(state, outcome.usage)
+        return prompt_answer(state, outcome.usage, outcome.stop_reason)
 
     async def pump(self, session: EdgeSession, run: Run) -> RunState:
         """Send every event of ``run`` as it comes; return the run's final state."""

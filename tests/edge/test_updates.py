@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from edge_harness import Harness
+import pytest
+from edge_harness import Harness, running_service
 
+from maple_acp.runtime import StopReason, Turn
 from maple_acp.testing.client import AcpTestClient
 from maple_acp.testing.schema import AcpSchema
 
@@ -122,3 +124,25 @@ async def test_load_replays_the_title_and_the_latest_plan(
         for kind in ("plan", "session_info_update"):
             assert all(i < loaded_at for i in _update_indexes(second, kind))
         second.validate(acp_schema)
+
+
+class _ReasonBackend:
+    """Answers a prompt naming a stop reason by stopping for that reason."""
+
+    async def run_turn(self, turn: Turn) -> None:
+        await turn.send_text("stopping")
+        turn.stop_reason = StopReason(turn.prompt.strip())
+
+
+@pytest.mark.parametrize("reason", [r.value for r in StopReason])
+async def test_a_completed_turn_answers_the_backends_stop_reason(
+    tmp_path: Path, project: Path, acp_schema: AcpSchema, reason: str
+) -> None:
+    async with (
+        running_service(tmp_path, backend=_ReasonBackend()) as harness,
+        harness.connect(initialize=True) as client,
+    ):
+        sid = (await client.new_session(str(project)))["sessionId"]
+        answer = await client.prompt(sid, reason)
+        assert answer["stopReason"] == reason
+        client.validate(acp_schema)
