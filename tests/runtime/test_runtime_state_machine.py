@@ -1,4 +1,5 @@
-"""A Hypothesis state machine over tasks, leases, runs, permissions and goals.
+"""A Hypothesis state machine over tasks, leases, runs, permissions, goals, re-attach and
+delete.
 
 Each step runs on one long-lived trio loop in a thread (``trio.from_thread.run``); each example
 gets a fresh SQLite store and service. A "crash" snapshots the store's committed state (what a
@@ -141,6 +142,8 @@ class RunModel:
     def __init__(self, run: Run, lease: LeaseModel) -> None:
         self.run = run
         self.lease = lease
+        # The router of the run's lease when it started (a re-attach may replace it later).
+        self.router = lease.router
         self.requests: list[PermissionRequest] = []
         self.used: list[PermissionRequest] = []
         self.fenced = False  # cancelled or revoked: no allow may take effect from now on
@@ -170,6 +173,7 @@ class RuntimeMachine(RuleBasedStateMachine):
         self.admitted: dict[str, list[str]] = {}
         self.locked_model: dict[str, str | None] = {}
         self.known_tasks: set[str] = set()
+        self.deleted: set[str] = set()
         self.drained = False
 
     # -- plumbing ------------------------------------------------------------------------
@@ -253,7 +257,7 @@ class RuntimeMachine(RuleBasedStateMachine):
     @precondition(lambda self: not self.drained)
     @rule(target=leases, task=st.integers(0, 5))
     def attach(self, task: int) -> Any:
-        tasks = sorted(self.known_tasks)
+        tasks = sorted(self.known_tasks | self.deleted)
         if not tasks:
             return None
         task_id = tasks[task % len(tasks)]
@@ -277,6 +281,8 @@ class RuntimeMachine(RuleBasedStateMachine):
                 return exc
 
         result = self.call(go)
+        # A deleted task never comes back.
+        assert task_id not in self.deleted or isinstance(result, RuntimeRejection)
         if isinstance(result, RuntimeRejection):
             holders = [
                 m for m in self.all_leases if m.lease.task_id == task_id and not m.lease.released
@@ -362,7 +368,7 @@ class RuntimeMachine(RuleBasedStateMachine):
     def _fence(self, run: RunModel) -> None:
         if not run.fenced:
             run.fenced = True
-            run.calls_when_fenced = len(run.lease.router.calls)
+            run.calls_when_fenced = len(run.router.calls)
 
     @rule(run=runs)
     def cancel(self, run: RunModel | None) -> None:
@@ -389,6 +395,76 @@ class RuntimeMachine(RuleBasedStateMachine):
                 self._fence(run)
         self.call(lambda: lease.lease.release(close=close))
         assert lease.lease.released
+
+    @rule(lease=leases, fails=st.booleans())
+    def reattach(self, lease: LeaseModel | None, fails: bool) -> None:
+        if lease is None:
+            return
+        router = CountingRouter()
+
+        async def factory(nursery: trio.Nursery) -> CountingRouter:
+            await trio.lowlevel.checkpoint()
+            if fails:
+                raise OSError("the new servers did not answer")
+            return router
+
+        async def go() -> BaseException | None:
+            try:
+                await lease.lease.replace_router(factory)
+            except (RuntimeRejection, OSError) as exc:
+                return exc
+            return None
+
+        result = self.call(go)
+        if result is None:
+            assert not fails
+            assert lease.lease.tools.router is router
+            lease.router = router
+        elif isinstance(result, OSError):
+            # The old router stays.
+            assert lease.lease.tools.router is lease.router
+        else:
+            assert result.kind in (
+                RejectionKind.RUN_ACTIVE,
+                RejectionKind.LEASE_REVOKED,
+                RejectionKind.ACCOUNT_CHANGED,
+                RejectionKind.NOT_SIGNED_IN,
+                RejectionKind.SHUTTING_DOWN,
+            ), result
+
+    @rule(task=st.integers(0, 5))
+    def delete(self, task: int) -> None:
+        tasks = sorted(self.known_tasks | self.deleted)
+        if not tasks:
+            return
+        task_id = tasks[task % len(tasks)]
+
+        async def go() -> RuntimeRejection | None:
+            try:
+                await self.service.delete_task(task_id)
+            except RuntimeRejection as exc:
+                return exc
+            return None
+
+        holders = [
+            m for m in self.all_leases if m.lease.task_id == task_id and not m.lease.released
+        ]
+        result = self.call(go)
+        if result is None:
+            assert not holders, "a held task was deleted"
+            assert task_id not in self.deleted
+            self.deleted.add(task_id)
+            self.known_tasks.discard(task_id)
+            self.admitted.pop(task_id, None)
+            self.locked_model.pop(task_id, None)
+        elif result.kind in (RejectionKind.TASK_LEASED, RejectionKind.RUN_ACTIVE):
+            assert holders, "refused as held, but no lease holds the task"
+        else:
+            assert result.kind in (
+                RejectionKind.TASK_NOT_FOUND,
+                RejectionKind.NOT_SIGNED_IN,
+                RejectionKind.SHUTTING_DOWN,
+            ), result
 
     @rule(lease=leases, model=st.sampled_from(["demo-echo", "demo-echo-large"]))
     def set_model(self, lease: LeaseModel | None, model: str) -> None:
@@ -500,7 +576,7 @@ class RuntimeMachine(RuleBasedStateMachine):
     def no_allow_after_cancel_or_revoke(self) -> None:
         for run in self.all_runs:
             if run.fenced:
-                assert len(run.lease.router.calls) == run.calls_when_fenced
+                assert len(run.router.calls) == run.calls_when_fenced
 
     def _check_durable(self) -> None:
         async def read() -> None:
@@ -509,6 +585,10 @@ class RuntimeMachine(RuleBasedStateMachine):
             query = TaskQuery(account=DEMO_ACCOUNT, include_provisional=True, limit=100)
             page = await store.list_tasks(query)
             page_ids = {task.id for task in page.tasks}
+            for task_id in self.deleted:
+                assert task_id not in page_ids
+                assert await store.get_task(task_id) is None
+                assert await store.history(task_id) == []
             for task_id in self.known_tasks:
                 texts = self.admitted.get(task_id, [])
                 if not texts:
