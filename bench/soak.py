@@ -73,6 +73,15 @@ IDLE_DEADLINE_S = 20.0
 #: trio's idle worker threads end after 10 s; fds, threads and children get this long to settle.
 SETTLE_DEADLINE_S = 25.0
 POLL_S = 0.25
+#: Readings of an idle host's RSS per figure (the least counts).
+RSS_SAMPLES = 4
+#: glibc's allocator keeps freed large blocks in the heap once its adaptive mmap threshold has
+#: risen, so RSS would follow the high-water mark of transient buffers rather than live memory.
+#: The host runs with the threshold fixed (printed with the figures).
+HOST_ALLOCATOR_ENV: Mapping[str, str] = {
+    "MALLOC_MMAP_THRESHOLD_": "131072",
+    "MALLOC_TRIM_THRESHOLD_": "131072",
+}
 #: Runs the host through this command instead of ``maple-acp`` (profiling), when set.
 HOST_COMMAND_ENV = "MAPLE_ACP_SOAK_HOST"
 #: Connections that share a verification after a restart.
@@ -100,6 +109,7 @@ OPERATIONS: Mapping[str, int] = {
     "goal": 6,
     "list": 3,
     "malformed": 4,
+    "big_id": 1,
 }
 #: How a connection ends, by weight.
 ENDINGS: Mapping[str, int] = {"close_input": 60, "kill": 20, "kill_mid_prompt": 12, "stall": 8}
@@ -707,6 +717,27 @@ class Connection:
 
     # -- malformed input --------------------------------------------------------------------
 
+    async def big_id(self) -> None:
+        """A request id beyond 64 bits comes back with the very digits it was sent with."""
+        request_id = str(2**64 + self.worker.rng.randrange(2**40))
+        line = f'{{"jsonrpc":"2.0","id":{request_id},"method":"session/list","params":{{}}}}'
+        echoed = f'"id":{request_id}'.encode()
+
+        def answered() -> bool:
+            return any(
+                frame.direction == "in" and echoed in frame.raw for frame in self.client.frames
+            )
+
+        try:
+            await self.client.send_raw(line.encode())
+        except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+            raise Gone from None
+        with trio.move_on_after(STEP_DEADLINE_S):
+            await self.client.wait_until(answered)
+        if not answered():
+            self.report.find(f"no answer echoing the request id {request_id}")
+        self.report.ops[("big_id", "ok" if answered() else "unanswered")] += 1
+
     async def malformed(self) -> None:
         line, reply_id = self.worker.rng.choice(MALFORMED_LINES)
         if reply_id is not None:
@@ -766,6 +797,8 @@ class Connection:
                 await self.goal()
             elif op == "list":
                 await self.list()
+            elif op == "big_id":
+                await self.big_id()
             else:
                 await self.malformed()
 
@@ -970,8 +1003,9 @@ class Soak:
         self.socket = directory / "run" / "acp.sock"
         self.data_dir = directory / "data"
         self.env = _environment(config.env)
+        self.host_env = {**HOST_ALLOCATOR_ENV, **self.env}
         host_command, self.connector_commands = _commands()
-        self.host = Host(host_command, self.socket, self.data_dir, self.env, config.host_log)
+        self.host = Host(host_command, self.socket, self.data_dir, self.host_env, config.host_log)
         self.projects = []
         for index in range(4):
             project = directory / f"project{index}"
@@ -1052,24 +1086,38 @@ class Soak:
                 await trio.sleep(POLL_S)
         self.report.find(f"{why}: not idle {IDLE_DEADLINE_S:.0f} s after every client left: {last}")
 
+    async def quiet_sample(self) -> Sample:
+        """The idle host's figures, RSS as the least of ``RSS_SAMPLES`` readings: a reading
+        taken while the status query itself runs is not the host's resting size."""
+        samples = []
+        for _ in range(RSS_SAMPLES):
+            samples.append(sample_process(self.host.pid))
+            await trio.sleep(POLL_S)
+        last = samples[-1]
+        return Sample(
+            rss=min(sample.rss for sample in samples),
+            fds=last.fds,
+            threads=last.threads,
+            children=last.children,
+        )
+
     async def settled_sample(self, baseline: Sample) -> Sample:
         """A sample once fds, threads and children are back to ``baseline`` (or the last one)."""
         deadline = trio.current_time() + SETTLE_DEADLINE_S
         while True:
-            sample = sample_process(self.host.pid)
+            sample = await self.quiet_sample()
             if (
                 sample.fds <= baseline.fds
                 and sample.threads <= baseline.threads
                 and sample.children <= baseline.children
             ) or trio.current_time() > deadline:
                 return sample
-            await trio.sleep(POLL_S)
 
     async def checkpoint(self, life: HostLife, why: str) -> None:
         """Traffic stopped: idle host, then figures against the life's baseline."""
         await self.wait_idle(why)
         if life.baseline is None:
-            life.baseline = sample_process(self.host.pid)
+            life.baseline = await self.quiet_sample()
             self.say(f"[{self.clock()}] baseline of host {life.pid}: {life.baseline.describe()}")
             return
         base = life.baseline
@@ -1268,9 +1316,10 @@ async def run_soak(config: SoakConfig) -> SoakReport:
 
 
 def format_report(report: SoakReport) -> str:
+    allocator = " ".join(f"{k}={v}" for k, v in HOST_ALLOCATOR_ENV.items())
     lines = [
         f"soak: {report.elapsed_s:.0f} s in all, {report.traffic_s:.0f} s of traffic, "
-        f"seed {report.config.seed}, {report.config.workers} workers",
+        f"seed {report.config.seed}, {report.config.workers} workers; host allocator: {allocator}",
         f"operations: {report.total_ops} ({report.total_ops / max(report.traffic_s, 1e-9):.1f}/s)",
     ]
     for (op, outcome), count in sorted(report.ops.items()):
