@@ -45,7 +45,15 @@ from maple_acp.backends.openai._native import (
     run_tool_call,
 )
 from maple_acp.model import ItemKind
-from maple_acp.runtime import GoalProgress, GoalStatus, RunKind, Turn, TurnFailed, Usage
+from maple_acp.runtime import (
+    GoalProgress,
+    GoalStatus,
+    RunKind,
+    StopReason,
+    Turn,
+    TurnFailed,
+    Usage,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +170,7 @@ class ProviderBackend:
             system += (
                 f"\n\nProject skills (read a skill's file when the task matches it):\n{listed}"
             )
-        history = getattr(turn, "history", ())
+        history = turn.history
         plans = [item.plan for item in history if item.kind is ItemKind.PLAN and item.plan]
         if plans:
             # A plan is not a message a provider accepts back; the model still should know it.
@@ -196,21 +204,19 @@ class ProviderBackend:
             if response.usage is not None:
                 await turn.report_usage(response.usage)
             if window is not None and response.context_used is not None:
-                report = getattr(turn, "report_context", None)
-                if report is not None:
-                    await report(response.context_used, window)
+                await turn.report_context(response.context_used, window)
             answer = "".join(response.text)
             if response.finish_reason == "length":
-                _set_stop(turn, "MAX_TOKENS")
+                _stop(turn, StopReason.MAX_TOKENS)
                 return answer
             if response.finish_reason == "content_filter":
-                _set_stop(turn, "REFUSAL")
+                _stop(turn, StopReason.REFUSAL)
                 return answer
             calls = response.tool_calls(number)
             if not calls:
                 return answer
             if number == self._max_requests:
-                _set_stop(turn, "MAX_TURN_REQUESTS")
+                _stop(turn, StopReason.MAX_TURN_REQUESTS)
                 return answer
             messages.append(
                 {
@@ -233,7 +239,9 @@ class ProviderBackend:
                     {
                         "role": "tool",
                         "tool_call_id": call.call_id,
-                        "content": bound_result(_redacted(turn, result.content)),
+                        # A shell tool may print a relay value; it must reach neither the
+                        # provider nor its request log.
+                        "content": bound_result(turn.tools.redactor.text(result.content)),
                     }
                 )
         return answer
@@ -445,20 +453,9 @@ def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
     return False
 
 
-def _redacted(turn: Turn, text: str) -> str:
-    """``text`` without the session's relay values: a shell tool may print one, and it must
-    reach neither the provider nor its request log."""
-    redactor = getattr(turn.tools, "redactor", None)
-    return redactor.text(text) if redactor is not None else text
-
-
-def _set_stop(turn: Turn, name: str) -> None:
-    import maple_acp.runtime as runtime
-
-    reasons = getattr(runtime, "StopReason", None)
-    if reasons is not None:
-        setattr(turn, "stop_reason", getattr(reasons, name))  # noqa: B010 - until Turn has it
-    logger.info("turn %s stopped: %s", turn.run_id, name.lower())
+def _stop(turn: Turn, reason: StopReason) -> None:
+    turn.stop_reason = reason
+    logger.info("turn %s stopped: %s", turn.run_id, reason.value)
 
 
 def _goal_progress(answer: str) -> GoalProgress:

@@ -8,7 +8,7 @@ session has MCP servers) is always asked by the runtime.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -18,15 +18,13 @@ import trio
 from maple_acp.model import FileDiff, PlanEntry, PlanPriority, PlanStatus, ToolLocation
 from maple_acp.runtime import (
     EXTERNAL_MCP_TOOL,
+    FileChange,
+    FileToolError,
     ToolRequest,
     ToolState,
     ToolStatus,
     ToolUnavailable,
     Turn,
-)
-from maple_acp.runtime._files import (
-    FileChange,
-    FileToolError,
     edit_text_async,
     read_text_async,
     write_text_async,
@@ -132,12 +130,9 @@ PLAN_TOOL = _spec(
 
 def offered_tools(turn: Turn) -> list[Any]:
     """The native tools plus what the turn offers (``external_mcp`` while the session has MCP
-    servers), and ``update_plan`` where the runtime can show a plan."""
-    tools = list(NATIVE_TOOLS)
-    if _can_plan(turn):
-        tools.append(PLAN_TOOL)
-    extra: Sequence[Any] = getattr(turn, "offered_tools", None) or turn.tools.external_tools
-    for spec in extra:
+    servers), and ``update_plan``."""
+    tools = [*NATIVE_TOOLS, PLAN_TOOL]
+    for spec in turn.offered_tools:
         tools.append(
             {
                 "type": "function",
@@ -171,7 +166,7 @@ class ToolResult:
 async def run_tool_call(turn: Turn, call: ToolCall, row_id: str) -> ToolResult:
     """Run one call as a tool row: pending (with its diff when it writes) -> permission ->
     in progress -> completed or failed. Never raises for the tool's own failure."""
-    if call.name == UPDATE_PLAN and _can_plan(turn):
+    if call.name == UPDATE_PLAN:
         # A plan is shown as a plan, not as a tool row.
         return await _update_plan(turn, _parse_arguments(call.arguments))
     row = _Row(turn, row_id, call.name)
@@ -338,10 +333,6 @@ async def _external(row: _Row, turn: Turn, args: Mapping[str, Any]) -> ToolResul
     return await row.done(text, raw_output=result)
 
 
-def _can_plan(turn: Turn) -> bool:
-    return callable(getattr(turn, "send_plan", None))
-
-
 async def _update_plan(turn: Turn, args: dict[str, Any] | str) -> ToolResult:
     if isinstance(args, str):
         return ToolResult(content=f"error: {args}")
@@ -359,13 +350,12 @@ async def _update_plan(turn: Turn, args: dict[str, Any] | str) -> ToolResult:
         except ValueError:
             return ToolResult(content="error: unknown status or priority")
         entries.append(PlanEntry(content=content[:500], status=status, priority=priority))
-    send_plan: Any = getattr(turn, "send_plan")  # noqa: B009 - the runtime is adding it
-    await send_plan(entries)
+    await turn.send_plan(entries)
     return ToolResult(content="plan updated")
 
 
 def _external_available(turn: Turn) -> bool:
-    return bool(turn.tools.external_tools)
+    return any(spec.name == EXTERNAL_MCP_TOOL for spec in turn.offered_tools)
 
 
 def _parse_arguments(text: str | None) -> dict[str, Any] | str:

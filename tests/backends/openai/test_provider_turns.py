@@ -4,7 +4,6 @@ reasoning, usage, tool calls assembled from fragments, permissions, files, stop 
 
 from __future__ import annotations
 
-import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -25,18 +24,18 @@ from loopback import (
 from maple_acp.model import ItemKind, ToolStatus
 from maple_acp.runtime import (
     AgentService,
+    ContextUsage,
     CycleStarted,
     GoalChanged,
     GoalStatus,
     PermissionRequest,
+    PlanUpdated,
     RunEvent,
     RunState,
     SessionLease,
     TextChunk,
     ThoughtChunk,
-    ToolContext,
     ToolRow,
-    Turn,
     UsageUpdate,
 )
 from maple_acp.testing.demo import collect_events, run_prompt
@@ -93,9 +92,7 @@ async def test_a_streamed_answer_reaches_the_caller_with_usage_and_the_key(
     assert body["stream_options"] == {"include_usage": True}
     assert body["messages"][0]["role"] == "system"
     assert body["messages"][-1] == {"role": "user", "content": "say hello"}
-    native = {"shell", "read_file", "write_file", "edit_file"}
-    if turn_has("send_plan"):
-        native.add("update_plan")
+    native = {"shell", "read_file", "write_file", "edit_file", "update_plan"}
     assert {tool["function"]["name"] for tool in body["tools"]} == native
 
 
@@ -271,12 +268,6 @@ async def test_a_path_escaping_the_root_is_a_failed_row_not_a_crash(
     assert all(text.startswith("error: ") for text in told)
 
 
-def turn_has(name: str) -> bool:
-    """Whether the runtime's ``Turn`` offers ``name`` yet (it is being added beside this)."""
-    return hasattr(Turn, name) or name in inspect.getsource(Turn.__init__)
-
-
-@pytest.mark.skipif(not turn_has("history"), reason="the runtime's Turn has no history yet")
 async def test_the_next_turn_sees_the_whole_conversation(
     service: AgentService, provider: LoopbackProvider, project: Path
 ) -> None:
@@ -323,13 +314,6 @@ async def test_length_and_content_filter_end_the_turn_at_once(
     assert len(provider.chat_requests()) == 2
 
 
-def runtime_has_stop_reasons() -> bool:
-    import maple_acp.runtime
-
-    return hasattr(maple_acp.runtime, "StopReason")
-
-
-@pytest.mark.skipif(not runtime_has_stop_reasons(), reason="the runtime has no StopReason yet")
 async def test_stop_reasons_reach_the_outcome(
     tmp_path: Path, provider: LoopbackProvider, project: Path
 ) -> None:
@@ -350,7 +334,7 @@ async def test_stop_reasons_reach_the_outcome(
         reasons = []
         for prompt in ("long", "bad", "fine", "loop"):
             _, outcome = await run_prompt(lease, prompt)
-            reasons.append(outcome.stop_reason.value)  # type: ignore[attr-defined]
+            reasons.append(outcome.stop_reason.value)
         await lease.release(close=False)
     assert reasons == ["max_tokens", "refusal", "end_turn", "max_turn_requests"]
 
@@ -375,9 +359,6 @@ async def test_the_request_bound_ends_the_turn(
     assert len({r.tool_id for r in rows(events)}) == 1
 
 
-@pytest.mark.skipif(
-    not turn_has("report_context"), reason="the runtime's Turn has no report_context yet"
-)
 async def test_context_usage_is_reported_when_the_window_is_known(
     tmp_path: Path, provider: LoopbackProvider, project: Path
 ) -> None:
@@ -394,7 +375,7 @@ async def test_context_usage_is_reported_when_the_window_is_known(
         events, outcome = await run_prompt(lease, "hi")
         await lease.release(close=False)
     assert outcome.state is RunState.COMPLETED
-    reports: list[Any] = [e for e in events if type(e).__name__ == "ContextUsage"]
+    reports = [e for e in events if isinstance(e, ContextUsage)]
     assert [(r.used, r.size) for r in reports] == [(1000, 8000)]
 
 
@@ -574,7 +555,6 @@ async def test_oversized_tool_arguments_fail_the_call_not_the_turn(
     assert sent[-2]["tool_calls"][0]["function"]["arguments"] == "{}"
 
 
-@pytest.mark.skipif(not turn_has("send_plan"), reason="the runtime's Turn has no send_plan yet")
 async def test_the_model_shows_its_plan(
     service: AgentService, provider: LoopbackProvider, project: Path
 ) -> None:
@@ -594,8 +574,8 @@ async def test_the_model_shows_its_plan(
         events, outcome = await run_prompt(lease, "plan it")
         await lease.release(close=False)
     assert outcome.state is RunState.COMPLETED
-    (update,) = [e for e in events if type(e).__name__ == "PlanUpdated"]
-    entries = update.entries  # type: ignore[attr-defined]
+    (update,) = [e for e in events if isinstance(e, PlanUpdated)]
+    entries = update.entries
     assert [(e.content, e.status.value, e.priority.value) for e in entries] == [
         ("read the code", "completed", "medium"),
         ("fix the bug", "in_progress", "high"),
@@ -605,9 +585,6 @@ async def test_the_model_shows_its_plan(
     assert results == ["plan updated", "error: every entry needs a non-blank content"]
 
 
-@pytest.mark.skipif(
-    not hasattr(ToolContext, "redactor"), reason="the runtime's ToolContext has no redactor yet"
-)
 async def test_a_relay_value_printed_by_a_tool_never_reaches_the_provider(
     tmp_path: Path, provider: LoopbackProvider, project: Path
 ) -> None:
