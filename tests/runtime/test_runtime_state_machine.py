@@ -236,11 +236,12 @@ class RuntimeMachine(RuleBasedStateMachine):
             assert self.host is not None
             assert self.host.nursery is not None
             try:
-                return await self.host.nursery.start(
+                made: SessionLease = await self.host.nursery.start(
                     lambda task_status: self.service.serve_new_task(
                         self.roots[root], router_factory=factory, task_status=task_status
                     )
                 )
+                return made
             except RuntimeRejection as exc:
                 kind = exc.kind
             assert kind in (RejectionKind.NOT_SIGNED_IN, RejectionKind.SHUTTING_DOWN)
@@ -272,11 +273,12 @@ class RuntimeMachine(RuleBasedStateMachine):
             stored = await self.service.store.get_task(task_id)
             root = stored.root if stored is not None else self.roots[0]
             try:
-                return await self.host.nursery.start(
+                attached: SessionLease = await self.host.nursery.start(
                     lambda task_status: self.service.serve_task(
                         task_id, root, router_factory=factory, task_status=task_status
                     )
                 )
+                return attached
             except RuntimeRejection as exc:
                 return exc
 
@@ -424,6 +426,7 @@ class RuntimeMachine(RuleBasedStateMachine):
             # The old router stays.
             assert lease.lease.tools.router is lease.router
         else:
+            assert isinstance(result, RuntimeRejection)
             assert result.kind in (
                 RejectionKind.RUN_ACTIVE,
                 RejectionKind.LEASE_REVOKED,
