@@ -156,6 +156,8 @@ async def test_a_conversation_through_the_connector(
         # 6: a rate limit, then success
         error_reply(429, "slow down", retry_after="0"),
         text_reply("after the wait"),
+        # 7: an answer cut at the token limit
+        text_reply(" and then", finish="length"),
     )
     decisions = iter(["allow", "reject", "allow"])
     with trio.fail_after(DEADLINE * 2):
@@ -194,6 +196,7 @@ async def test_a_conversation_through_the_connector(
 
             assert (await client.prompt(sid, "retry"))["stopReason"] == "end_turn"
             assert client.text(sid).endswith("after the wait")
+            assert (await client.prompt(sid, "go on"))["stopReason"] == "max_tokens"
 
             client.validate(schema)
             e2e.assert_only_protocol_lines(client)
