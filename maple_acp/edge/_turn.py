@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from maple_acp.edge._closing import CLOSE_DEADLINE_S
-from maple_acp.edge._projection import config_options
+from maple_acp.edge._projection import Outbound, config_options
 from maple_acp.edge._prompt import prompt_text
 from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.rpc import ConnectionClosed, OutboundFrameTooLarge, request_arrival
@@ -28,6 +28,7 @@ from maple_acp.runtime import (
     PromptClaim,
     Run,
     RunEnded,
+    RunEvent,
     RunNotice,
     RunState,
     TextChunk,
@@ -40,6 +41,7 @@ from maple_acp.runtime import (
 from maple_acp.runtime import StopReason as RunStopReason
 from maple_acp.runtime import Usage as RunUsage
 from maple_acp.wire import (
+    ChunkKind,
     PermissionOption,
     PromptRequest,
     PromptResponse,
@@ -69,6 +71,11 @@ PERMISSION_OPTIONS: Final = (
 #: Our option ids, as the runtime's responder words them.
 _ANSWERS: Final = {"allow_once": "allow_once", "reject_once": "deny_once"}
 
+#: The update kind of each text event.
+_CHUNK_KINDS: Final[dict[type, ChunkKind]] = {
+    TextChunk: "agent_message_chunk",
+    ThoughtChunk: "agent_thought_chunk",
+}
 #: ACP's stop reason for a completed turn, by the backend's own (``Turn.stop_reason``).
 _COMPLETED_REASONS: Final[dict[RunStopReason, StopReason]] = {
     RunStopReason.END_TURN: "end_turn",
@@ -165,64 +172,90 @@ class PromptTurns:
         return prompt_answer(state, outcome.usage, outcome.stop_reason)
 
     async def pump(self, session: EdgeSession, run: Run) -> RunState:
-        """Send every event of ``run`` as it comes; return the run's final state."""
+        """Send every event of ``run`` as it comes; return the run's final state.
+
+        Events arrive in batches (everything queued at that moment). The text chunks of a
+        batch become finished lines handed to the peer together, one hand-off per run of
+        chunks; any other event first sends the lines before it, so the order holds."""
         projector = session.projector
-        send = self.connection.send
-        # Text chunks are finished lines: straight to the peer, the hot path.
-        send_line = self.connection.peer.notify_encoded
         text_line = projector.text_line
         dropped = False
         async with trio.open_nursery() as permissions:
             try:
-                async for event in run.events():
-                    try:
-                        if isinstance(event, TextChunk):
-                            line = text_line("agent_message_chunk", event.message_id, event.text)
+                async for batch in run.event_batches():
+                    lines: list[bytes] = []
+                    for event in batch:
+                        kind = _CHUNK_KINDS.get(type(event))
+                        if kind is not None:
+                            chunk: TextChunk | ThoughtChunk = event  # type: ignore[assignment]
+                            line = text_line(kind, chunk.message_id, chunk.text)
                             if line is not None:
-                                await send_line(line)
+                                lines.append(line)
                             else:
-                                for line in projector.text(
-                                    "agent_message_chunk", event.message_id, event.text
-                                ):
-                                    await send_line(line)
-                        elif isinstance(event, ThoughtChunk):
-                            for line in projector.text(
-                                "agent_thought_chunk", event.message_id, event.text
-                            ):
-                                await send_line(line)
-                        elif isinstance(event, ToolRow):
-                            await send(projector.tool(event.tool_id, event.tool))
-                        elif isinstance(event, PermissionRequest):
-                            permissions.start_soon(self._ask_permission, session, event)
-                        elif isinstance(event, TitleChanged):
-                            await send(projector.title(event.title))
-                        elif isinstance(event, RunNotice):
-                            for line in projector.notice(f"{event.run_id}-notice", event.text):
-                                await send(line)
-                        elif isinstance(event, PlanUpdated):
-                            await send(projector.plan(event.entries))
-                        elif isinstance(event, ContextUsage):
-                            await send(projector.context_usage(event.used, event.size))
-                        elif isinstance(event, CommandsChanged):
-                            await send(projector.commands(event.commands))
-                        elif isinstance(event, RunEnded):
+                                lines.extend(projector.text(kind, chunk.message_id, chunk.text))
+                            continue
+                        if lines:
+                            dropped |= await self._send_lines(session, run, lines)
+                            lines = []
+                        if isinstance(event, RunEnded):
                             # A turn that lost an update did not end normally, even if its
                             # run completed before the cancel reached it.
                             return RunState.CANCELLED if dropped else event.outcome.state
-                    except OutboundFrameTooLarge as exc:
-                        # One oversized update ends the turn, not the connection.
-                        logger.warning("ending a turn: %s", exc)
-                        dropped = True
-                        run.cancel()
-                        for line in projector.notice(
-                            f"{run.id}-oversize",
-                            "An update was too large to send; the turn was ended.",
-                        ):
-                            await send(line)
+                        if isinstance(event, PermissionRequest):
+                            permissions.start_soon(self._ask_permission, session, event)
+                        else:
+                            dropped |= await self._send_event(session, run, event)
+                    if lines:
+                        dropped |= await self._send_lines(session, run, lines)
             finally:
                 permissions.cancel_scope.cancel()
         outcome = await run.wait()
         return outcome.state
+
+    async def _send_lines(self, session: EdgeSession, run: Run, lines: list[bytes]) -> bool:
+        """Hand finished text lines to the peer; True if one was too large (turn ended)."""
+        try:
+            await self.connection.peer.notify_lines(lines)
+        except OutboundFrameTooLarge as exc:
+            await self._oversize(session, run, exc)
+            return True
+        return False
+
+    async def _send_event(self, session: EdgeSession, run: Run, event: RunEvent) -> bool:
+        """Send the update of one event other than text; True if it was too large."""
+        projector = session.projector
+        update: Outbound | None = None
+        if isinstance(event, ToolRow):
+            update = projector.tool(event.tool_id, event.tool)
+        elif isinstance(event, TitleChanged):
+            update = projector.title(event.title)
+        elif isinstance(event, PlanUpdated):
+            update = projector.plan(event.entries)
+        elif isinstance(event, ContextUsage):
+            update = projector.context_usage(event.used, event.size)
+        elif isinstance(event, CommandsChanged):
+            update = projector.commands(event.commands)
+        try:
+            if isinstance(event, RunNotice):
+                await self.connection.send_many(
+                    projector.notice(f"{event.run_id}-notice", event.text)
+                )
+            elif update is not None:
+                await self.connection.send(update)
+        except OutboundFrameTooLarge as exc:
+            await self._oversize(session, run, exc)
+            return True
+        return False
+
+    async def _oversize(self, session: EdgeSession, run: Run, exc: Exception) -> None:
+        # One oversized update ends the turn, not the connection.
+        logger.warning("ending a turn: %s", exc)
+        run.cancel()
+        await self.connection.send_many(
+            session.projector.notice(
+                f"{run.id}-oversize", "An update was too large to send; the turn was ended."
+            )
+        )
 
     async def _ask_permission(self, session: EdgeSession, event: PermissionRequest) -> None:
         """Ask the client; anything but a clean ``allow_once``/``reject_once`` fails closed."""

@@ -67,6 +67,15 @@ class OutboundCredit:
         self._bytes += charge
         return True
 
+    def try_acquire_many(self, lines: int, charge: int) -> bool:
+        """Take ``lines`` lines and ``charge`` bytes in all if they fit now (a batch handed
+        over at once); say whether it did. Nothing is taken when they do not all fit."""
+        if self._lines + lines > self.max_lines or self._bytes + charge > self.max_bytes:
+            return False
+        self._lines += lines
+        self._bytes += charge
+        return True
+
     def release(self, charge: int, lines: int = 1) -> None:
         """Give back ``lines`` lines and ``charge`` bytes in all, taken by :meth:`try_acquire`.
 

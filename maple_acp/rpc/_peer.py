@@ -365,27 +365,34 @@ class JsonRpcPeer:
 
     async def notify_lines(self, lines: Sequence[bytes]) -> None:
         """:meth:`notify_encoded` for many lines, in order, as one hand-off: one cancellation
-        check and one writer wake-up for the batch, and credit taken line by line (when the
-        budget runs out, what is queued is handed to the writer first, then this waits).
+        check and one writer wake-up for the batch, its credit taken at once when it all fits
+        (else line by line: what is queued goes to the writer first, then this waits).
 
         ``ValueError`` (before anything is queued) if a line is empty or has a newline
         anywhere but at its end. Raises like :meth:`notify` otherwise; on cancellation the
         lines already queued stay queued and the rest are not."""
-        for line in lines:
-            check_frame(line)
+        queued = [(line, len(line) + FRAME_OVERHEAD_BYTES) for line in lines]
+        total = 0
+        for line, charge in queued:
+            if not line or line.find(b"\n") != charge - FRAME_OVERHEAD_BYTES - 1:
+                check_frame(line)  # raises the precise ValueError
+            total += charge
         if self._closed:
             raise ConnectionClosed(self._close_reason)
         await trio.lowlevel.checkpoint_if_cancelled()
         credit = self._credit
+        if not self._credit_waiters and credit.try_acquire_many(len(queued), total):
+            self._outbox.extend(queued)
+            self._queued += len(queued)
+            self._wake_writer()
+            return
         outbox = self._outbox
-        charge_for = OutboundCredit.charge_for
         try:
-            for line in lines:
-                charge = charge_for(len(line))
-                if self._credit_waiters or not credit.try_acquire(charge):
+            for entry in queued:
+                if self._credit_waiters or not credit.try_acquire(entry[1]):
                     self._wake_writer()
-                    await self._wait_for_credit(charge)
-                outbox.append((line, charge))
+                    await self._wait_for_credit(entry[1])
+                outbox.append(entry)
                 self._queued += 1
         finally:
             self._wake_writer()

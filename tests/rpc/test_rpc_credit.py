@@ -92,3 +92,14 @@ def test_pending_ids_are_fresh_and_only_exact_integer_ids_match() -> None:
     assert table.pop_all() == ["b"]
     assert len(table) == 0
     assert table.allocate_id() not in (first, second)
+
+
+def test_a_batch_takes_all_its_credit_or_none() -> None:
+    credit = OutboundCredit(max_lines=4, max_bytes=10_000)
+    assert credit.try_acquire_many(3, 3_000)
+    assert not credit.try_acquire_many(2, 100)  # one line too many
+    assert not credit.try_acquire_many(1, 7_001)  # bytes too many
+    assert (credit.lines_in_use, credit.bytes_in_use) == (3, 3_000)
+    assert credit.try_acquire_many(1, 7_000)
+    credit.release(10_000, 4)
+    assert (credit.lines_in_use, credit.bytes_in_use) == (0, 0)
