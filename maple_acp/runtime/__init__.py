@@ -136,6 +136,7 @@ from maple_acp.model import (
 )
 from maple_acp.runtime._admission import canonical_directory, within_roots
 from maple_acp.runtime._backend import AgentBackend, CommandSource, GoalProgress, TurnFailed
+from maple_acp.runtime._barrier import PromptClaim
 from maple_acp.runtime._errors import (
     MAX_MESSAGE_CHARS,
     RejectionKind,
@@ -176,7 +177,7 @@ from maple_acp.runtime._files import (
     write_text_async,
 )
 from maple_acp.runtime._goals import MAX_GOAL_ITERATIONS, MAX_GOAL_OBJECTIVE_CHARS
-from maple_acp.runtime._lease import PromptClaim, SessionLease
+from maple_acp.runtime._lease import SessionLease
 from maple_acp.runtime._lease_life import LEASE_CLEANUP_BOUND_S, RouterFactory
 from maple_acp.runtime._models import (
     MODEL_CACHE_TTL_S,

@@ -1,5 +1,6 @@
 """The operation barrier of one lease: a count of operations in flight and whether a run is
-active, with an event that is set exactly when both are zero."""
+active, with an event that is set exactly when both are zero; and the token of its one prompt
+slot."""
 
 from __future__ import annotations
 
@@ -52,3 +53,10 @@ class OperationBarrier:
     def _maybe_idle(self) -> None:
         if self._ops == 0 and not self._run_active:
             self._idle.set()
+
+
+class PromptClaim:
+    """Proof that the holder owns the task's one prompt slot (see
+    ``SessionLease.claim_prompt``). Opaque."""
+
+    __slots__ = ()

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import trio
 
 from maple_acp.model import CommandInfo, GoalRecord, ItemKind, TaskRecord, TimelineItem
-from maple_acp.runtime._barrier import OperationBarrier
+from maple_acp.runtime._barrier import OperationBarrier, PromptClaim
 from maple_acp.runtime._context import LeaseContext
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
 from maple_acp.runtime._events import RunKind
@@ -27,13 +27,6 @@ from maple_acp.runtime._trust import SkillInfo, TrustStatus, find_project_skills
 from maple_acp.runtime._turn import Turn
 
 logger = logging.getLogger(__name__)
-
-
-class PromptClaim:
-    """Proof that the holder owns the task's one prompt slot (see
-    ``SessionLease.claim_prompt``). Opaque."""
-
-    __slots__ = ()
 
 
 class SessionLease:
@@ -57,7 +50,7 @@ class SessionLease:
         created_here: bool,
         tools: ToolContext,
         goal: GoalRecord | None,
-        skills: tuple[SkillInfo, ...],
+        skills: tuple[SkillInfo, ...] | None,
     ) -> None:
         self._context = context
         #: Opaque id of this lease (never reused).
@@ -72,6 +65,8 @@ class SessionLease:
         self.tools = tools
         self._task = task
         self._row = ProvisionalRow(task, created_here=created_here)
+        # None until known: a new task reads its project's trust before its first run, not
+        # when it is created (clients create many sessions they never prompt).
         self._skills = skills
         self._events = SessionEvents()
         self._barrier = OperationBarrier()
@@ -97,7 +92,7 @@ class SessionLease:
             store=context.store,
             now_ms=context.now_ms,
             events=self._events,
-            read_history=lambda: self._history_before(""),
+            read_history=lambda: self._turn_inputs(""),
             launch_cycle=self._launch_cycle,
             active_run=lambda: self._active_run,
             quiescent=self._quiescent,
@@ -127,7 +122,7 @@ class SessionLease:
     @property
     def skills(self) -> tuple[SkillInfo, ...]:
         """Project skills the backend sees: empty unless the project is trusted."""
-        return self._skills
+        return self._skills or ()
 
     @property
     def goal(self) -> GoalRecord | None:
@@ -218,11 +213,11 @@ class SessionLease:
         """Call before the task's first prompt: whether the caller must ask for a trust
         decision (the project has real skill files and no saved decision)."""
         with self.operation():
-            root = self._task.root
-            trusted = await self._context.store.get_trust(self.account, root)
-            skills = await find_project_skills_async(root)
+            trusted = await self._context.store.get_trust(self.account, self._task.root)
+            skills = await find_project_skills_async(self._task.root)
             self._life.check_live()
-            return TrustStatus(root=root, trusted=trusted, has_skills=bool(skills))
+            self._skills = skills if trusted else ()
+            return TrustStatus(root=self._task.root, trusted=trusted, has_skills=bool(skills))
 
     async def decide_trust(self, trusted: bool) -> None:
         """Save the account's decision for this task's project and rebuild this lease's skill
@@ -234,11 +229,23 @@ class SessionLease:
     async def rebuild_skills(self) -> tuple[SkillInfo, ...]:
         """Recompute the skills the backend sees from the saved decision and the files."""
         with self.operation():
-            trusted = await self._context.store.get_trust(self.account, self._task.root)
-            skills = await find_project_skills_async(self._task.root) if trusted else ()
-            self._life.check_live()
-            self._skills = skills
-            return skills
+            return await self._load_skills()
+
+    async def _load_skills(self) -> tuple[SkillInfo, ...]:
+        trusted = await self._context.store.get_trust(self.account, self._task.root)
+        skills = await find_project_skills_async(self._task.root) if trusted else ()
+        self._life.check_live()
+        self._skills = skills
+        return skills
+
+    async def _turn_inputs(self, run_id: str) -> tuple[TimelineItem, ...]:
+        """What a turn reads before it starts: the skills (once per lease, if not yet
+        known) and the history so far."""
+        if self._skills is None:
+            await self._load_skills()
+        # Read once per turn; the run's own user message is not "history so far".
+        stored = await self._context.store.history(self.task_id)
+        return tuple(item for item in stored if item.run_id != run_id)
 
     # -- runs --------------------------------------------------------------------------------
 
@@ -296,7 +303,7 @@ class SessionLease:
                     )
                     self._task = record
                     self._row.admitted()
-                    history = await self._history_before(run_id)
+                    history = await self._turn_inputs(run_id)
                     self._life.check_live()
                     return await self._launch(run_id, RunKind.PROMPT, prompt, history)
                 finally:
@@ -314,11 +321,6 @@ class SessionLease:
     async def _launch_cycle(self, objective: str, history: tuple[TimelineItem, ...]) -> Run:
         return await self._launch(self._new_run_id(), RunKind.GOAL_CYCLE, objective, history)
 
-    async def _history_before(self, run_id: str) -> tuple[TimelineItem, ...]:
-        # Read once per turn; the run's own user message is not "history so far".
-        stored = await self._context.store.history(self.task_id)
-        return tuple(item for item in stored if item.run_id != run_id)
-
     async def _launch(
         self, run_id: str, kind: RunKind, prompt: str, history: tuple[TimelineItem, ...]
     ) -> Run:
@@ -335,7 +337,7 @@ class SessionLease:
             set_commands=self._set_commands,
             auto_title=self._auto_title,
         )
-        task, skills, goal, tools = self._task, self._skills, self._goals.goal, self.tools
+        task, skills, goal, tools = self._task, self.skills, self._goals.goal, self.tools
         offered = offered_tools(tools.router if not tools.revoked else None)
 
         def make_turn(outlet: RunOutlet) -> Turn:

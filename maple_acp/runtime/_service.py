@@ -250,7 +250,7 @@ class AgentService(ServedInOwnNursery):
         created_here: bool,
         tools: ToolContext,
         goal: GoalRecord | None,
-        skills: tuple[SkillInfo, ...],
+        skills: tuple[SkillInfo, ...] | None,
     ) -> SessionLease:
         """The one place a lease is made and registered."""
         lease = SessionLease(
@@ -296,7 +296,6 @@ class AgentService(ServedInOwnNursery):
         elif model not in await self._model_choices(generation, False):
             raise RuntimeRejection(RejectionKind.UNKNOWN_MODEL, "the model is not in the catalog")
         account = self._fence.account_of(generation)
-        skills = await self._project_skills(account, root)
         now = self.now_ms()
         record = TaskRecord(
             id=uuid.uuid4().hex,
@@ -311,7 +310,7 @@ class AgentService(ServedInOwnNursery):
         )
         await self.store.create_task(record)
         lease = self._open_lease(
-            record, generation, created_here=True, tools=tools, goal=None, skills=skills
+            record, generation, created_here=True, tools=tools, goal=None, skills=None
         )
         # serve() cleans up (and deletes the untouched row) if the lease is never handed out.
         await lease.serve(router_factory, task_status=task_status)

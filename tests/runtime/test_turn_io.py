@@ -312,3 +312,39 @@ async def test_every_lease_starts_with_the_declared_commands(
         assert second.commands == COMMANDS
         await first.release(close=True)
         await second.release(close=True)
+
+
+class SkillReader:
+    """Records the skills each turn sees."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, ...]] = []
+
+    async def run_turn(self, turn: Turn) -> None:
+        self.seen.append(tuple(skill.name for skill in turn.skills))
+        await turn.send_text("ok")
+
+
+async def test_a_new_task_in_a_trusted_project_sees_its_skills(
+    tmp_path: Path, project: Path
+) -> None:
+    skill = project / ".agents" / "skills" / "deploy" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("# deploy\n")
+    data = tmp_path / "data"
+    data.mkdir()
+    reader = SkillReader()
+    async with demo_service(data, backend=reader) as service, trio.open_nursery() as nursery:
+        # Untrusted: no skills. (The trust question is the caller's; this host asks none.)
+        lease = await new_lease(nursery, service, project)
+        await run_prompt(lease, "first")
+        await lease.release(close=True)
+        await service.set_project_trust(str(project), True)
+        # A task created after the decision sees them from its first turn on, without a
+        # trust question (none is needed).
+        lease = await new_lease(nursery, service, project)
+        assert lease.skills == ()
+        await run_prompt(lease, "second")
+        assert [s.name for s in lease.skills] == ["deploy"]
+        await lease.release(close=True)
+    assert reader.seen == [(), ("deploy",)]
