@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -261,6 +262,41 @@ def sdk_side(python: str, scratch: Path) -> Iterator[Side]:
             agent.kill()
 
 
+def fairness(scratch: Path, streams: int, updates: int, size: int) -> list[float]:
+    """Updates/s of each of ``streams`` connections streaming at once through one host."""
+    project = scratch / "fair-project"
+    project.mkdir(exist_ok=True)
+    with running_host(scratch / "fair") as (host, socket_path), contextlib.ExitStack() as stack:
+        sides: list[Side] = []
+        for _ in range(streams):
+            connector = subprocess.Popen(
+                [PYTHON, "-m", "maple_acp_connector", "--socket", str(socket_path)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=_clean_env(),
+            )
+            stack.callback(connector.kill)
+            assert connector.stdin is not None
+            assert connector.stdout is not None
+            client = LineClient(connector.stdin, connector.stdout)
+            sides.append(Side(client, [host.pid, connector.pid], str(project)))
+        start = threading.Barrier(streams)
+        rates: list[float] = [0.0] * streams
+
+        def run(index: int) -> None:
+            side = sides[index]
+            start.wait()
+            side.prompt(updates, size)
+            rates[index] = side.rates[-1]
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(streams)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return rates
+
+
 def _runs(values: list[float], scale: float, fmt: str) -> str:
     return ", ".join(format(v * scale, fmt) for v in values)
 
@@ -271,9 +307,28 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--runs", type=int, default=5, help="prompts per side (median counts)")
     parser.add_argument("--sdk-python", help="an interpreter that has agent-client-protocol")
+    parser.add_argument(
+        "--fairness",
+        type=int,
+        default=0,
+        metavar="K",
+        help="instead: K connections streaming at once, each one's rate against the mean",
+    )
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="macp-bench-"))
+    if args.fairness:
+        try:
+            rates = fairness(scratch, args.fairness, args.updates, args.size)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        mean = statistics.mean(rates)
+        spread = max(abs(r / mean - 1) for r in rates)
+        print(f"fairness: {args.fairness} connections streaming /stream {args.updates} {args.size}")
+        print(f"  per connection: {', '.join(f'{r:,.0f}' for r in rates)} updates/s")
+        verdict = "meets" if spread <= 0.10 else "MISSES"
+        print(f"  largest deviation from the mean: {spread:.1%} ({verdict} +-10%)")
+        return 0
     sdk_python = _sdk_python(args.sdk_python)
     try:
         with contextlib.ExitStack() as stack:
