@@ -82,9 +82,11 @@ class RunJournal:
         current = self._current
         if message_id is None:
             if current is not None and current[0] is kind:
-                message_id = current[1]
-            else:
-                message_id = self.next_id("m")
+                # The streaming hot path: more text for the current message.
+                self._messages[current[1]].add(text)
+                self._dirty.add(current[1])
+                return current[1]
+            message_id = self.next_id("m")
         message = self._messages.get(message_id)
         if message is None:
             message = self._messages[message_id] = _Message(kind, self._now_ms())

@@ -92,9 +92,13 @@ class RunOutlet:
         await self._queue.send(event)
 
     async def send_text(self, kind: ItemKind, text: str, message_id: str | None) -> str:
-        event = self._text_event(kind, text, message_id)
-        await self._queue.send(event)
-        return event.message_id
+        # The streaming hot path: _text_event inlined.
+        message_id = self._journal.add_text(kind, text, message_id)
+        if kind is ItemKind.THOUGHT:
+            await self._queue.send(ThoughtChunk(self.run_id, message_id, text))
+        else:
+            await self._queue.send(TextChunk(self.run_id, message_id, text))
+        return message_id
 
     def send_text_nowait(self, kind: ItemKind, text: str, message_id: str | None) -> str:
         event = self._text_event(kind, text, message_id)
