@@ -73,15 +73,22 @@ from typing import Any
 import orjson
 import trio
 
-from maple_acp.model import CommandInfo, FileDiff, PlanEntry, PlanStatus, ToolLocation
 from maple_acp.runtime import (
     EXTERNAL_MCP_TOOL,
+    MAX_PLAN_ENTRIES,
     AskForTools,
+    CommandInfo,
+    FileChange,
+    FileDiff,
+    FileToolError,
     GoalProgress,
     GoalStatus,
     ModelInfo,
+    PlanEntry,
+    PlanStatus,
     RunKind,
     StaticModelCatalog,
+    ToolLocation,
     ToolRequest,
     ToolState,
     ToolStatus,
@@ -89,11 +96,7 @@ from maple_acp.runtime import (
     Turn,
     TurnFailed,
     Usage,
-)
-from maple_acp.runtime._files import (
-    FileChange,
-    FileToolError,
-    read_text,
+    read_text_async,
     resolve_in_root,
     write_text_async,
 )
@@ -105,8 +108,6 @@ MAX_STREAM_CHUNKS = 10_000_000
 MAX_STREAM_CHUNK_BYTES = 1024 * 1024
 #: Tool output text shown in a row; the raw output keeps the rest (already bounded by the tool).
 MAX_TOOL_TEXT_CHARS = 16_000
-#: Steps of one ``/plan``: a plan is for reading, not a load test.
-MAX_PLAN_ENTRIES = 100
 #: How much of an unknown directive's name a notice repeats.
 MAX_ECHOED_NAME_CHARS = 64
 #: Cycles before a goal without a script completes.
@@ -345,7 +346,7 @@ class DemoBackend:
             await row.send(ToolStatus.FAILED, "write_file takes a string path and content")
             return
         try:
-            preview = await trio.to_thread.run_sync(_preview_write, turn.root, path, content)
+            preview = await _preview_write(turn.root, path, content)
         except FileToolError as exc:
             await row.send(ToolStatus.FAILED, str(exc))
             return
@@ -462,11 +463,13 @@ class _Row:
         )
 
 
-def _preview_write(root: str, path: str, content: str) -> FileChange:
+async def _preview_write(root: str, path: str, content: str) -> FileChange:
     """What writing ``content`` to ``path`` would change, without writing: shown to the
     caller while it decides. Raises ``FileToolError`` for a path outside ``root``."""
-    resolved = resolve_in_root(root, path)
-    old = read_text(root, path).text if os.path.lexists(resolved) else None
+    resolved = await trio.to_thread.run_sync(resolve_in_root, root, path)
+    old = None
+    if await trio.to_thread.run_sync(os.path.lexists, resolved):
+        old = (await read_text_async(root, path)).text
     return FileChange(path=resolved, old_text=old, new_text=content)
 
 

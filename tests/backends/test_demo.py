@@ -16,12 +16,12 @@ import trio.testing
 from maple_acp.backends.demo import (
     DEMO_COMMANDS,
     DEMO_MODELS,
-    MAX_PLAN_ENTRIES,
     DemoBackend,
     demo_catalog,
     parse_plan,
 )
 from maple_acp.runtime import (
+    MAX_PLAN_ENTRIES,
     AgentService,
     ContextUsage,
     ItemKind,
