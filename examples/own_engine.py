@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import getpass
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
@@ -38,6 +37,7 @@ from maple_acp.runtime import (
     AskForTools,
     CommandInfo,
     FileDiff,
+    FileToolError,
     ItemKind,
     ModelInfo,
     StaticModelCatalog,
@@ -46,6 +46,8 @@ from maple_acp.runtime import (
     ToolState,
     ToolStatus,
     Turn,
+    resolve_in_root,
+    write_text_async,
 )
 from maple_acp.store import SqliteTaskStore
 
@@ -90,7 +92,12 @@ class LookupEngine:
         if not text:
             await turn.send_text("Usage: /note TEXT")
             return
-        path = os.path.join(turn.root, NOTES_FILE)
+        try:
+            # The shared file tools keep the path inside the project (no symlink out of it).
+            path = await trio.to_thread.run_sync(resolve_in_root, turn.root, NOTES_FILE)
+        except FileToolError as exc:
+            await turn.send_text(f"I cannot keep notes here: {exc}")
+            return
         old = await trio.to_thread.run_sync(read_if_present, path)
         new = (old or "") + f"- {text}\n"
         tool_id = f"{turn.run_id}-note"
@@ -115,7 +122,11 @@ class LookupEngine:
             await turn.send_tool_row(tool_id, row(ToolStatus.FAILED, "permission denied"))
             await turn.send_text(f"{NOTES_FILE} is unchanged.")
             return
-        await trio.to_thread.run_sync(Path(path).write_text, new)
+        try:
+            await write_text_async(turn.root, NOTES_FILE, new)
+        except FileToolError as exc:
+            await turn.send_tool_row(tool_id, row(ToolStatus.FAILED, str(exc)))
+            return
         await turn.send_tool_row(tool_id, row(ToolStatus.COMPLETED, "noted"))
         await turn.send_text(f"Noted in {NOTES_FILE}.")
 

@@ -3,6 +3,7 @@ command and driven through the real connector (``maple-acp acp``) as an ACP clie
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
@@ -137,6 +138,17 @@ async def test_own_engine_answers_notes_and_remembers(
             )
             await client.prompt(sid, "what is the time")
             assert client.text(sid).endswith("who are you?")
+
+            # A NOTES.md that leads out of the project is neither read nor written.
+            outside = short_dir / "outside.md"
+            outside.write_text("private\n")
+            notes.unlink()
+            notes.symlink_to(outside)
+            await client.prompt(sid, "/note leak")
+            assert client.text(sid).endswith("outside the session's project directory")
+            assert outside.read_text() == "private\n"
+            assert "private" not in json.dumps(client.updates(sid))
+            assert len(client.permission_requests) == 2
 
             client.validate(acp_schema)
             assert_only_protocol_lines(client)
