@@ -75,6 +75,7 @@ class SessionLease:
         self._claim: PromptClaim | None = None
         self._prompt_waiting = 0
         self._replacing_router = False
+        self._title_tried = False
         self._commands = context.declared_commands()
         self._run_serial = 0
         self._life = LeaseLifetime(
@@ -393,9 +394,11 @@ class SessionLease:
         self._commands = commands
 
     async def _auto_title(self) -> str | None:
-        # A backend's own set_title came first and wins.
-        if self._task.title:
+        # A backend's own set_title came first and wins; and a task whose first message has
+        # no line to take is not searched again at every prompt of this lease.
+        if self._task.title or self._title_tried:
             return None
+        self._title_tried = True
         title = title_from_history(await self._context.store.history(self.task_id))
         if title is not None:
             await self._set_title(title)
