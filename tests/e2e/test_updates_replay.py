@@ -15,6 +15,8 @@ from maple_acp.testing.schema import AcpSchema
 
 from .conftest import DEADLINE, assert_only_protocol_lines, connector_client, running_host
 
+COMMANDS = "available_commands_update"
+
 
 def of_kind(updates: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [u for u in updates if u["sessionUpdate"] == kind]
@@ -94,10 +96,29 @@ async def test_reload_replays_the_plan_diffs_and_title(
                 ] == ["Write the app"]
                 assert of_kind(replay, "usage_update") == []
 
-                # All of it came before the load's answer (request id 2).
+                # All of it came before the load's answer (request id 2); the commands after it.
                 loaded_at = answer_index(client, 2)
                 for kind in ("plan", "tool_call", "session_info_update"):
                     assert all(i < loaded_at for i in update_indexes(client, kind)), kind
+                await client.wait_until(lambda: bool(update_indexes(client, COMMANDS)))
+                [commands_at] = update_indexes(client, COMMANDS)
+                assert commands_at > loaded_at
 
+                assert await client.close_session(sid) == {}
                 client.validate(acp_schema)
                 assert_only_protocol_lines(client)
+
+            # A resume replays nothing; the commands still follow its answer.
+            async with connector_client(host.socket) as third:
+                client = third.client
+                await client.initialize()
+                await client.call(
+                    "session/resume",
+                    {"sessionId": sid, "cwd": os.fspath(project), "mcpServers": []},
+                )
+                await client.wait_until(lambda: bool(update_indexes(client, COMMANDS)))
+                kinds = [u["sessionUpdate"] for u in client.updates(sid)]
+                assert "plan" not in kinds
+                assert "tool_call" not in kinds
+                assert update_indexes(client, COMMANDS)[0] > answer_index(client, 2)
+                client.validate(acp_schema)
