@@ -374,6 +374,18 @@ class AgentService(ServedInOwnNursery):
         )
         await lease.serve(router_factory, task_status=task_status)
 
+    async def check_root(
+        self, lease: SessionLease, cwd: str, *, allowed_roots: Sequence[str] = ()
+    ) -> None:
+        """The attach rule for a caller that already holds ``lease`` (a re-attach): ``cwd``
+        canonicalised and admitted like any other (``INVALID_CWD``) must be the task's root
+        (``ROOT_MISMATCH``)."""
+        root = await self._roots.admit(cwd, allowed_roots)
+        if root != lease.task.root:
+            raise RuntimeRejection(
+                RejectionKind.ROOT_MISMATCH, "the working directory is not the task's project root"
+            )
+
     # -- tasks -------------------------------------------------------------------------------
 
     async def list_tasks(

@@ -206,3 +206,27 @@ async def test_delete_task_keeps_a_goal_out_of_the_store(tmp_path: Path) -> None
         assert await service.store.get_goal(task_id) is not None
         await service.delete_task(task_id)
         assert await service.store.get_goal(task_id) is None
+
+
+async def test_a_reattach_names_the_same_root(service: AgentService, project: Path) -> None:
+    other = project.parent / "other"
+    other.mkdir()
+    link = project.parent / "link"
+    link.symlink_to(project)
+    async with trio.open_nursery() as nursery:
+        lease: SessionLease = await nursery.start(
+            lambda task_status: service.serve_new_task(str(project), task_status=task_status)
+        )
+        # Through a symlink is the same directory.
+        await service.check_root(lease, str(link))
+        with pytest.raises(RuntimeRejection) as caught:
+            await service.check_root(lease, str(other))
+        assert caught.value.kind is RejectionKind.ROOT_MISMATCH
+        for bad in ("relative", str(project / "missing")):
+            with pytest.raises(RuntimeRejection) as caught:
+                await service.check_root(lease, bad)
+            assert caught.value.kind is RejectionKind.INVALID_CWD
+        with pytest.raises(RuntimeRejection) as caught:
+            await service.check_root(lease, str(project), allowed_roots=(str(other),))
+        assert caught.value.kind is RejectionKind.INVALID_CWD
+        await lease.release(close=True)
