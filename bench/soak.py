@@ -93,6 +93,11 @@ RSS_EVERY_S = 10.0
 EXPECTED_CODES = frozenset({-32700, -32600, -32601, -32602, -32002, -32800})
 #: A connection runs this many operations before it ends (one of the ways below).
 OPS_PER_CONNECTION = (4, 30)
+#: Share of the sessions opened (new, load, resume) with the loopback MCP server.
+MCP_SHARE = 0.3
+#: The loopback MCP server's name in ``mcpServers``; its tools are ``MCP_NAME__<tool>``.
+MCP_NAME = "soak"
+MCP_SERVER_SCRIPT = Path(__file__).resolve().parents[1] / "tests" / "soak" / "mcp_loopback.py"
 #: Weights of the operations a worker picks from while its connection is open.
 OPERATIONS: Mapping[str, int] = {
     "new": 6,
@@ -103,6 +108,8 @@ OPERATIONS: Mapping[str, int] = {
     "tool_allow": 6,
     "tool_reject": 6,
     "hang_cancel": 6,
+    "mcp": 4,
+    "mcp_cancel": 2,
     "close": 6,
     "cancel_idle": 2,
     "delete": 4,
@@ -487,6 +494,8 @@ class Connection:
         self.process = process
         self.caps = caps
         self.owned: list[str] = []
+        #: Owned sessions whose lease holds the loopback MCP server.
+        self.with_mcp: set[str] = set()
         #: Until the connection ends by closing its input, an unanswered prompt is excused.
         self.gone = True
 
@@ -523,15 +532,25 @@ class Connection:
 
     # -- sessions ---------------------------------------------------------------------------
 
-    async def new(self) -> None:
+    def _servers(self, share: float) -> list[dict[str, Any]]:
+        """The loopback MCP server for ``share`` of the sessions opened (when it runs)."""
+        definition = self.worker.soak.mcp_definition
+        if definition is None or self.worker.rng.random() >= share:
+            return []
+        return [definition]
+
+    async def new(self, *, servers: list[dict[str, Any]] | None = None) -> None:
         cwd = self.worker.rng.choice(self.worker.projects)
-        answer = await self.call("new", "session/new", {"cwd": cwd, "mcpServers": []})
+        servers = self._servers(MCP_SHARE) if servers is None else servers
+        answer = await self.call("new", "session/new", {"cwd": cwd, "mcpServers": servers})
         self.count("new", answer)
         if isinstance(answer, ProtocolError):
             return
         session_id = answer["sessionId"]
         self.ledger.cwd[session_id] = cwd
         self.owned.append(session_id)
+        if servers:
+            self.with_mcp.add(session_id)
 
     async def load(self, *, method: str = "session/load", same: bool = False) -> None:
         op = {"session/load": "reload" if same else "load", "session/resume": "resume"}[method]
@@ -543,13 +562,23 @@ class Connection:
             session_id = self._pick_known()
         if session_id is None:
             return await self.new()
-        params = {"sessionId": session_id, "cwd": self.ledger.cwd[session_id], "mcpServers": []}
+        servers = self._servers(MCP_SHARE)
+        params = {
+            "sessionId": session_id,
+            "cwd": self.ledger.cwd[session_id],
+            "mcpServers": servers,
+        }
         answer = await self.call(op, method, params)
         self.count(op, answer)
         if isinstance(answer, ProtocolError):
             return
         if session_id not in self.owned:
             self.owned.append(session_id)
+        # A (re-)attach replaces the session's servers with the request's.
+        if servers:
+            self.with_mcp.add(session_id)
+        else:
+            self.with_mcp.discard(session_id)
         if method == "session/load":
             self._check_replay(session_id)
 
@@ -586,6 +615,7 @@ class Connection:
         if not self.owned:
             return
         session_id = self.owned.pop(self.worker.rng.randrange(len(self.owned)))
+        self.with_mcp.discard(session_id)
         answer = await self.call("close", "session/close", {"sessionId": session_id})
         self.count("close", answer)
         if isinstance(answer, ProtocolError) and answer.code != -32002:
@@ -608,6 +638,7 @@ class Connection:
             self.ledger.maybe_deleted.discard(session_id)
             if session_id in self.owned:
                 self.owned.remove(session_id)
+            self.with_mcp.discard(session_id)
         elif answer.code in (-32600, -32002):
             # Refused: the task is what it was.
             self.ledger.maybe_deleted.discard(session_id)
@@ -633,10 +664,18 @@ class Connection:
     # -- prompts ----------------------------------------------------------------------------
 
     async def prompt(self, kind: str) -> None:
-        if not self.owned:
-            return await self.new()
         rng = self.worker.rng
-        session_id = rng.choice(self.owned)
+        if kind in ("mcp", "mcp_cancel"):
+            if self.worker.soak.mcp_definition is None:
+                self.report.note("the loopback MCP server is not running: MCP calls skipped")
+                return
+            if not self.with_mcp:
+                return await self.new(servers=self._servers(1.0))
+            session_id = rng.choice(sorted(self.with_mcp))
+        elif not self.owned:
+            return await self.new()
+        else:
+            session_id = rng.choice(self.owned)
         marker = self.worker.marker()
         if kind == "prompt":
             body = rng.choice(
@@ -653,12 +692,16 @@ class Connection:
         elif kind in ("tool_allow", "tool_reject"):
             word = kind.removeprefix("tool_")
             body = f'/tool shell {{"command": "echo {word} {marker}"}}'
+        elif kind == "mcp":
+            body = f'/mcp {MCP_NAME}__echo {{"text": "{marker}"}}'
+        elif kind == "mcp_cancel":
+            body = f"/echo started {marker}\n/mcp {MCP_NAME}__slow {{}}"
         else:
             body = f"/echo started {marker}\n/hang"
         text = f"{marker}\n{body}"
         params = {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}
         self.report.prompts["sent"] += 1
-        if kind == "hang_cancel":
+        if kind in ("hang_cancel", "mcp_cancel"):
             answer = await self._hang_then_cancel(session_id, marker, params)
         else:
             answer = await self.call(kind, "session/prompt", params)
@@ -668,11 +711,11 @@ class Connection:
         self.ledger.admitted[session_id].append(marker)
         self.ledger.dirty.add(session_id)
         stop = answer.get("stopReason")
-        expected = "cancelled" if kind == "hang_cancel" else None
+        expected = "cancelled" if kind in ("hang_cancel", "mcp_cancel") else None
         if expected is not None and stop != expected:
             self.report.find(f"a cancelled /hang answered stopReason {stop!r}")
-        if kind in ("tool_allow", "tool_reject"):
-            self._check_tool(session_id, marker, allowed=kind == "tool_allow")
+        if kind in ("tool_allow", "tool_reject", "mcp"):
+            self._check_tool(session_id, marker, allowed=kind != "tool_reject")
 
     async def _hang_then_cancel(self, session_id: str, marker: str, params: Any) -> Any:
         answer: Any = None
@@ -681,7 +724,7 @@ class Connection:
         async def prompt() -> None:
             nonlocal answer, lost
             try:
-                answer = await self.call("hang_cancel", "session/prompt", params)
+                answer = await self.call("cancelled prompt", "session/prompt", params)
             except Gone:
                 lost = True
 
@@ -785,7 +828,7 @@ class Connection:
                 await self.load(same=True)
             elif op == "resume":
                 await self.resume()
-            elif op in ("prompt", "tool_allow", "tool_reject", "hang_cancel"):
+            elif op in ("prompt", "tool_allow", "tool_reject", "hang_cancel", "mcp", "mcp_cancel"):
                 await self.prompt(op)
             elif op == "close":
                 await self.close()
@@ -1044,6 +1087,41 @@ class Soak:
             nursery.cancel_scope.cancel()
         self.report.traffic_s += time.monotonic() - started
 
+    async def start_mcp_server(self, nursery: trio.Nursery) -> None:
+        """The loopback MCP server sessions may attach (its own process, for the whole run)."""
+        self.mcp_definition: dict[str, Any] | None = None
+        if not MCP_SERVER_SCRIPT.exists():
+            self.report.note("no loopback MCP server script: MCP operations skipped")
+            return
+        process: trio.Process = await nursery.start(
+            partial(
+                trio.run_process,
+                [sys.executable, os.fspath(MCP_SERVER_SCRIPT)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                check=False,
+                env=self.env,
+            )
+        )
+        assert process.stdout is not None
+        line = b""
+        with trio.move_on_after(STEP_DEADLINE_S):
+            while b"\n" not in line and (data := await process.stdout.receive_some(4096)):
+                line += data
+        try:
+            port = int(json.loads(line.split(b"\n", 1)[0])["port"])
+        except (ValueError, KeyError, TypeError):
+            self.report.note("the loopback MCP server did not start: MCP operations skipped")
+            process.kill()
+            return
+        self.mcp_definition = {
+            "type": "http",
+            "name": MCP_NAME,
+            "url": f"http://127.0.0.1:{port}/mcp",
+            "headers": [{"name": "X-Soak-Token", "value": "soak-header-value"}],
+        }
+
     async def surge(self) -> None:
         """Every worker at once as a client that stops reading under a large stream: each
         connection's outbound buffer reaches its bound (~4 MiB), so the host's memory reaches
@@ -1286,6 +1364,7 @@ class Soak:
         total = self.config.seconds
         every = self.config.kill_every_s or total
         async with trio.open_nursery() as nursery:
+            await self.start_mcp_server(nursery)
             remaining = total
             try:
                 while remaining > 0:
@@ -1302,6 +1381,8 @@ class Soak:
                     process.kill()
                 for line in self.host.stderr.lines:
                     self.report.find(f"host stderr: {line[:300]}")
+            # The loopback MCP server (and anything else still running) ends with the run.
+            nursery.cancel_scope.cancel()
         self.report.elapsed_s = time.monotonic() - self.started
         return self.report
 

@@ -177,3 +177,32 @@ async def test_client_gone_while_goal_cycles_wait_for_credit_keeps_the_host(
                 await _wait_idle(host)
             assert await host.stop() == 0
     assert host.stderr.defects == [], list(host.stderr.lines)
+
+
+@pytest.mark.xfail(reason="rpc: the waiter removes itself from an emptied queue", strict=True)
+async def test_a_sender_cancelled_as_the_connection_ends_leaves_quietly() -> None:
+    """Soak finding (MCP mix): a prompt's sender waiting for outbound credit was cancelled, and
+    before it ran again the connection ended and emptied the credit queue; the sender then
+    tried to remove itself from that queue and raised ``ValueError`` (logged as a failed
+    request handler). Sans-I/O enough to hit the exact window: a peer whose single credit is
+    held by a line nobody reads."""
+    from maple_acp.rpc import JsonRpcPeer
+
+    ours, theirs = trio.testing.lockstep_stream_pair()
+    peer = JsonRpcPeer(ours, max_outbound_lines=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(peer.serve)
+        # The one line of credit goes to a line that is never read (the writer blocks on it).
+        await peer.notify("first")
+        sender = trio.CancelScope()
+
+        async def send_second() -> None:
+            with sender:
+                await peer.notify("second")
+
+        nursery.start_soon(send_second)
+        await trio.testing.wait_all_tasks_blocked()
+        # Cancelled, and in the same step (before it runs again) the connection ends.
+        sender.cancel()
+        await peer.aclose()
+    await theirs.aclose()
