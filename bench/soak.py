@@ -94,7 +94,7 @@ EXPECTED_CODES = frozenset({-32700, -32600, -32601, -32602, -32002, -32800})
 #: A connection runs this many operations before it ends (one of the ways below).
 OPS_PER_CONNECTION = (4, 30)
 #: Share of the sessions opened (new, load, resume) with the loopback MCP server.
-MCP_SHARE = 0.3
+MCP_SHARE = 0.15
 #: The loopback MCP server's name in ``mcpServers``; its tools are ``MCP_NAME__<tool>``.
 MCP_NAME = "soak"
 MCP_SERVER_SCRIPT = Path(__file__).resolve().parents[1] / "tests" / "soak" / "mcp_loopback.py"

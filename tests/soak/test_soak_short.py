@@ -22,8 +22,15 @@ EXERCISED = {
     "big_id",
     "cancel_idle",
 }
-#: Operations the mix runs when the host advertises them (else it notes the skip).
-ADVERTISED = {"resume": "session/resume", "delete": "session/delete", "goal set": "goal"}
+#: Operations the mix runs when the host advertises them, or when the loopback MCP server
+#: could start (else it notes the skip).
+ADVERTISED = {
+    "resume": "session/resume",
+    "delete": "session/delete",
+    "goal set": "goal",
+    "mcp": "MCP",
+    "mcp_cancel": "MCP",
+}
 
 
 async def test_short_soak_holds_every_check() -> None:
