@@ -77,11 +77,12 @@ async def read_fifo(path: Path) -> str:
 
 
 async def relay_lease(service: AgentService, project: Path, nursery: trio.Nursery) -> SessionLease:
-    return await nursery.start(
+    lease: SessionLease = await nursery.start(
         lambda task_status: service.serve_new_task(
             str(project), relay={"MAPLE_TOKEN": "s3cret"}, task_status=task_status
         )
     )
+    return lease
 
 
 def test_demo_catalog_offers_a_default_an_alternative_and_a_non_chat_model() -> None:

@@ -91,7 +91,9 @@ async def test_own_engine_answers_notes_and_remembers(
             own_engine(socket_path, data_dir),
             connector_client(socket_path, permission=permission) as connector,
         ):
-            assert connector.process.args[2:4] == ["maple_acp._main", "acp"]
+            args = connector.process.args
+            assert isinstance(args, list)
+            assert args[2:4] == ["maple_acp._main", "acp"]
             # Every directory the example made is private.
             assert [mode(d) for d in (base, base / "run", data_dir)] == [0o700] * 3
             client = connector.client
