@@ -1,18 +1,20 @@
 """Soak run: a real ``maple-acp serve`` under a seeded random mix of ACP clients, killed with
-SIGKILL and restarted on the same data directory once a minute, checked for lost messages and
-leaks.
+SIGKILL and restarted on the same data directory every minute of traffic, checked for lost
+messages and leaks.
 
     python bench/soak.py [--minutes 10 | --seconds S] [--seed N] [--workers 8] [--kill-every 60]
 
 Eight workers each drive one connector process at a time (``maple-acp acp`` or
 ``maple-acp-connector``, chosen at random) through :class:`AcpTestClient`: new, load of any
 known session, re-load on the same connection, resume, prompts (plain text, ``/stream``,
-``/think`` and ``/usage``, ``/tool shell`` allowed and rejected, ``/hang`` then cancel),
-close, delete, goal set/pause/resume/clear (``_session/goal``), list, malformed lines; a
-connection ends by closing its input, by SIGKILL (sometimes in the middle of a prompt), or as
-a client that stops reading its output under a large stream. Operations the host does not
-advertise (``initialize``: ``sessionCapabilities.resume`` / ``.delete``, goal actions) are
-skipped with a printed note.
+``/burst``, ``/think`` and ``/usage``, ``/tool shell`` allowed and rejected, ``/hang`` then
+cancel), MCP tool calls and their cancellation through a loopback MCP server that some
+sessions attach (``tests/soak/mcp_loopback.py``), cancel with nothing running, close, delete,
+goal set/pause/resume/clear (``_session/goal``), list, malformed lines, a request id beyond 64
+bits; a connection ends by closing its input, by SIGKILL (sometimes in the middle of a
+prompt), or as a client that stops reading its output under a large stream. Operations the
+host does not advertise (``initialize``: ``sessionCapabilities.resume`` / ``.delete``, goal
+actions) are skipped with a printed note.
 
 Checks, at every host restart and at the end (with the traffic paused):
 
@@ -23,15 +25,17 @@ Checks, at every host restart and at the end (with the traffic paused):
 - host RSS grows by at most 16 MiB after the warm-up; open file descriptors, threads and
   child processes return to their warm-up baseline;
 - the store passes ``PRAGMA integrity_check`` after each SIGKILL and at the end;
-- the host never answers ``-32603`` and never logs a traceback.
+- a share of the connections' frames validates against the ACP schema;
+- the host never answers ``-32603`` and never logs an error or a traceback.
 
 Prints operations per second and every figure; exits 1 if any check failed. ``run_soak`` is
 what ``nox -s soak`` and the default suite's short run (20 seconds, no kill) call.
 
-RSS also moves with the allocator's high-water mark, so the warm-up first drives every
-connection's outbound buffer to its bound. To look inside the host's own memory, run it under a
-wrapper: ``MAPLE_ACP_SOAK_HOST="python wrapper.py"`` (the wrapper starts ``tracemalloc``, then
-calls ``maple_acp._main.main``; its arguments are the host's).
+RSS also moves with the allocator's high-water mark: the host runs with glibc's mmap threshold
+fixed, and the warm-up first drives every connection's outbound buffer to its bound. To look
+inside the host's own memory, run it under a wrapper: ``MAPLE_ACP_SOAK_HOST="python
+wrapper.py"`` (the wrapper starts ``tracemalloc``, then calls ``maple_acp._main.main``; its
+arguments are the host's).
 """
 
 from __future__ import annotations
