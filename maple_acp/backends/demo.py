@@ -39,9 +39,9 @@ text, echoed back (consecutive lines as one message). Directives:
     process group is killed when the run is cancelled or the session revoked.
 ``/tool write_file {"path": "...", "content": "..."}``
     A native file write. The path (relative paths start at the task's directory) must resolve
-    inside the task's directory; one that escapes it ends the row as failed, without asking.
-    Otherwise the row carries the diff and the file's location, the demo policy asks, and on
-    allow the file is written (created if new).
+    inside the task's directory; one that escapes it (or names a file that is not UTF-8 text)
+    ends the row as failed, without asking. Otherwise the row carries the diff and the file's
+    location, the demo policy asks, and on allow the file is written (created if new).
 ``/mcp ID {json arguments}``
     An ``external_mcp`` call of tool ID through the session's router (always asked first); a
     clear tool error when the session has no external tools.

@@ -486,3 +486,19 @@ async def test_write_file_bad_arguments_fail_the_row(
         assert not any(isinstance(e, PermissionRequest) for e in events)
         assert list(project.iterdir()) == []
         await lease.release(close=True)
+
+
+async def test_write_file_over_a_binary_file_fails_without_asking(
+    service: AgentService, project: Path
+) -> None:
+    (project / "blob.bin").write_bytes(b"\xff\xfe\x00")
+    async with trio.open_nursery() as nursery:
+        lease = await nursery.start(service.serve_new_task, str(project))
+        run = await lease.start_run(write_file("blob.bin", "text"))
+        events = await allow_all(run)
+        final = tool_rows(events)[-1]
+        assert final.status is ToolStatus.FAILED
+        assert final.output_text == "'blob.bin' is not UTF-8 text"
+        assert not any(isinstance(e, PermissionRequest) for e in events)
+        assert (project / "blob.bin").read_bytes() == b"\xff\xfe\x00"
+        await lease.release(close=True)
