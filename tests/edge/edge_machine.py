@@ -193,6 +193,12 @@ Op = (
 CANCEL_BEFORE_RUN = "cancel-before-run"
 
 
+def _refused_before_close(call: Call) -> bool:
+    """Whether the edge refused a delete of its own session before closing it (a run going)."""
+    error = call.error
+    return isinstance(error, ProtocolError) and "run going" in error.message
+
+
 class Violation(AssertionError):
     """An invariant or a prediction of the model did not hold."""
 
@@ -223,6 +229,8 @@ class OpenSession:
     task: str
     created_here: bool
     prompt: PromptRecord | None = None
+    #: Tick at which the request that opened it (new, load, resume) was issued.
+    opened_by: int = 0
 
 
 @dataclass
@@ -734,7 +742,9 @@ class Scenario:
                 self.tasks.append(model)
                 self.by_id[task_id] = model
                 if conn.alive:
-                    conn.sessions[task_id] = OpenSession(task_id, created_here=True)
+                    conn.sessions[task_id] = OpenSession(
+                        task_id, created_here=True, opened_by=call.issued
+                    )
                 else:
                     self._released(OpenSession(task_id, created_here=True), close=False)
         elif method in ATTACH_METHODS:
@@ -782,7 +792,9 @@ class Scenario:
                     raise Violation(f"task {task_id} re-attached while its prompt ran")
                 return
             if conn.alive:
-                conn.sessions[task_id] = OpenSession(task_id, created_here=False)
+                conn.sessions[task_id] = OpenSession(
+                    task_id, created_here=False, opened_by=call.issued
+                )
                 task.grace_until = None
             else:
                 self._released(OpenSession(task_id, created_here=False), close=False)
@@ -856,6 +868,13 @@ class Scenario:
             task.grace_until = None
             task.removed_at = call.completed
             return
+        if holder is not None and holder[0] is conn and not _refused_before_close(call):
+            # The edge closed its own session first (the close rules), then the runtime
+            # refused the deletion: the session ended all the same.
+            session = conn.sessions.pop(task_id)
+            if session.prompt is not None:
+                session.prompt.stopped_at = session.prompt.stopped_at or call.completed
+            self._released(session, close=True, at=call.completed_time)
         if self.drained:
             self._expect(call, False, why="drained")
         elif task is None or task.removed_at is not None:
@@ -877,6 +896,14 @@ class Scenario:
 
     def _apply_close(self, conn: Connection, call: Call) -> None:
         session: OpenSession | None = call.params.get("_closing")
+        task_id = call.params["sessionId"]
+        late = conn.sessions.get(task_id)
+        if call.error is None and late is not None and late.opened_by < call.issued:
+            # A load or resume issued before this close answered after it was issued: the
+            # service registered its session before the close looked, so this close ended it.
+            del conn.sessions[task_id]
+            if session is None:
+                session = late
         if session is None:
             self._expect(call, False, RESOURCE_NOT_FOUND, "close of a session not open here")
             return

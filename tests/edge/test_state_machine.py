@@ -213,3 +213,15 @@ def test_reattach_resume_and_delete() -> None:
             Resume(1, 4),
         ]
     )
+
+
+def test_a_reload_raced_by_a_close_ends_closed() -> None:
+    # Found by the long profile: the re-attach answers first, then the close ends the session.
+    run_scenario([New(0), Load(conn=0, task=0, then=3), Close(conn=0, task=0)])
+    run_scenario([New(0), Prompt(0, 0, "echo"), Close(0, 0), Load(1, 0, then=3), Close(1, 0)])
+
+
+def test_a_delete_refused_by_a_draining_runtime_still_closed_the_session() -> None:
+    # Found by the long profile: the edge closes its own session before asking the runtime.
+    run_scenario([New(0), StopRuntime("drain"), Delete(0, 0)])
+    run_scenario([New(0), Prompt(0, 0, "echo"), StopRuntime("drain"), Delete(0, 0)])
