@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 import trio
-from conftest import TEST_KEY
 from loopback import LoopbackProvider, Reply, chunk, error_reply, text_reply, tool_call_reply
+from provider_support import TEST_KEY
 
 from maple_acp.backends.openai import build_backend, provider_config_from_flags, provider_policy
 from maple_acp.testing.schema import AcpSchema, find_schema_dir

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from conftest import TEST_KEY
 from loopback import LoopbackProvider, Reply, error_reply, text_reply
+from provider_support import TEST_KEY
 
 from maple_acp.backends.openai import build_backend, load_provider_config, provider_policy
 from maple_acp.runtime import (

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
-from conftest import TEST_KEY, provider_service
 from loopback import LoopbackProvider, Reply, chunk, error_reply, text_reply, tool_call_reply
+from provider_support import TEST_KEY, provider_service
 
 from maple_acp.backends.openai._client import RequestTimeouts
 from maple_acp.runtime import (

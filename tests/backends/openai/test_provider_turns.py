@@ -11,7 +11,6 @@ from typing import Any
 import attrs
 import pytest
 import trio
-from conftest import TEST_KEY
 from loopback import (
     LoopbackProvider,
     Reply,
@@ -20,6 +19,7 @@ from loopback import (
     tool_call_reply,
     usage_chunk,
 )
+from provider_support import TEST_KEY
 
 from maple_acp.model import ItemKind, ToolStatus
 from maple_acp.runtime import (
@@ -317,7 +317,7 @@ async def test_length_and_content_filter_end_the_turn_at_once(
 async def test_stop_reasons_reach_the_outcome(
     tmp_path: Path, provider: LoopbackProvider, project: Path
 ) -> None:
-    from conftest import provider_service
+    from provider_support import provider_service
 
     (project / "a.txt").write_text("a")
     provider.add(
@@ -342,7 +342,7 @@ async def test_stop_reasons_reach_the_outcome(
 async def test_the_request_bound_ends_the_turn(
     tmp_path: Path, provider: LoopbackProvider, project: Path
 ) -> None:
-    from conftest import provider_service
+    from provider_support import provider_service
 
     (project / "a.txt").write_text("a")
     provider.add(*(tool_call_reply((f"c{i}", "read_file", {"path": "a.txt"})) for i in range(3)))
@@ -362,7 +362,7 @@ async def test_the_request_bound_ends_the_turn(
 async def test_context_usage_is_reported_when_the_window_is_known(
     tmp_path: Path, provider: LoopbackProvider, project: Path
 ) -> None:
-    from conftest import provider_service
+    from provider_support import provider_service
 
     provider.add(
         Reply(events=[chunk(content="hi"), chunk(finish_reason="stop"), usage_chunk(900, 100)])
@@ -382,7 +382,7 @@ async def test_context_usage_is_reported_when_the_window_is_known(
 async def test_old_tool_outputs_are_dropped_to_fit_a_known_window(
     tmp_path: Path, provider: LoopbackProvider, project: Path
 ) -> None:
-    from conftest import provider_service
+    from provider_support import provider_service
 
     (project / "big.txt").write_text("B" * 4000)
     (project / "small.txt").write_text("s")
@@ -588,7 +588,7 @@ async def test_the_model_shows_its_plan(
 async def test_a_relay_value_printed_by_a_tool_never_reaches_the_provider(
     tmp_path: Path, provider: LoopbackProvider, project: Path
 ) -> None:
-    from conftest import provider_service
+    from provider_support import provider_service
 
     token = "relay-secret-5f4e3d2c1b"
     provider.add(

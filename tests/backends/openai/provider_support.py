@@ -1,0 +1,57 @@
+"""Helpers the provider tests share: the test key and a runtime whose backend talks to a
+loopback provider. A module of its own (not the conftest) so that tests can import it by a name
+no other test directory uses."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from loopback import LoopbackProvider
+
+from maple_acp.backends.openai import (
+    build_backend,
+    provider_config_from_flags,
+    provider_policy,
+)
+from maple_acp.runtime import AgentService
+from maple_acp.testing.demo import DEMO_ACCOUNT, make_demo_service
+from maple_acp.testing.store import temp_store
+
+#: The key the tests configure; every secrecy test searches for it.
+TEST_KEY = "sk-test-9f8e7d6c5b4a39281706f5e4d3c2b1a0"
+
+
+@asynccontextmanager
+async def provider_service(
+    tmp_path: Path,
+    provider: LoopbackProvider,
+    *,
+    context_window: int | None = None,
+    relay_allow_list: tuple[str, ...] = (),
+    **backend_options: Any,
+) -> AsyncIterator[AgentService]:
+    """A signed-in ``AgentService`` with the provider backend (model ``provider/test-model``,
+    key ``TEST_KEY``) over a store in ``tmp_path/data``."""
+    config = provider_config_from_flags(
+        provider.base_url,
+        "test-model",
+        api_key_env="TEST_PROVIDER_KEY",
+        context_window=context_window,
+    )
+    backend, catalog = build_backend(config, {"TEST_PROVIDER_KEY": TEST_KEY}, **backend_options)
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    async with temp_store(data) as store:
+        service = make_demo_service(
+            store,
+            backend=backend,
+            catalog=catalog,
+            policy=provider_policy(),
+            relay_allow_list=relay_allow_list,
+        )
+        async with service:
+            service.sign_in(DEMO_ACCOUNT)
+            yield service
