@@ -56,6 +56,7 @@ from maple_acp.config import (
     LOG_LEVEL_ENV,
     LOG_LEVELS,
     MAX_CONNECTIONS,
+    MAX_GRACE_S,
     ConfigFile,
     ConfigFileError,
     PrivateDirectoryError,
@@ -293,7 +294,7 @@ _config_option = click.option(
 )
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
+    type=click.FloatRange(min=0, max=MAX_GRACE_S),
     default=None,
     metavar="SECONDS",
     help="How long a never-prompted session survives a disconnect; 0 deletes it at once "

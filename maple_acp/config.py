@@ -60,6 +60,9 @@ PROVIDER_KEYS: Final = frozenset({"providers", "default_model", "system_prompt"}
 
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PRIVATE_MODE: Final = 0o700
+#: The longest provisional grace period accepted (ten years): any longer is a typo, and an
+#: infinite one cannot be counted in milliseconds.
+MAX_GRACE_S: Final = 315_360_000
 
 
 class ConfigFileError(MapleAcpError):
@@ -72,7 +75,7 @@ class ConfigFileError(MapleAcpError):
         self.problem = problem
         where = f"config file {_shown(self.path)}"
         if key is not None:
-            where += f": {key}"
+            where += f": {_shown(key)}"
         super().__init__(f"{where}: {problem}")
 
 
@@ -188,8 +191,12 @@ def _connections(value: Any) -> int:
 
 
 def _seconds(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ValueError(f"must be a number of seconds >= 0, not {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= MAX_GRACE_S  # also refuses NaN and infinity
+    ):
+        raise ValueError(f"must be a number of seconds from 0 to {MAX_GRACE_S}, not {value!r}")
     return float(value)
 
 

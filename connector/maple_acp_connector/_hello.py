@@ -35,8 +35,15 @@ def _valid_name(name: str) -> bool:
     return bool(name) and name[0] in _NAME_START and all(c in _NAME_REST for c in name)
 
 
+#: How much of a refused name a note shows: enough to recognise it, never an unbounded line.
+_SHOWN_NAME_CHARS = 64
+
+
 def _shown(name: str) -> str:
-    return name if name.isprintable() else repr(name)
+    shown = name if name.isprintable() else repr(name)
+    if len(shown) > _SHOWN_NAME_CHARS:
+        shown = shown[: _SHOWN_NAME_CHARS - 3] + "..."
+    return shown
 
 
 def build_hello(env: Mapping[str, str]) -> tuple[bytes | None, list[str]]:

@@ -432,7 +432,9 @@ def _fault(exc: Exception, entry: ProviderEntry, model: str) -> Exception:
                 f"the provider at {where(entry)} has a TLS certificate not trusted here"
             )
         return connection_fault(where(entry), timed_out=False)
-    if isinstance(inner, (json.JSONDecodeError, openai.APIResponseValidationError)):
+    if isinstance(
+        inner, (json.JSONDecodeError, UnicodeDecodeError, openai.APIResponseValidationError)
+    ):
         return ProviderFault(MALFORMED_STREAM)
     if isinstance(inner, openai.APIError):
         # An error event inside the stream; its text is the provider's, so not shown.
