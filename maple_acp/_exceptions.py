@@ -2,7 +2,47 @@
 
 ``MapleAcpError`` is the base of every exception the library raises on purpose; each layer
 derives its own errors from it, so a host can catch everything the library means to raise with
-one clause and still tell the layers apart.
+one clause and still tell the layers apart::
+
+    MapleAcpError
+     +-- RuntimeRejection        maple_acp.runtime: a refused operation; .kind is a RejectionKind,
+     |                           .message one safe line (<= 500 chars). The edge maps each kind
+     |                           to one JSON-RPC code in one table.
+     +-- TurnFailed              raised by a backend to end its turn as failed with a safe text
+     +-- ToolUnavailable         a tool used without its router, or after revocation
+     +-- FileToolError           a native file tool refused a path or a file (maple_acp.runtime)
+     +-- StoreError              maple_acp.store: the task store could not do what was asked
+     |    +-- InvalidCursor      a list cursor that is not one the store issued
+     +-- ProtocolError           maple_acp.wire: a message that breaks the protocol; carries its
+     |                           JSON-RPC code and a bounded message
+     +-- WireValueError          maple_acp.wire: a field value refused while converting (also a
+     |                           ValueError, which cattrs expects)
+     +-- RpcError                maple_acp.rpc: the peer's own failures
+     |    +-- ConnectionClosed   the connection ended before an answer or while sending
+     |    +-- FrameTooLong       an inbound line over the frame limit
+     |    +-- OutboundFrameTooLarge
+     |                           a line we were asked to send is over the limit
+     +-- ExternalMcpError        maple_acp.mcp: transient MCP servers
+     |    +-- McpDefinitionError a server definition refused before anything starts
+     |    +-- McpSetupError      connecting or reading a catalog failed or broke a bound
+     |    +-- ExternalToolError  one external_mcp call failed
+     +-- ListenerError           maple_acp.edge: the Unix socket cannot be served
+     |    +-- EndpointInUse      another service already answers on it
+     +-- ConfigError            maple_acp.edge: a service configuration refused (also a
+     |                           ValueError)
+     +-- ConfigFileError         maple_acp.config: a config file, named with its key and fault
+     +-- SettingError            maple_acp.config: an environment variable serve cannot use
+     +-- PrivateDirectoryError   maple_acp.config: a directory that must be private is not
+     +-- ProviderConfigError     maple_acp.backends.openai: a provider section refused
+     +-- ProviderUnavailable     maple_acp.backends.openai: the optional extra is not installed
+     +-- HostUnavailable         the command line's client found no host on the socket
+     +-- AcpCallError            the command line's client got an error answer
+
+Not part of the tree, on purpose: exceptions used for control flow inside one module and never
+let out of it (the edge's ``SessionClosed``, the provider's ``ProviderFault``, which becomes a
+``TurnFailed`` line, the command-line client's ``NotServed``), and ``click``'s own usage errors.
+The stdlib-only connector has its own small tree (``maple_acp_connector.EndpointError``) because
+it must not import this package.
 """
 
 from __future__ import annotations
