@@ -6,7 +6,6 @@ from __future__ import annotations
 import string
 from collections.abc import Callable
 
-import pytest
 from fuzz_targets import load_fuzz_target
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -79,11 +78,9 @@ def test_raw_bytes(data: bytes) -> None:
     fuzz_one(data)
 
 
-@pytest.mark.xfail(reason="ops: a key is shown raw in the error", strict=True)
 def test_a_key_with_a_newline_is_named_on_one_line() -> None:
     fuzz_one(b'"key\\nwith newline" = 1\n')
 
 
-@pytest.mark.xfail(reason="ops: an infinite grace is accepted and crashes serve", strict=True)
 def test_infinite_grace_is_refused_by_the_config_file() -> None:
     fuzz_one(b"grace = inf\n")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-import pytest
 from fuzz_targets import load_fuzz_target
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -75,7 +74,6 @@ def test_ascii_event_streams(chunk: int, body: str) -> None:
     fuzz_one(bytes([0, chunk]) + body.encode())
 
 
-@pytest.mark.xfail(reason="provider: UnicodeDecodeError is not mapped to a fault", strict=True)
 def test_invalid_utf8_in_a_stream_is_a_malformed_stream() -> None:
     outcome = _target.assemble(b'data: {"choices":[{"delta":{"content":"caf\xe9"}}]}\n\n', 7)
     assert outcome == ("fault", "the provider sent a malformed stream")

@@ -19,12 +19,7 @@ MAX_SEED_BYTES = 64 * 1024
 TARGETS = sorted(path.stem for path in FUZZ_DIR.glob("fuzz_*.py"))
 #: Seeds that show a defect whose fix is on its way, with where it is tracked. Strict: the day
 #: the fix lands, the mark must go.
-PENDING: dict[str, str] = {
-    "fuzz_provider_stream/raw_invalid_utf8.bin": "provider: a non-UTF-8 stream escapes as a bug",
-    "fuzz_config/key_with_newline.toml": "ops: a config key is shown raw in the error",
-    "fuzz_config/grace_infinite.toml": "ops: an infinite grace is accepted and crashes serve",
-    "fuzz_relay_hello/connector_long_invalid_name.json": "connector: a note repeats a long name",
-}
+PENDING: dict[str, str] = {}
 SEEDS = sorted(
     (target, path)
     for target in TARGETS
