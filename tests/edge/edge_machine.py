@@ -271,6 +271,8 @@ class TaskModel:
     grace_until: float | None = None
     #: Tick at which a ``session/delete`` of it was answered with success.
     removed_at: int | None = None
+    #: A delete of it got no answer (its connection ended first): it may be gone or not.
+    maybe_deleted: bool = False
 
 
 @dataclass
@@ -587,11 +589,34 @@ class Scenario:
         """The model's side of a disconnect (issued now; its leases are released soon)."""
         tick = self._next()
         conn.alive = False
+        for call in conn.calls:
+            if call.method == "session/delete" and not call.done:
+                self._maybe_deleted(call)
         for session in conn.sessions.values():
             if session.prompt is not None:
                 session.prompt.stopped_at = session.prompt.stopped_at or tick
             self._released(session, close=False)
         conn.sessions.clear()
+
+    def _maybe_deleted(self, call: Call) -> None:
+        task = self.by_id.get(call.params["sessionId"])
+        if task is not None and task.removed_at is None:
+            task.maybe_deleted = True
+
+    def _settle_maybe_deleted(self, task: TaskModel | None, call: Call) -> bool:
+        """Learn from an answer about a task whose deletion is unknown; True if the answer
+        can be checked against nothing else."""
+        if task is None or not task.maybe_deleted:
+            return False
+        if isinstance(call.error, ConnectionClosed):
+            return True
+        if call.error is not None and self._code(call) == RESOURCE_NOT_FOUND:
+            task.maybe_deleted = False
+            task.deleted = True
+            task.removed_at = call.completed
+        elif call.error is None:
+            task.maybe_deleted = False
+        return True
 
     def _released(self, session: OpenSession, *, close: bool, at: float | None = None) -> None:
         """Model the end of a lease; ``at`` is when it happened (default: now)."""
@@ -764,6 +789,8 @@ class Scenario:
         task_id = call.params["sessionId"]
         task = self.by_id.get(task_id)
         holder = self._holder(task_id)
+        if self._settle_maybe_deleted(task, call) and call.error is not None:
+            return
         if (
             task is not None
             and task.unsure
@@ -829,7 +856,16 @@ class Scenario:
         task = self.by_id.get(record.task)
         session = conn.sessions.get(record.task)
         if session is not None and session.prompt is record:
-            session.prompt = None
+            # A prompt sent while this one ran may have been admitted once it ended: it is
+            # the session's running prompt now (if it was refused, it is answered too).
+            session.prompt = next(
+                (
+                    p
+                    for p in self.prompts
+                    if p.task == record.task and p.conn == conn.slot and not p.call.done
+                ),
+                None,
+            )
         if call.error is None:
             reason = call.result.get("stopReason")
             if reason == "end_turn" and task is not None:
@@ -854,6 +890,12 @@ class Scenario:
         task_id = call.params["sessionId"]
         task = self.by_id.get(task_id)
         holder = self._holder(task_id)
+        if isinstance(call.error, ConnectionClosed):
+            self._maybe_deleted(call)
+            return
+        if task is not None and task.maybe_deleted and call.error is not None:
+            self._settle_maybe_deleted(task, call)
+            return
         if call.error is None:
             if task is None or task.removed_at is not None:
                 raise Violation(f"session/delete of an unknown or deleted task {task_id}")
@@ -956,7 +998,7 @@ class Scenario:
         }
         if listed & removed:
             raise Violation(f"session/list showed deleted tasks: {listed & removed}")
-        surely -= {t.id for t in self.tasks if t.removed_at is not None}
+        surely -= {t.id for t in self.tasks if t.removed_at is not None or t.maybe_deleted}
         if call.settled_before and not call.raced and surely - listed:
             raise Violation(f"session/list hid prompted tasks: {surely - listed}")
 
@@ -1096,6 +1138,8 @@ class Scenario:
                 if row is not None:
                     raise Violation(f"deleted task {task.id} came back: {row!r}")
                 continue
+            if task.maybe_deleted:
+                continue
             if task.prompted:
                 if row is None or row.provisional:
                     raise Violation(f"prompted task {task.id} is gone or provisional: {row!r}")
@@ -1163,8 +1207,8 @@ class Scenario:
         await self._check_store()
         for model in self.tasks:
             row = await self.runtime.store.get_task(model.id)
-            if model.removed_at is not None:
-                continue  # _check_store saw it stay gone
+            if model.removed_at is not None or model.maybe_deleted:
+                continue  # _check_store saw it stay gone, or cannot know
             if model.prompted and row is None:
                 raise Violation(f"prompted task {model.id} did not survive")
             if not model.maybe_prompted and row is not None:

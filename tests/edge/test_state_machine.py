@@ -225,3 +225,42 @@ def test_a_delete_refused_by_a_draining_runtime_still_closed_the_session() -> No
     # Found by the long profile: the edge closes its own session before asking the runtime.
     run_scenario([New(0), StopRuntime("drain"), Delete(0, 0)])
     run_scenario([New(0), Prompt(0, 0, "echo"), StopRuntime("drain"), Delete(0, 0)])
+
+
+def test_deletes_in_flight_when_the_host_stops() -> None:
+    # Found by the long profile: a delete whose connection ends first may or may not happen.
+    run_scenario(
+        [
+            New(0),
+            Prompt(0, 4, "echo"),
+            New(0),
+            New(2),
+            Load(2, 3),
+            Prompt(0, 0, "tool", "cancel"),
+            Prompt(0, 5, "tool", "cancel", then=3),
+            Delete(0, 0, then=3),
+            AnswerLate(0, then=3),
+            Delete(2, 3, then=0),
+            Delete(0, 1, then=1),
+            StopRuntime("lifecycle"),
+            New(1, then=1),
+            Resume(1, 5, then=3),
+            New(0),
+        ]
+    )
+
+
+def test_a_prompt_sent_while_another_ran_may_run_after_it() -> None:
+    # Found by the long profile: the second prompt is admitted once the first ends, so a
+    # re-attach after that meets a running prompt.
+    run_scenario(
+        [
+            New(0),
+            SwitchAccount("lifecycle"),
+            New(0),
+            Prompt(0, 0, "echo"),
+            Prompt(0, 0, "echo", then=0),
+            Prompt(0, 0, "hang"),
+            Load(0, 0),
+        ]
+    )
