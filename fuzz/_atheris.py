@@ -19,7 +19,9 @@ explicit ``-timeout=``, ``-artifact_prefix=`` or ``-dict=`` replaces the default
 
 from __future__ import annotations
 
+import atexit
 import json
+import signal
 import sys
 import tempfile
 import types
@@ -125,6 +127,9 @@ def run(
     else:
         for module in modules:
             instrument_module(atheris, sys.modules[module])
+    # libFuzzer's hang timer (SIGALRM) keeps running after its last input; an interpreter
+    # slow to finish (the openai SDK's modules) would die of it after a clean run.
+    atexit.register(signal.setitimer, signal.ITIMER_REAL, 0)
     arguments = fuzzer_arguments(name, sys.argv, max_len)
     atheris.Setup(arguments, lambda data: fuzz_one(bytes(data)))
     atheris.Fuzz()

@@ -213,7 +213,9 @@ def main() -> None:
     from _atheris import run
 
     # The SDK is not ours to guide the fuzzer by; the backend's reading and this file are.
-    run("fuzz_provider_stream", fuzz_one, ["maple_acp.backends.openai._backend", __name__])
+    # Each event costs the SDK a model construction: a bound on the input keeps runs quick.
+    modules = ["maple_acp.backends.openai._backend", __name__]
+    run("fuzz_provider_stream", fuzz_one, modules, max_len=1024)
 
 
 if __name__ == "__main__":
