@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import shutil
 import signal
 import sys
 import tempfile
@@ -92,6 +93,8 @@ def fuzzer_arguments(name: str, argv: list[str], max_len: int | None = None) -> 
     seeds = SEEDS_DIR / name
     seeds.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"{name}_"))
+    # What libFuzzer keeps of a run is scratch: the seeds that matter are committed.
+    atexit.register(shutil.rmtree, work, ignore_errors=True)
     if not positional:
         (work / "corpus").mkdir()
         args += [str(work / "corpus"), str(seeds)]
