@@ -79,12 +79,13 @@ class SessionCloser:
         if session is not None and not session.closing:
             if session.lease.active_run is not None:
                 raise ProtocolError(INVALID_REQUEST, "the session has a run going")
+            # The close rules delete a task this connection created and never prompted.
+            untouched = session.lease.created_here and session.lease.task.provisional
             await self._close(session)
             try:
                 await connection.runtime.delete_task(task_id)
             except RuntimeRejection as exc:
-                # Closing this connection's own untouched task already deleted it.
-                if exc.kind is not RejectionKind.TASK_NOT_FOUND:
+                if not (untouched and exc.kind is RejectionKind.TASK_NOT_FOUND):
                     raise
         else:
             await connection.runtime.delete_task(task_id)

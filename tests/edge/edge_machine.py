@@ -598,6 +598,15 @@ class Scenario:
             self._released(session, close=False)
         conn.sessions.clear()
 
+    def _ending(self, conn: Connection, task_id: str) -> bool:
+        """Whether ``conn`` has a close or delete of ``task_id`` not yet applied."""
+        return any(
+            not c.applied
+            and c.method in ("session/close", "session/delete")
+            and c.params.get("sessionId") == task_id
+            for c in conn.calls
+        )
+
     def _maybe_deleted(self, call: Call) -> None:
         task = self.by_id.get(call.params["sessionId"])
         if task is not None and task.removed_at is None:
@@ -897,10 +906,20 @@ class Scenario:
             self._settle_maybe_deleted(task, call)
             return
         if call.error is None:
+            if task is not None and task.removed_at is not None and call.raced:
+                return  # two deletes raced; the task is gone, as both asked
             if task is None or task.removed_at is not None:
                 raise Violation(f"session/delete of an unknown or deleted task {task_id}")
             if holder is not None and holder[0] is not conn:
-                raise Violation(f"task {task_id} deleted while connection {holder[0].slot} held it")
+                if not self._ending(holder[0], task_id):
+                    raise Violation(
+                        f"task {task_id} deleted while connection {holder[0].slot} held it"
+                    )
+                # Its close (or delete) released the lease before this delete came.
+                released = holder[0].sessions.pop(task_id)
+                if released.prompt is not None:
+                    released.prompt.stopped_at = released.prompt.stopped_at or call.completed
+                holder = None
             if holder is not None:
                 session = conn.sessions.pop(task_id)
                 if session.prompt is not None:

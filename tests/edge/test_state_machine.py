@@ -264,3 +264,19 @@ def test_a_prompt_sent_while_another_ran_may_run_after_it() -> None:
             Load(0, 0),
         ]
     )
+
+
+def test_deletes_raced_by_prompts_news_and_account_changes() -> None:
+    # Found by the long profile.
+    base: list[Op] = [New(0), Prompt(0, 0, "echo"), Delete(0, 0, then=3), New(0, then=1)]
+    run_scenario([*base, Delete(1, 0)])
+    run_scenario([*base, Delete(0, 0)])
+    run_scenario(
+        [
+            *base,
+            Prompt(0, 0, "echo", then=3),
+            SwitchAccount("bare"),
+            Prompt(1, 1, "hang", "deferred"),
+            Close(0, 3),
+        ]
+    )
