@@ -10,12 +10,18 @@ import trio
 
 from maple_acp.model import GoalRecord, GoalStatus, TimelineItem
 from maple_acp.runtime import _goals
+from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
 from maple_acp.runtime._events import CycleStarted, GoalChanged, RunKind
 from maple_acp.runtime._run import Run
 from maple_acp.runtime._session_events import SessionEvents
 from maple_acp.store import TaskStore
 
 logger = logging.getLogger(__name__)
+
+#: Refusals that mean the lease (or its account) ended under the driver: a quiet stop.
+_LEASE_ENDED = frozenset(
+    {RejectionKind.LEASE_REVOKED, RejectionKind.ACCOUNT_CHANGED, RejectionKind.SHUTTING_DOWN}
+)
 
 
 class GoalCycleDriver:
@@ -137,6 +143,13 @@ class GoalCycleDriver:
                     with trio.CancelScope(shield=True):
                         await self._put(updated)
                 self.poke()
+        except RuntimeRejection as rejection:
+            if rejection.kind not in _LEASE_ENDED:
+                logger.exception("goal cycles of task %s stopped", self._task_id)
+            else:
+                # The lease ended between a wake-up and the next read: its holder went away or
+                # the account changed. That is the end of the cycles, not a defect.
+                logger.debug("goal cycles of task %s ended: %s", self._task_id, rejection.kind)
         except Exception:
             logger.exception("goal cycles of task %s stopped", self._task_id)
 
