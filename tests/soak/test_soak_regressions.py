@@ -208,7 +208,6 @@ async def test_a_sender_cancelled_as_the_connection_ends_leaves_quietly() -> Non
     await theirs.aclose()
 
 
-@pytest.mark.xfail(reason="runtime: the goal driver logs a revoked lease as an error", strict=True)
 async def test_goal_cycles_of_a_revoked_lease_end_without_an_error(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
