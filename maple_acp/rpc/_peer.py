@@ -437,7 +437,9 @@ class JsonRpcPeer:
         except BaseException:
             if waiter.granted:
                 self._release(charge)
-            else:
+            elif not waiter.event.is_set():
+                # (When the event is set without a grant, the connection ended and emptied the
+                # queue while this sender was being cancelled: nothing to remove or hand on.)
                 self._credit_waiters.remove(waiter)
                 self._grant_waiters()
             raise
