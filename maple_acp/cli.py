@@ -8,6 +8,10 @@ standard library only. ``sessions`` lists, shows and deletes the running host's 
 ACP client of it. ``demo`` runs a service in this process and drives a short session through a
 real connector subprocess, printing the conversation.
 
+One concern, kept whole although long: the command surface (each command's options, defaults
+and help, and the one-line failures it turns errors into); the host, the socket client and the
+demo script it drives live in ``_cli_host``, ``_cli_client`` and ``_cli_demo``.
+
 Output rules: ``serve`` writes nothing to stdout (its ready line and its logs go to stderr);
 ``status``, ``sessions`` and ``demo`` print their report on stdout; every failure is one line
 on stderr and exit status 1 (``status --json`` also prints its JSON object on stdout).
@@ -93,10 +97,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The store file inside the data directory.
-STORE_FILE_NAME: Final = "tasks.sqlite3"
-#: The installation id the CLI host gives the runtime.
-INSTALLATION_ID: Final = "maple-acp"
 #: ``status`` gives up on a service that does not answer within this (it is a local socket).
 STATUS_TIMEOUT_S: Final = 5.0
 #: ``sessions`` gives up on a host that sends nothing for this long (a replay streams steadily).
