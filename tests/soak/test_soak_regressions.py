@@ -179,7 +179,6 @@ async def test_client_gone_while_goal_cycles_wait_for_credit_keeps_the_host(
     assert host.stderr.defects == [], list(host.stderr.lines)
 
 
-@pytest.mark.xfail(reason="rpc: the waiter removes itself from an emptied queue", strict=True)
 async def test_a_sender_cancelled_as_the_connection_ends_leaves_quietly() -> None:
     """Soak finding (MCP mix): a prompt's sender waiting for outbound credit was cancelled, and
     before it ran again the connection ended and emptied the credit queue; the sender then
