@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import signal
-import subprocess
 import sys
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -17,7 +14,7 @@ from typing import Any
 import pytest
 import trio
 
-from .conftest import DEADLINE, SERVE, LineReader, clean_env, connector_client
+from .host_processes import DEADLINE, SERVE, connector_client, home_env, run_command, running_host
 
 pytest.importorskip("openai", reason="the provider backend needs the openai extra")
 
@@ -39,17 +36,7 @@ SECRET = "sk-test-4bd1c0ffee-never-printed"
 
 
 def provider_env(short_dir: Path) -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in clean_env().items()
-        if not key.startswith(("MAPLE_ACP_", "XDG_"))
-    }
-    env.update(
-        HOME=os.fspath(short_dir),
-        XDG_CONFIG_HOME=os.fspath(short_dir / "cfg"),
-        MY_PROVIDER_KEY=SECRET,
-    )
-    return env
+    return home_env(short_dir, XDG_CONFIG_HOME=os.fspath(short_dir / "cfg"), MY_PROVIDER_KEY=SECRET)
 
 
 async def chat_through_serve(
@@ -57,37 +44,22 @@ async def chat_through_serve(
 ) -> tuple[dict[str, Any], str, list[str]]:
     """Start the loopback ``server``, then ``serve`` with ``setup(port)``'s arguments, and run
     one prompt through a real connector."""
-    socket_path = short_dir / "run" / "acp.sock"
-    command = [*SERVE, "--socket", os.fspath(socket_path), "--data-dir", os.fspath(short_dir / "d")]
-    env = provider_env(short_dir)
     async with trio.open_nursery() as nursery:
         await nursery.start(server.serve)
-        host: trio.Process = await nursery.start(
-            partial(
-                trio.run_process,
-                [*command, *setup(server.port), "--log-level", "debug"],
-                stdin=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                check=False,
-                env=env,
-            )
-        )
-        assert host.stderr is not None
-        stderr = LineReader()
-        nursery.start_soon(stderr.pump, host.stderr)
-        await stderr.wait_for(lambda line: "serving on" in line)
-        async with connector_client(socket_path) as connector:
+        args = [*setup(server.port), "--log-level", "debug"]
+        async with (
+            running_host(short_dir, *args, env=provider_env(short_dir)) as host,
+            connector_client(host.socket) as connector,
+        ):
             client = connector.client
             await client.initialize()
             new = await client.new_session(os.fspath(project))
             session_id = new["sessionId"]
             answer = await client.prompt(session_id, "say hello")
             text = client.text(session_id)
-        host.send_signal(signal.SIGTERM)
-        assert await host.wait() == 0
-        await stderr.wait_closed()
+        assert host.process.returncode == 0
         nursery.cancel_scope.cancel()
-    return {"new": new, "answer": answer}, text, stderr.lines
+    return {"new": new, "answer": answer}, text, host.stderr.lines
 
 
 async def test_provider_flags_make_serve_a_real_agent(short_dir: Path, project: Path) -> None:
@@ -162,13 +134,9 @@ def test_a_bad_provider_setting_is_one_line(
 ) -> None:
     (short_dir / "cfg" / "maple-acp").mkdir(parents=True)
     (short_dir / "cfg" / "maple-acp" / "config.toml").write_text(config)
-    done = subprocess.run(
+    done = run_command(
         [*SERVE, "--socket", os.fspath(short_dir / "run" / "s.sock"), *args],
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE,
         env=provider_env(short_dir),
-        check=False,
     )
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1, done.stderr

@@ -7,59 +7,39 @@ import json
 import os
 import signal
 import subprocess
-from functools import partial
 from pathlib import Path
 
 import trio
 
-from .conftest import (
+from .host_processes import (
     DEADLINE,
     MAPLE_ACP,
     SERVE,
     LineReader,
-    clean_env,
     connector_client,
+    home_env,
+    run_command,
     running_host,
+    start_logged_process,
 )
 
 
 def fresh_env(home: Path, **extra: str) -> dict[str, str]:
     """A new account: an empty home, no XDG or maple-acp settings from outside."""
-    env = {
-        key: value
-        for key, value in clean_env().items()
-        if not key.startswith(("MAPLE_ACP_", "XDG_"))
-    }
     home.mkdir(exist_ok=True)
-    env.update(HOME=os.fspath(home), **extra)
-    return env
+    return home_env(home, **extra)
 
 
 def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*MAPLE_ACP, *args], capture_output=True, text=True, timeout=DEADLINE, env=env, check=False
-    )
+    return run_command([*MAPLE_ACP, *args], env=env)
 
 
 async def start_serve(
     nursery: trio.Nursery, args: list[str], env: dict[str, str], ready: str
 ) -> tuple[trio.Process, LineReader]:
-    process: trio.Process = await nursery.start(
-        partial(
-            trio.run_process,
-            [*SERVE, *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            check=False,
-            env=env,
-        )
+    return await start_logged_process(
+        nursery, [*SERVE, *args], env=env, ready=lambda line: ready in line, stdout=subprocess.PIPE
     )
-    assert process.stderr is not None
-    stderr = LineReader()
-    nursery.start_soon(stderr.pump, process.stderr)
-    await stderr.wait_for(lambda line: ready in line)
-    return process, stderr
 
 
 async def test_serve_in_fresh_directories_creates_them_private(short_dir: Path) -> None:
@@ -176,11 +156,7 @@ async def test_debug_logs_and_transcripts_never_show_a_relayed_secret(
                 "--socket",
                 os.fspath(host.socket),
             ]
-            shown = await trio.to_thread.run_sync(
-                lambda: subprocess.run(
-                    command, capture_output=True, text=True, timeout=DEADLINE, env=clean_env()
-                )
-            )
+            shown = await trio.to_thread.run_sync(run_command, command)
             assert shown.returncode == 0, shown.stderr
             assert "token=" in shown.stdout
             assert secret not in shown.stdout

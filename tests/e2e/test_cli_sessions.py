@@ -9,16 +9,19 @@ from pathlib import Path
 
 import trio
 
-from .conftest import DEADLINE, MAPLE_ACP, Host, clean_env, connector_client, running_host
+from .host_processes import (
+    DEADLINE,
+    MAPLE_ACP,
+    Host,
+    connector_client,
+    run_command,
+    running_host,
+)
 
 
 async def cli(host: Host, *args: str) -> subprocess.CompletedProcess[str]:
     command = [*MAPLE_ACP, *args, "--socket", os.fspath(host.socket)]
-    return await trio.to_thread.run_sync(
-        lambda: subprocess.run(
-            command, capture_output=True, text=True, timeout=DEADLINE, env=clean_env(), check=False
-        )
-    )
+    return await trio.to_thread.run_sync(run_command, command)
 
 
 async def make_session(host: Host, cwd: Path, *prompts: str) -> str:

@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-
-from .conftest import DEADLINE, MAPLE_ACP, clean_env
+from .host_processes import DEADLINE, MAPLE_ACP, run_command
 
 
 def test_demo_runs_a_whole_session_through_a_real_connector() -> None:
-    done = subprocess.run(
-        [*MAPLE_ACP, "demo"],
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE * 2,
-        env=clean_env(),
-        check=False,
-    )
+    done = run_command([*MAPLE_ACP, "demo"], timeout=DEADLINE * 2)
     assert done.returncode == 0, done.stderr
     out = done.stdout
     steps = [

@@ -18,12 +18,13 @@ from maple_acp.cli import CliError
 from maple_acp.rpc import ConnectionClosed
 from maple_acp.testing.schema import AcpSchema
 
-from .conftest import (
+from .host_processes import (
     CONNECTOR,
     DEADLINE,
     MAPLE_ACP,
     clean_env,
     connector_client,
+    run_command,
     running_host,
     start_host_process,
 )
@@ -190,9 +191,7 @@ async def test_serve_writes_nothing_on_stdout(short_dir: Path) -> None:
 
 
 def _run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        args, capture_output=True, text=True, timeout=DEADLINE, env=clean_env(**env), check=False
-    )
+    return run_command(args, env=clean_env(**env))
 
 
 def test_version_with_no_host_running(short_dir: Path) -> None:
@@ -223,15 +222,7 @@ def test_status_with_no_host_running(short_dir: Path) -> None:
 
 def test_connector_with_no_host_running(short_dir: Path) -> None:
     absent = short_dir / "absent.sock"
-    done = subprocess.run(
-        [*MAPLE_ACP, "acp", "--socket", os.fspath(absent)],
-        input="",
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE,
-        env=clean_env(),
-        check=False,
-    )
+    done = run_command([*MAPLE_ACP, "acp", "--socket", os.fspath(absent)], input="")
     assert done.returncode == 1
     assert done.stdout == ""
     assert done.stderr.count("\n") == 1

@@ -7,30 +7,27 @@ import json
 import os
 import signal
 import stat
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
 from maple_acp.testing.schema import AcpSchema
 
-from . import conftest
-from .conftest import (
+from .host_processes import (
     DEADLINE,
     MAPLE_ACP,
     LineReader,
     assert_only_protocol_lines,
     clean_env,
     connector_client,
+    example_command,
+    serving_process,
 )
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own_engine.py"
+EXAMPLE = "own_engine.py"
 READY = "own engine: serving on "
 
 
@@ -38,30 +35,14 @@ READY = "own engine: serving on "
 async def own_engine(socket_path: Path, data_dir: Path) -> AsyncIterator[LineReader]:
     """The example running as its own process until the block ends; then SIGINT, and it must
     stop cleanly."""
-    command = [
-        sys.executable,
-        os.fspath(EXAMPLE),
-        *("--socket", os.fspath(socket_path), "--data-dir", os.fspath(data_dir)),
-    ]
-    async with trio.open_nursery() as nursery:
-        host: trio.Process = await nursery.start(
-            partial(
-                trio.run_process,
-                command,
-                stdin=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                check=False,
-                env=clean_env(),
-            )
-        )
-        assert host.stderr is not None
-        stderr = LineReader()
-        nursery.start_soon(stderr.pump, host.stderr)
-        await stderr.wait_for(lambda line: line.startswith(READY))
+    async with serving_process(
+        example_command(EXAMPLE, socket_path, data_dir),
+        env=clean_env(),
+        ready=lambda line: line.startswith(READY),
+        stop_signal=signal.SIGINT,
+    ) as (host, stderr):
         yield stderr
-        host.send_signal(signal.SIGINT)
-        assert await host.wait() == 0, stderr.text
-        await stderr.wait_closed()
+    assert host.returncode == 0, stderr.text
     assert stderr.lines[-1] == "own engine: stopped", stderr.text
     assert not any("Traceback" in line for line in stderr.lines), stderr.text
 
@@ -75,10 +56,8 @@ def mode(path: Path) -> int:
 
 
 async def test_own_engine_answers_notes_and_remembers(
-    short_dir: Path, project: Path, acp_schema: AcpSchema, monkeypatch: pytest.MonkeyPatch
+    short_dir: Path, project: Path, acp_schema: AcpSchema
 ) -> None:
-    # The command an ACP client runs: ``maple-acp acp``, not the connector module directly.
-    monkeypatch.setattr(conftest, "CONNECTOR", [*MAPLE_ACP, "acp"])
     base = short_dir / "own"
     socket_path, data_dir = base / "run" / "acp.sock", base / "data"
     decisions: list[str] = []
@@ -89,7 +68,10 @@ async def test_own_engine_answers_notes_and_remembers(
     with trio.fail_after(DEADLINE):
         async with (
             own_engine(socket_path, data_dir),
-            connector_client(socket_path, permission=permission) as connector,
+            # The command an ACP client runs: ``maple-acp acp``, not the connector module.
+            connector_client(
+                socket_path, command=[*MAPLE_ACP, "acp"], permission=permission
+            ) as connector,
         ):
             args = connector.process.args
             assert isinstance(args, list)
@@ -164,11 +146,7 @@ async def test_own_engine_refuses_a_shared_socket_directory_in_one_line(
     shared = short_dir / "shared"
     shared.mkdir(mode=0o755)
     shared.chmod(0o755)
-    command = [
-        sys.executable,
-        os.fspath(EXAMPLE),
-        *("--socket", os.fspath(shared / "acp.sock"), "--data-dir", os.fspath(short_dir / "d")),
-    ]
+    command = example_command(EXAMPLE, shared / "acp.sock", short_dir / "d")
     with trio.fail_after(DEADLINE):
         result = await trio.run_process(
             command, capture_stdout=True, capture_stderr=True, check=False, env=clean_env()

@@ -13,7 +13,7 @@ import trio
 from maple_acp.testing.schema import AcpSchema
 from maple_acp.wire import ProtocolError
 
-from .conftest import DEADLINE, assert_only_protocol_lines, connector_client, running_host
+from .host_processes import DEADLINE, assert_only_protocol_lines, connector_client, running_host
 
 
 def _kinds(updates: list[dict[str, Any]]) -> list[str]:

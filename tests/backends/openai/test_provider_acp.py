@@ -17,16 +17,8 @@ from loopback import LoopbackProvider, Reply, chunk, error_reply, text_reply, to
 from provider_support import TEST_KEY
 
 from maple_acp.backends.openai import build_backend, provider_config_from_flags, provider_policy
-from maple_acp.testing.schema import AcpSchema, find_schema_dir
+from maple_acp.testing.schema import AcpSchema
 from maple_acp.testing.service import AcpHarness, running_demo_acp
-
-
-@pytest.fixture
-def schema() -> AcpSchema:
-    directory = find_schema_dir()
-    if directory is None:
-        pytest.skip("the ACP schema is not on this machine")
-    return AcpSchema(directory)
 
 
 @asynccontextmanager

@@ -8,41 +8,26 @@ searched for in the store files, the host's DEBUG log and every frame."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import trio
+from e2e.host_processes import (
+    Host,
+    assert_only_protocol_lines,
+    connector_client,
+    home_env,
+    private_short_dir,
+    running_host,
+)
 from loopback import LoopbackProvider, Reply, chunk, error_reply, text_reply, tool_call_reply
 
-from maple_acp.testing.schema import AcpSchema, find_schema_dir
+from maple_acp.testing.schema import AcpSchema
 
-
-def _e2e_helpers() -> ModuleType:
-    """The end-to-end suite's process helpers (its conftest is a file, not an importable
-    module from here)."""
-    path = Path(__file__).resolve().parents[2] / "e2e" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("provider_e2e_helpers", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-e2e = _e2e_helpers()
 KEY = "sk-live-looking-7c1e0a9b5d3f2e4a6b8c0d1e"
 #: Bounds a hang; each step takes well under a second.
 DEADLINE = 30.0
@@ -51,68 +36,21 @@ DEADLINE = 30.0
 @pytest.fixture
 def short_dir() -> Iterator[Path]:
     """A socket path must fit in sun_path: a short private directory."""
-    path = Path(tempfile.mkdtemp(prefix="macp-p-"))
-    try:
+    with private_short_dir("macp-p-") as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def schema() -> AcpSchema:
-    directory = find_schema_dir()
-    if directory is None:
-        pytest.skip("the ACP schema is not on this machine")
-    return AcpSchema(directory)
-
-
-class ProviderHost:
-    def __init__(self, socket: Path, data: Path, stderr: Any) -> None:
-        self.socket = socket
-        self.data = data
-        self.stderr = stderr
 
 
 @asynccontextmanager
-async def provider_host(short_dir: Path, provider: LoopbackProvider) -> AsyncIterator[ProviderHost]:
-    socket = short_dir / "run" / "acp.sock"
-    data = short_dir / "data"
-    env = {k: v for k, v in e2e.clean_env().items() if not k.startswith(("MAPLE_ACP_", "XDG_"))}
-    env.update(
-        HOME=os.fspath(short_dir),
-        XDG_CONFIG_HOME=os.fspath(short_dir / "cfg"),
-        PROVIDER_KEY=KEY,
-    )
-    command = [
-        *e2e.SERVE,
-        *("--socket", os.fspath(socket), "--data-dir", os.fspath(data)),
+async def provider_host(short_dir: Path, provider: LoopbackProvider) -> AsyncIterator[Host]:
+    """``maple-acp serve`` on ``short_dir`` with the loopback ``provider`` and DEBUG logs."""
+    env = home_env(short_dir, XDG_CONFIG_HOME=os.fspath(short_dir / "cfg"), PROVIDER_KEY=KEY)
+    async with running_host(
+        short_dir,
         *("--provider-url", provider.base_url, "--model", "test-model"),
         *("--api-key-env", "PROVIDER_KEY", "--log-level", "debug"),
-    ]
-    async with trio.open_nursery() as nursery:
-        process: trio.Process = await nursery.start(
-            partial(
-                trio.run_process,
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                check=False,
-                env=env,
-            )
-        )
-        assert process.stderr is not None
-        stderr = e2e.LineReader()
-        nursery.start_soon(stderr.pump, process.stderr)
-        with trio.fail_after(DEADLINE):
-            await stderr.wait_for(lambda line: line.startswith(e2e.READY_PREFIX))
-        try:
-            yield ProviderHost(socket, data, stderr)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            with trio.fail_after(DEADLINE):
-                await process.wait()
-                await stderr.wait_closed()
+        env=env,
+    ) as host:
+        yield host
 
 
 def diff_blocks(updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -163,7 +101,7 @@ async def test_a_conversation_through_the_connector(
     with trio.fail_after(DEADLINE * 2):
         async with (
             provider_host(short_dir, provider) as host,
-            e2e.connector_client(host.socket, permission=lambda p: next(decisions)) as connector,
+            connector_client(host.socket, permission=lambda p: next(decisions)) as connector,
         ):
             client = connector.client
             await client.initialize()
@@ -199,11 +137,11 @@ async def test_a_conversation_through_the_connector(
             assert (await client.prompt(sid, "go on"))["stopReason"] == "max_tokens"
 
             client.validate(schema)
-            e2e.assert_only_protocol_lines(client)
+            assert_only_protocol_lines(client)
             frames = b"".join(frame.raw for frame in client.frames)
         log = host.stderr.text
         stored = b"".join(
-            path.read_bytes() for path in sorted(host.data.rglob("*")) if path.is_file()
+            path.read_bytes() for path in sorted((short_dir / "data").rglob("*")) if path.is_file()
         )
     told = provider.chat_requests()[4].body["messages"][-1]["content"]
     assert told == "the user denied this tool call"
@@ -225,7 +163,7 @@ async def test_cancel_through_the_connector_closes_the_provider_stream(
     with trio.fail_after(DEADLINE):
         async with (
             provider_host(short_dir, provider) as host,
-            e2e.connector_client(host.socket) as connector,
+            connector_client(host.socket) as connector,
         ):
             client = connector.client
             await client.initialize()
@@ -259,11 +197,11 @@ async def test_a_reload_replays_the_conversation_and_the_next_turn_sees_it(
     )
     with trio.fail_after(DEADLINE):
         async with provider_host(short_dir, provider) as host:
-            async with e2e.connector_client(host.socket) as first:
+            async with connector_client(host.socket) as first:
                 await first.client.initialize()
                 sid = (await first.client.new_session(os.fspath(project)))["sessionId"]
                 await first.client.prompt(sid, "what is in a.txt?")
-            async with e2e.connector_client(host.socket) as second:
+            async with connector_client(host.socket) as second:
                 client = second.client
                 await client.initialize()
                 await client.load_session(sid, os.fspath(project))
