@@ -31,6 +31,7 @@ from maple_acp.runtime import (
     PermissionRequest,
     PlanUpdated,
     RunEvent,
+    RunOutcome,
     RunState,
     SessionLease,
     TextChunk,
@@ -55,6 +56,20 @@ async def answering(run: Any, answer: str) -> list[RunEvent]:
     return events
 
 
+async def one_turn(
+    service: AgentService, project: Path, prompt: str, *, answer: str | None = None
+) -> tuple[list[RunEvent], RunOutcome]:
+    """One run of ``prompt`` on a new lease of ``project``, released afterwards; with ``answer``
+    every permission request is answered so, without it none is expected."""
+    async with trio.open_nursery() as nursery:
+        lease = await open_lease(service, project, nursery)
+        run = await lease.start_run(prompt)
+        events = await (collect_events(run) if answer is None else answering(run, answer))
+        outcome = await run.wait()
+        await lease.release(close=False)
+    return events, outcome
+
+
 def text_of(events: list[RunEvent]) -> str:
     return "".join(e.text for e in events if isinstance(e, TextChunk))
 
@@ -72,10 +87,7 @@ async def test_a_streamed_answer_reaches_the_caller_with_usage_and_the_key(
     assert reply.events is not None
     reply.events.append(usage_chunk(12, 3, cached=4))
     provider.add(reply)
-    async with trio.open_nursery() as nursery:
-        lease = await open_lease(service, project, nursery)
-        events, outcome = await run_prompt(lease, "say hello")
-        await lease.release(close=False)
+    events, outcome = await one_turn(service, project, "say hello")
     assert outcome.state is RunState.COMPLETED
     assert text_of(events) == "Hello there"
     chunks = [e for e in events if isinstance(e, TextChunk)]
@@ -109,10 +121,7 @@ async def test_reasoning_fields_become_thoughts(
             ]
         )
     )
-    async with trio.open_nursery() as nursery:
-        lease = await open_lease(service, project, nursery)
-        events, outcome = await run_prompt(lease, "why")
-        await lease.release(close=False)
+    events, outcome = await one_turn(service, project, "why")
     assert outcome.state is RunState.COMPLETED
     thoughts = [e for e in events if isinstance(e, ThoughtChunk)]
     assert "".join(t.text for t in thoughts) == "think more"
@@ -132,10 +141,7 @@ async def test_several_split_tool_calls_run_and_their_results_go_back(
         ),
         text_reply("done"),
     )
-    async with trio.open_nursery() as nursery:
-        lease = await open_lease(service, project, nursery)
-        events, outcome = await run_prompt(lease, "read them")
-        await lease.release(close=False)
+    events, outcome = await one_turn(service, project, "read them")
     assert outcome.state is RunState.COMPLETED
     assert not [e for e in events if isinstance(e, PermissionRequest)]
     finals = [r.tool for r in rows(events) if r.tool.status.terminal]
@@ -161,12 +167,7 @@ async def test_shell_asks_and_runs_when_allowed(
         tool_call_reply(("c1", "shell", {"command": "echo from-shell > out.txt; echo ok"})),
         text_reply("ran it"),
     )
-    async with trio.open_nursery() as nursery:
-        lease = await open_lease(service, project, nursery)
-        run = await lease.start_run("run it")
-        events = await answering(run, "allow_once")
-        outcome = await run.wait()
-        await lease.release(close=False)
+    events, outcome = await one_turn(service, project, "run it", answer="allow_once")
     assert outcome.state is RunState.COMPLETED
     (ask,) = [e for e in events if isinstance(e, PermissionRequest)]
     assert ask.request.name == "shell"
@@ -182,12 +183,7 @@ async def test_shell_denied_never_runs_and_the_model_is_told(
         tool_call_reply(("c1", "shell", {"command": "touch ran.txt"})),
         text_reply("ok, I will not"),
     )
-    async with trio.open_nursery() as nursery:
-        lease = await open_lease(service, project, nursery)
-        run = await lease.start_run("run it")
-        events = await answering(run, "deny_once")
-        outcome = await run.wait()
-        await lease.release(close=False)
+    events, outcome = await one_turn(service, project, "run it", answer="deny_once")
     assert outcome.state is RunState.COMPLETED
     assert not (project / "ran.txt").exists()
     final = rows(events)[-1].tool
@@ -250,12 +246,7 @@ async def test_a_path_escaping_the_root_is_a_failed_row_not_a_crash(
         ),
         text_reply("sorry"),
     )
-    async with trio.open_nursery() as nursery:
-        lease = await open_lease(service, project, nursery)
-        run = await lease.start_run("escape")
-        events = await answering(run, "allow_once")
-        outcome = await run.wait()
-        await lease.release(close=False)
+    events, outcome = await one_turn(service, project, "escape", answer="allow_once")
     assert outcome.state is RunState.COMPLETED
     assert not [e for e in events if isinstance(e, PermissionRequest)]
     finals = [r.tool for r in rows(events) if r.tool.status.terminal]
@@ -346,13 +337,8 @@ async def test_the_request_bound_ends_the_turn(
 
     (project / "a.txt").write_text("a")
     provider.add(*(tool_call_reply((f"c{i}", "read_file", {"path": "a.txt"})) for i in range(3)))
-    async with (
-        provider_service(tmp_path, provider, max_turn_requests=2) as service,
-        trio.open_nursery() as nursery,
-    ):
-        lease = await open_lease(service, project, nursery)
-        events, outcome = await run_prompt(lease, "loop")
-        await lease.release(close=False)
+    async with provider_service(tmp_path, provider, max_turn_requests=2) as service:
+        events, outcome = await one_turn(service, project, "loop")
     assert outcome.state is RunState.COMPLETED
     assert len(provider.chat_requests()) == 2
     # The tools of the last allowed answer are not run: nobody would read their results.
@@ -367,13 +353,8 @@ async def test_context_usage_is_reported_when_the_window_is_known(
     provider.add(
         Reply(events=[chunk(content="hi"), chunk(finish_reason="stop"), usage_chunk(900, 100)])
     )
-    async with (
-        provider_service(tmp_path, provider, context_window=8000) as service,
-        trio.open_nursery() as nursery,
-    ):
-        lease = await open_lease(service, project, nursery)
-        events, outcome = await run_prompt(lease, "hi")
-        await lease.release(close=False)
+    async with provider_service(tmp_path, provider, context_window=8000) as service:
+        events, outcome = await one_turn(service, project, "hi")
     assert outcome.state is RunState.COMPLETED
     reports = [e for e in events if isinstance(e, ContextUsage)]
     assert [(r.used, r.size) for r in reports] == [(1000, 8000)]
@@ -391,13 +372,8 @@ async def test_old_tool_outputs_are_dropped_to_fit_a_known_window(
         tool_call_reply(("c2", "read_file", {"path": "small.txt"})),
         text_reply("done"),
     )
-    async with (
-        provider_service(tmp_path, provider, context_window=1000) as service,
-        trio.open_nursery() as nursery,
-    ):
-        lease = await open_lease(service, project, nursery)
-        _, outcome = await run_prompt(lease, "read both")
-        await lease.release(close=False)
+    async with provider_service(tmp_path, provider, context_window=1000) as service:
+        _, outcome = await one_turn(service, project, "read both")
     assert outcome.state is RunState.COMPLETED
     second, third = (r.body["messages"] for r in provider.chat_requests()[1:])
     # While it is the latest message the big output is sent whole; then it gives way.
@@ -491,10 +467,7 @@ async def test_external_mcp_is_not_offered_without_servers(
         tool_call_reply(("m", "external_mcp", {"tool": "srv__ping", "arguments": {}})),
         text_reply("ok"),
     )
-    async with trio.open_nursery() as nursery:
-        lease = await open_lease(service, project, nursery)
-        events, _ = await run_prompt(lease, "ping")
-        await lease.release(close=False)
+    events, _ = await one_turn(service, project, "ping")
     tools = {tool["function"]["name"] for tool in provider.chat_requests()[0].body["tools"]}
     assert "external_mcp" not in tools
     assert not [e for e in events if isinstance(e, PermissionRequest)]
@@ -542,10 +515,7 @@ async def test_oversized_tool_arguments_fail_the_call_not_the_turn(
         tool_call_reply(("big", "write_file", {"path": "x.txt", "content": "y" * 500}), pieces=10),
         text_reply("too big, sorry"),
     )
-    async with trio.open_nursery() as nursery:
-        lease = await open_lease(service, project, nursery)
-        events, outcome = await run_prompt(lease, "write a lot")
-        await lease.release(close=False)
+    events, outcome = await one_turn(service, project, "write a lot")
     assert outcome.state is RunState.COMPLETED
     final = rows(events)[-1].tool
     assert final.status is ToolStatus.FAILED
@@ -569,10 +539,7 @@ async def test_the_model_shows_its_plan(
         tool_call_reply(("q", "update_plan", {"entries": [{"content": " "}]})),
         text_reply("planned"),
     )
-    async with trio.open_nursery() as nursery:
-        lease = await open_lease(service, project, nursery)
-        events, outcome = await run_prompt(lease, "plan it")
-        await lease.release(close=False)
+    events, outcome = await one_turn(service, project, "plan it")
     assert outcome.state is RunState.COMPLETED
     (update,) = [e for e in events if isinstance(e, PlanUpdated)]
     entries = update.entries
@@ -624,10 +591,7 @@ async def test_tool_calls_without_ids_get_unique_ones(
         ]
     )
     provider.add(anonymous, attrs.evolve(anonymous), text_reply("ok"))
-    async with trio.open_nursery() as nursery:
-        lease = await open_lease(service, project, nursery)
-        _, outcome = await run_prompt(lease, "read twice")
-        await lease.release(close=False)
+    _, outcome = await one_turn(service, project, "read twice")
     assert outcome.state is RunState.COMPLETED
     messages = provider.chat_requests()[2].body["messages"]
     ids = [c["id"] for m in messages for c in m.get("tool_calls") or ()]
@@ -646,10 +610,7 @@ async def test_read_file_pages_through_a_long_file(
         tool_call_reply(("c", "read_file", {"path": "long.txt", "start_line": 0})),
         text_reply("read"),
     )
-    async with trio.open_nursery() as nursery:
-        lease = await open_lease(service, project, nursery)
-        events, _ = await run_prompt(lease, "read it")
-        await lease.release(close=False)
+    events, _ = await one_turn(service, project, "read it")
     first, second, third = (r.body["messages"][-1]["content"] for r in provider.chat_requests()[1:])
     assert first.startswith("line 1\n")
     assert first.endswith("line 2000\n\n[lines 1-2000 of 3000; pass start_line to read on]")
@@ -670,10 +631,7 @@ async def test_ambient_sdk_settings_do_not_reach_the_configured_endpoint(
     monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-elsewhere")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
     provider.add(text_reply("here"))
-    async with trio.open_nursery() as nursery:
-        lease = await open_lease(service, project, nursery)
-        _, outcome = await run_prompt(lease, "hi")
-        await lease.release(close=False)
+    _, outcome = await one_turn(service, project, "hi")
     assert outcome.state is RunState.COMPLETED
     headers = provider.chat_requests()[0].headers
     assert headers["authorization"] == f"Bearer {TEST_KEY}"
