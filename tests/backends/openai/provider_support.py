@@ -1,6 +1,6 @@
-"""Helpers the provider tests share: the test key and a runtime whose backend talks to a
-loopback provider. A module of its own (not the conftest) so that tests can import it by a name
-no other test directory uses."""
+"""Helpers the provider tests share: the test key, a runtime whose backend talks to a
+loopback provider, and one turn on a fresh lease. A module of its own (not the conftest) so
+that tests can import it by a name no other test directory uses."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import trio
 from loopback import LoopbackProvider
 
 from maple_acp.backends.openai import (
@@ -16,8 +17,14 @@ from maple_acp.backends.openai import (
     provider_config_from_flags,
     provider_policy,
 )
-from maple_acp.runtime import AgentService
-from maple_acp.testing.demo import DEMO_ACCOUNT, make_demo_service
+from maple_acp.runtime import (
+    AgentService,
+    PermissionRequest,
+    RunEvent,
+    RunOutcome,
+    SessionLease,
+)
+from maple_acp.testing.demo import DEMO_ACCOUNT, collect_events, make_demo_service
 from maple_acp.testing.store import temp_store
 
 #: The key the tests configure; every secrecy test searches for it.
@@ -55,3 +62,31 @@ async def provider_service(
         async with service:
             service.sign_in(DEMO_ACCOUNT)
             yield service
+
+
+async def open_lease(service: AgentService, project: Path, nursery: trio.Nursery) -> SessionLease:
+    return await nursery.start(service.serve_new_task, str(project))
+
+
+async def answering(run: Any, answer: str) -> list[RunEvent]:
+    """Every event of ``run``, answering each permission request with ``answer``."""
+    events = []
+    async for event in run.events():
+        events.append(event)
+        if isinstance(event, PermissionRequest):
+            event.responder.answer(answer)
+    return events
+
+
+async def one_turn(
+    service: AgentService, project: Path, prompt: str, *, answer: str | None = None
+) -> tuple[list[RunEvent], RunOutcome]:
+    """One run of ``prompt`` on a new lease of ``project``, released afterwards; with ``answer``
+    every permission request is answered so, without it none is expected."""
+    async with trio.open_nursery() as nursery:
+        lease = await open_lease(service, project, nursery)
+        run = await lease.start_run(prompt)
+        events = await (collect_events(run) if answer is None else answering(run, answer))
+        outcome = await run.wait()
+        await lease.release(close=False)
+    return events, outcome

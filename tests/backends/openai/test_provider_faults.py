@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 from loopback import LoopbackProvider, Reply, chunk, error_reply, text_reply, tool_call_reply
-from provider_support import TEST_KEY, provider_service
+from provider_support import TEST_KEY, one_turn, open_lease, provider_service
 
 from maple_acp.backends.openai._client import RequestTimeouts
 from maple_acp.runtime import (
@@ -20,15 +20,10 @@ from maple_acp.runtime import (
     PermissionRequest,
     RunNotice,
     RunState,
-    SessionLease,
     TextChunk,
     ToolRow,
 )
 from maple_acp.testing.demo import run_prompt
-
-
-async def open_lease(service: AgentService, project: Path, nursery: trio.Nursery) -> SessionLease:
-    return await nursery.start(service.serve_new_task, str(project))
 
 
 async def failure_of(service: AgentService, project: Path, prompt: str = "hi") -> str:
@@ -61,30 +56,40 @@ async def test_refused_credentials_fail_with_one_line_and_are_not_retried(
     assert len(provider.chat_requests()) == 1
 
 
-async def test_an_unknown_model_has_its_own_line(
-    service: AgentService, provider: LoopbackProvider, project: Path
+@pytest.mark.parametrize(
+    ("status", "provider_text", "expected"),
+    [
+        (
+            404,
+            "The model `test-model` does not exist",
+            "the provider does not know the model 'test-model' (HTTP 404)",
+        ),
+        (
+            400,
+            "you sent something odd: <echo of the whole prompt>",
+            "the provider rejected the request (HTTP 400)",
+        ),
+    ],
+    ids=["unknown-model", "bad-request"],
+)
+async def test_a_refused_request_has_its_own_line_without_the_provider_text(
+    service: AgentService,
+    provider: LoopbackProvider,
+    project: Path,
+    status: int,
+    provider_text: str,
+    expected: str,
 ) -> None:
-    provider.add(error_reply(404, "The model `test-model` does not exist"))
+    provider.add(error_reply(status, provider_text))
     failure = await failure_of(service, project)
-    assert failure == "the provider does not know the model 'test-model' (HTTP 404)"
-
-
-async def test_a_bad_request_does_not_echo_the_provider_text(
-    service: AgentService, provider: LoopbackProvider, project: Path
-) -> None:
-    provider.add(error_reply(400, "you sent something odd: <echo of the whole prompt>"))
-    failure = await failure_of(service, project)
-    assert failure == "the provider rejected the request (HTTP 400)"
+    assert failure == expected
 
 
 async def test_a_rate_limit_is_retried_after_retry_after_then_succeeds(
     service: AgentService, provider: LoopbackProvider, project: Path
 ) -> None:
     provider.add(error_reply(429, "slow down", retry_after="0"), text_reply("finally"))
-    async with trio.open_nursery() as nursery:
-        lease = await open_lease(service, project, nursery)
-        events, outcome = await run_prompt(lease, "hi")
-        await lease.release(close=False)
+    events, outcome = await one_turn(service, project, "hi")
     assert outcome.state is RunState.COMPLETED
     assert "".join(e.text for e in events if isinstance(e, TextChunk)) == "finally"
     assert len(provider.chat_requests()) == 2
@@ -128,14 +133,6 @@ async def test_an_unreachable_provider_is_one_line_naming_only_its_address(
     )
 
 
-async def test_a_malformed_stream_line_is_one_line(
-    service: AgentService, provider: LoopbackProvider, project: Path
-) -> None:
-    provider.add(Reply(events=[chunk(content="partial "), "{this is not json"]))
-    failure = await failure_of(service, project)
-    assert failure == "the provider sent a malformed stream"
-
-
 async def test_a_malformed_first_line_is_not_retried_forever(
     service: AgentService, provider: LoopbackProvider, project: Path
 ) -> None:
@@ -143,14 +140,6 @@ async def test_a_malformed_first_line_is_not_retried_forever(
     failure = await failure_of(service, project)
     assert failure == "the provider sent a malformed stream"
     assert len(provider.chat_requests()) == 1
-
-
-async def test_a_chunk_of_the_wrong_shape_is_a_malformed_stream(
-    service: AgentService, provider: LoopbackProvider, project: Path
-) -> None:
-    provider.add(Reply(events=[{"choices": [{"delta": {"content": 42}}]}]))
-    failure = await failure_of(service, project)
-    assert failure == "the provider sent a malformed stream"
 
 
 async def test_a_stream_that_breaks_off_after_text_fails_without_repeating_it(
@@ -242,20 +231,23 @@ async def test_retries_are_cancellation_aware(
 
 
 @pytest.mark.parametrize(
-    "event",
+    "events",
     [
-        "[1, 2]",
-        '"just a string"',
-        {"choices": "nope"},
-        {"choices": [{"delta": {"reasoning": ["not", "text"]}}]},
-        {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": 5}]}}]},
-        {"choices": [{"delta": {}, "finish_reason": 7}]},
+        # A line that is not JSON after some text.
+        [chunk(content="partial "), "{this is not json"],
+        [{"choices": [{"delta": {"content": 42}}]}],
+        ["[1, 2]"],
+        ['"just a string"'],
+        [{"choices": "nope"}],
+        [{"choices": [{"delta": {"reasoning": ["not", "text"]}}]}],
+        [{"choices": [{"delta": {"tool_calls": [{"index": 0, "function": 5}]}}]}],
+        [{"choices": [{"delta": {}, "finish_reason": 7}]}],
     ],
 )
-async def test_chunks_of_other_shapes_are_a_malformed_stream(
-    service: AgentService, provider: LoopbackProvider, project: Path, event: object
+async def test_a_malformed_or_misshapen_stream_is_one_line(
+    service: AgentService, provider: LoopbackProvider, project: Path, events: list[object]
 ) -> None:
-    provider.add(Reply(events=[event]))
+    provider.add(Reply(events=events))
     failure = await failure_of(service, project)
     assert failure == "the provider sent a malformed stream"
 

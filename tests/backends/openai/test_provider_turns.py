@@ -19,7 +19,7 @@ from loopback import (
     tool_call_reply,
     usage_chunk,
 )
-from provider_support import TEST_KEY
+from provider_support import TEST_KEY, answering, one_turn, open_lease
 
 from maple_acp.model import ItemKind, ToolStatus
 from maple_acp.runtime import (
@@ -31,43 +31,13 @@ from maple_acp.runtime import (
     PermissionRequest,
     PlanUpdated,
     RunEvent,
-    RunOutcome,
     RunState,
-    SessionLease,
     TextChunk,
     ThoughtChunk,
     ToolRow,
     UsageUpdate,
 )
 from maple_acp.testing.demo import collect_events, run_prompt
-
-
-async def open_lease(service: AgentService, project: Path, nursery: trio.Nursery) -> SessionLease:
-    return await nursery.start(service.serve_new_task, str(project))
-
-
-async def answering(run: Any, answer: str) -> list[RunEvent]:
-    """Every event of ``run``, answering each permission request with ``answer``."""
-    events = []
-    async for event in run.events():
-        events.append(event)
-        if isinstance(event, PermissionRequest):
-            event.responder.answer(answer)
-    return events
-
-
-async def one_turn(
-    service: AgentService, project: Path, prompt: str, *, answer: str | None = None
-) -> tuple[list[RunEvent], RunOutcome]:
-    """One run of ``prompt`` on a new lease of ``project``, released afterwards; with ``answer``
-    every permission request is answered so, without it none is expected."""
-    async with trio.open_nursery() as nursery:
-        lease = await open_lease(service, project, nursery)
-        run = await lease.start_run(prompt)
-        events = await (collect_events(run) if answer is None else answering(run, answer))
-        outcome = await run.wait()
-        await lease.release(close=False)
-    return events, outcome
 
 
 def text_of(events: list[RunEvent]) -> str:
