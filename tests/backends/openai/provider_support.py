@@ -24,6 +24,7 @@ from maple_acp.runtime import (
     RunOutcome,
     SessionLease,
 )
+from maple_acp.testing.client import AcpTestClient
 from maple_acp.testing.demo import DEMO_ACCOUNT, collect_events, make_demo_service
 from maple_acp.testing.store import temp_store
 
@@ -90,3 +91,25 @@ async def one_turn(
         outcome = await run.wait()
         await lease.release(close=False)
     return events, outcome
+
+
+async def cancel_while_streaming(
+    client: AcpTestClient, session_id: str, provider: LoopbackProvider, streamed: str
+) -> Any:
+    """Prompt, and cancel once ``streamed`` has reached the client while the provider still
+    streams; the provider must see its connection closed within a second. Returns the
+    prompt's answer."""
+    answers: list[Any] = []
+    async with trio.open_nursery() as nursery:
+
+        async def prompt() -> None:
+            answers.append(await client.prompt(session_id, "go"))
+
+        nursery.start_soon(prompt)
+        await client.wait_until(lambda: client.text(session_id) == streamed)
+        await provider.streaming.wait()
+        closed = provider.closed_event
+        await client.cancel(session_id)
+        with trio.fail_after(1):
+            await closed.wait()
+    return answers[0]

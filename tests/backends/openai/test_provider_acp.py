@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 from loopback import LoopbackProvider, Reply, chunk, error_reply, text_reply, tool_call_reply
-from provider_support import TEST_KEY
+from provider_support import TEST_KEY, cancel_while_streaming
 
 from maple_acp.backends.openai import build_backend, provider_config_from_flags, provider_policy
 from maple_acp.testing.schema import AcpSchema
@@ -127,20 +126,8 @@ async def test_cancel_mid_stream_answers_cancelled_and_closes_the_connection(
     async with provider_acp(tmp_path, provider) as harness, harness.connect() as client:
         await client.initialize()
         sid = (await client.new_session(str(project)))["sessionId"]
-        answers: list[Any] = []
-        async with trio.open_nursery() as nursery:
-
-            async def prompt() -> None:
-                answers.append(await client.prompt(sid, "go"))
-
-            nursery.start_soon(prompt)
-            await client.wait_until(lambda: client.text(sid) == "working on it")
-            await provider.streaming.wait()
-            closed = provider.closed_event
-            await client.cancel(sid)
-            with trio.fail_after(1):
-                await closed.wait()
-        assert answers[0]["stopReason"] == "cancelled"
+        answer = await cancel_while_streaming(client, sid, provider, "working on it")
+        assert answer["stopReason"] == "cancelled"
         client.validate(schema)
 
 

@@ -25,6 +25,7 @@ from e2e.host_processes import (
     running_host,
 )
 from loopback import LoopbackProvider, Reply, chunk, error_reply, text_reply, tool_call_reply
+from provider_support import cancel_while_streaming
 
 from maple_acp.testing.schema import AcpSchema
 
@@ -168,20 +169,8 @@ async def test_cancel_through_the_connector_closes_the_provider_stream(
             client = connector.client
             await client.initialize()
             sid = (await client.new_session(os.fspath(project)))["sessionId"]
-            answers: list[Any] = []
-            async with trio.open_nursery() as nursery:
-
-                async def prompt() -> None:
-                    answers.append(await client.prompt(sid, "go"))
-
-                nursery.start_soon(prompt)
-                await client.wait_until(lambda: client.text(sid) == "streaming")
-                await provider.streaming.wait()
-                closed = provider.closed_event
-                await client.cancel(sid)
-                with trio.fail_after(1):
-                    await closed.wait()
-            assert answers[0]["stopReason"] == "cancelled"
+            answer = await cancel_while_streaming(client, sid, provider, "streaming")
+            assert answer["stopReason"] == "cancelled"
 
 
 async def test_a_reload_replays_the_conversation_and_the_next_turn_sees_it(
