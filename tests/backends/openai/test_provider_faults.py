@@ -19,6 +19,7 @@ from maple_acp.runtime import (
     AgentService,
     PermissionRequest,
     RunNotice,
+    RunOutcome,
     RunState,
     TextChunk,
     ToolRow,
@@ -162,17 +163,18 @@ async def test_a_stalled_stream_ends_at_the_read_timeout(
     assert failure == "the provider's stream broke off before the answer ended"
 
 
-async def test_cancel_mid_stream_closes_the_connection_at_once(
-    service: AgentService, provider: LoopbackProvider, project: Path
-) -> None:
-    provider.add(Reply(events=[chunk(content="streaming...")], stall=True))
+async def cancelled_once_streaming(
+    service: AgentService, provider: LoopbackProvider, project: Path, *, after_text: bool
+) -> RunOutcome:
+    """Cancel a run once the provider streams (and, with ``after_text``, once its first text
+    arrived); the provider must see its connection closed within a second."""
     async with trio.open_nursery() as nursery:
         lease = await open_lease(service, project, nursery)
         run = await lease.start_run("go")
-        events = run.events()
-        async for event in events:
-            if isinstance(event, TextChunk):
-                break
+        if after_text:
+            async for event in run.events():
+                if isinstance(event, TextChunk):
+                    break
         await provider.streaming.wait()
         closed = provider.closed_event
         run.cancel()
@@ -180,6 +182,14 @@ async def test_cancel_mid_stream_closes_the_connection_at_once(
             await closed.wait()
         outcome = await run.wait()
         await lease.release(close=False)
+    return outcome
+
+
+async def test_cancel_mid_stream_closes_the_connection_at_once(
+    service: AgentService, provider: LoopbackProvider, project: Path
+) -> None:
+    provider.add(Reply(events=[chunk(content="streaming...")], stall=True))
+    outcome = await cancelled_once_streaming(service, provider, project, after_text=True)
     assert outcome.state is RunState.CANCELLED
 
 
@@ -286,14 +296,5 @@ async def test_cancel_before_the_answer_starts_closes_the_connection_too(
     service: AgentService, provider: LoopbackProvider, project: Path
 ) -> None:
     provider.add(Reply(silent=True))
-    async with trio.open_nursery() as nursery:
-        lease = await open_lease(service, project, nursery)
-        run = await lease.start_run("go")
-        await provider.streaming.wait()
-        closed = provider.closed_event
-        run.cancel()
-        with trio.fail_after(1):
-            await closed.wait()
-        outcome = await run.wait()
-        await lease.release(close=False)
+    outcome = await cancelled_once_streaming(service, provider, project, after_text=False)
     assert outcome.state is RunState.CANCELLED
