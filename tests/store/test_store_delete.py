@@ -4,15 +4,10 @@ deleting process was killed."""
 
 from __future__ import annotations
 
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
-from functools import partial
 from pathlib import Path
 
-import trio
+from crash_writer import kill_writer_after
 
 from maple_acp.model import (
     GoalRecord,
@@ -29,8 +24,6 @@ from maple_acp.model import (
 from maple_acp.store import SqliteTaskStore
 from maple_acp.testing.store import STORE_FILE_NAME, task_record, temp_store
 
-WRITER = Path(__file__).with_name("crash_writer.py")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Generous: the child only has to import trio and write a few transactions.
 WRITER_TIMEOUT_S = 30
 #: Every table with a task_id column, and so every place a deleted task could linger.
@@ -151,25 +144,10 @@ async def test_a_deleted_id_can_be_created_again_without_its_old_rows(tmp_path: 
 
 
 async def test_a_deletion_survives_the_process_being_killed(tmp_path: Path) -> None:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-    }
     path = tmp_path / STORE_FILE_NAME
-    command = [sys.executable, str(WRITER), str(path), "task", "hello", "delete"]
-    async with trio.open_nursery() as nursery:
-        process: trio.Process = await nursery.start(
-            partial(trio.run_process, command, stdout=subprocess.PIPE, check=False, env=env)
-        )
-        assert process.stdout is not None
-        seen = b""
-        with trio.fail_after(WRITER_TIMEOUT_S):
-            while b"DELETED\n" not in seen:
-                chunk = await process.stdout.receive_some()
-                assert chunk, "the writer exited before deleting the task"
-                seen += chunk
-        process.send_signal(signal.SIGKILL)
-        assert await process.wait() == -signal.SIGKILL
+    await kill_writer_after(
+        b"DELETED\n", str(path), "task", "hello", "delete", marker_within_s=WRITER_TIMEOUT_S
+    )
     async with temp_store(tmp_path) as store:
         await assert_gone(store, "task")
         # The process did go on writing after the deletion: the kill hit a live writer.
