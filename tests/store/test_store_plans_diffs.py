@@ -136,34 +136,44 @@ def _raw(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(path, isolation_level=None)
 
 
-async def test_locations_stored_as_plain_paths_are_migrated(tmp_path: Path) -> None:
-    path = tmp_path / "tasks.sqlite3"
+def _write_version_2_file(
+    path: Path, *tool_rows: tuple[str, str | None], then_assistant: bool = False
+) -> None:
+    """The file as version 2 left it: task ``t`` with one shell row per ``(item_id,
+    locations)``, locations as version 2 wrote them (a JSON list of plain paths)."""
     conn = _raw(path)
     try:
-        # The file as the previous version left it: locations are a JSON list of paths.
         migrate(conn, target=2)
         conn.execute(
             "INSERT INTO tasks VALUES ('t', 'account', '/p', '', 0, 1, 1, "
             "'caller_mediated', 'desktop', NULL, 0, 0, NULL)"
         )
-        rows = [
-            (1, "a", '["/p/one.py", "/p/two.py"]'),
-            (2, "b", "[]"),
-            (3, "c", None),
-        ]
-        for seq, item_id, locations in rows:
+        for seq, (item_id, locations) in enumerate(tool_rows, start=1):
             conn.execute(
                 "INSERT INTO items (task_id, seq, item_id, kind, created_ms, text, tool_name, "
                 "tool_status, tool_title, locations) "
                 "VALUES ('t', ?, ?, 'tool', 1, 's', 'shell', 'completed', '', ?)",
                 (seq, item_id, locations),
             )
-        conn.execute(
-            "INSERT INTO items (task_id, seq, item_id, kind, created_ms, text) "
-            "VALUES ('t', 4, 'm', 'assistant', 1, 'hello')"
-        )
+        if then_assistant:
+            conn.execute(
+                "INSERT INTO items (task_id, seq, item_id, kind, created_ms, text) "
+                "VALUES ('t', ?, 'm', 'assistant', 1, 'hello')",
+                (len(tool_rows) + 1,),
+            )
     finally:
         conn.close()
+
+
+async def test_locations_stored_as_plain_paths_are_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.sqlite3"
+    _write_version_2_file(
+        path,
+        ("a", '["/p/one.py", "/p/two.py"]'),
+        ("b", "[]"),
+        ("c", None),
+        then_assistant=True,
+    )
     async with temp_store(tmp_path) as store:
         history = await store.history("t")
     tools = [i.tool for i in history]
@@ -186,20 +196,7 @@ async def test_a_malformed_location_list_fails_the_migration_and_leaves_the_file
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "tasks.sqlite3"
-    conn = _raw(path)
-    try:
-        migrate(conn, target=2)
-        conn.execute(
-            "INSERT INTO tasks VALUES ('t', 'account', '/p', '', 0, 1, 1, "
-            "'caller_mediated', 'desktop', NULL, 0, 0, NULL)"
-        )
-        conn.execute(
-            "INSERT INTO items (task_id, seq, item_id, kind, created_ms, text, tool_name, "
-            "tool_status, tool_title, locations) "
-            "VALUES ('t', 1, 'a', 'tool', 1, 's', 'shell', 'completed', '', '{not json')"
-        )
-    finally:
-        conn.close()
+    _write_version_2_file(path, ("a", "{not json"))
     with pytest.raises(StoreError):
         async with temp_store(tmp_path):
             pass
