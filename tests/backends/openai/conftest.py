@@ -1,5 +1,6 @@
 """Fixtures for the provider backend: a loopback OpenAI-compatible server (in its own nursery)
-and a real runtime over a real SQLite file whose backend talks to it through the real SDK."""
+and a real runtime over a real SQLite file whose backend talks to it through the real SDK.
+``project`` comes from the backends' conftest one directory up."""
 
 from __future__ import annotations
 
@@ -30,13 +31,6 @@ async def provider() -> AsyncIterator[LoopbackProvider]:
         await nursery.start(server.serve)
         yield server
         nursery.cancel_scope.cancel()
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    directory = tmp_path / "project"
-    directory.mkdir()
-    return directory
 
 
 @pytest.fixture
