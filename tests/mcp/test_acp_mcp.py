@@ -40,6 +40,16 @@ def project(tmp_path: Path) -> Path:
     return directory
 
 
+async def new_session_with_loopback(
+    client: AcpTestClient, project: Path, loopback: Loopback, tag: str
+) -> str:
+    """A new session in ``project`` with the loopback MCP server as ``main`` (its records
+    tagged ``tag``)."""
+    server = acp_http_server(loopback.url(), tag=tag)
+    session_id: str = (await client.new_session(str(project), mcp_servers=[server]))["sessionId"]
+    return session_id
+
+
 def tool_calls(client: AcpTestClient, sid: str) -> dict[str, list[dict[str, Any]]]:
     """Every tool call's updates, by tool call id, in arrival order."""
     calls: dict[str, list[dict[str, Any]]] = {}
@@ -66,8 +76,7 @@ async def test_allowed_call_reaches_the_server_and_its_result_the_client(
     tmp_path: Path, project: Path, loopback: Loopback, tag: str, acp_schema: AcpSchema
 ) -> None:
     async with running_acp(tmp_path) as acp, acp.connect() as client:
-        server = acp_http_server(loopback.url(), tag=tag)
-        sid = (await client.new_session(str(project), mcp_servers=[server]))["sessionId"]
+        sid = await new_session_with_loopback(client, project, loopback, tag)
         answer = await client.prompt(sid, '/mcp main__add {"a": 2, "b": 40}')
         assert answer["stopReason"] == "end_turn"
 
@@ -98,8 +107,7 @@ async def test_rejected_call_never_reaches_the_server(
     tmp_path: Path, project: Path, loopback: Loopback, tag: str, acp_schema: AcpSchema
 ) -> None:
     async with running_acp(tmp_path) as acp, acp.connect(permission=reject) as client:
-        server = acp_http_server(loopback.url(), tag=tag)
-        sid = (await client.new_session(str(project), mcp_servers=[server]))["sessionId"]
+        sid = await new_session_with_loopback(client, project, loopback, tag)
         answer = await client.prompt(sid, '/mcp main__echo {"text": "no"}')
         assert answer["stopReason"] == "end_turn"
         assert len(client.permission_requests) == 1
@@ -116,8 +124,7 @@ async def test_every_call_asks(
     tmp_path: Path, project: Path, loopback: Loopback, tag: str, acp_schema: AcpSchema
 ) -> None:
     async with running_acp(tmp_path) as acp, acp.connect() as client:
-        server = acp_http_server(loopback.url(), tag=tag)
-        sid = (await client.new_session(str(project), mcp_servers=[server]))["sessionId"]
+        sid = await new_session_with_loopback(client, project, loopback, tag)
         script = '/mcp main__echo {"text": "one"}\n/mcp main__echo {"text": "one"}'
         await client.prompt(sid, script)
         await client.prompt(sid, '/mcp main__echo {"text": "one"}')
@@ -136,8 +143,7 @@ async def test_unknown_id_fails_before_any_network_call(
     tmp_path: Path, project: Path, loopback: Loopback, tag: str, acp_schema: AcpSchema
 ) -> None:
     async with running_acp(tmp_path) as acp, acp.connect() as client:
-        server = acp_http_server(loopback.url(), tag=tag)
-        sid = (await client.new_session(str(project), mcp_servers=[server]))["sessionId"]
+        sid = await new_session_with_loopback(client, project, loopback, tag)
         before = await loopback.records(tag)
         answer = await client.prompt(sid, '/mcp main__nope {"text": "x"}')
         assert answer["stopReason"] == "end_turn"
@@ -385,8 +391,7 @@ async def test_close_mid_call_cancels_it_and_ends_the_server_session(
 ) -> None:
     async with running_acp(tmp_path) as acp:
         async with acp.connect() as client:
-            server = acp_http_server(loopback.url(), tag=tag)
-            sid = (await client.new_session(str(project), mcp_servers=[server]))["sessionId"]
+            sid = await new_session_with_loopback(client, project, loopback, tag)
             answers: list[Any] = []
 
             async def prompt() -> None:
@@ -426,8 +431,7 @@ async def test_disconnect_mid_call_cancels_it_and_ends_the_server_session(
 ) -> None:
     async with running_acp(tmp_path) as acp:
         async with acp.connect() as client:
-            server = acp_http_server(loopback.url(), tag=tag)
-            sid = (await client.new_session(str(project), mcp_servers=[server]))["sessionId"]
+            sid = await new_session_with_loopback(client, project, loopback, tag)
             async with trio.open_nursery() as nursery:
 
                 async def prompt() -> None:
