@@ -35,6 +35,19 @@ async def make_session(host: Host, cwd: Path, *prompts: str) -> str:
     return session_id
 
 
+async def while_open_elsewhere(
+    host: Host, cwd: Path, *command: str
+) -> tuple[str, subprocess.CompletedProcess[str]]:
+    """Run ``maple-acp sessions <command> ID`` while another client holds session ID open
+    (after a prompt); returns the ID and what the command did."""
+    async with connector_client(host.socket) as connector:
+        client = connector.client
+        await client.initialize()
+        session_id: str = (await client.new_session(os.fspath(cwd)))["sessionId"]
+        await client.prompt(session_id, "busy elsewhere")
+        return session_id, await cli(host, "sessions", *command, session_id)
+
+
 async def test_list_shows_every_session_and_filters_by_cwd(short_dir: Path) -> None:
     first, second = short_dir / "one", short_dir / "two"
     first.mkdir()
@@ -107,16 +120,11 @@ async def test_show_refuses_a_session_open_elsewhere_and_an_unknown_id(
 ) -> None:
     with trio.fail_after(DEADLINE):
         async with running_host(short_dir) as host:
-            async with connector_client(host.socket) as connector:
-                client = connector.client
-                await client.initialize()
-                session_id = (await client.new_session(os.fspath(project)))["sessionId"]
-                await client.prompt(session_id, "busy elsewhere")
-                shown = await cli(host, "sessions", "show", session_id)
-                assert shown.returncode == 1
-                assert shown.stdout == ""
-                assert shown.stderr.startswith(f"maple-acp: cannot show session {session_id}: ")
-                assert shown.stderr.count("\n") == 1
+            session_id, shown = await while_open_elsewhere(host, project, "show")
+            assert shown.returncode == 1
+            assert shown.stdout == ""
+            assert shown.stderr.startswith(f"maple-acp: cannot show session {session_id}: ")
+            assert shown.stderr.count("\n") == 1
             unknown = await cli(host, "sessions", "show", "no-such-id")
             assert unknown.returncode == 1
             assert unknown.stderr == (
@@ -146,14 +154,9 @@ async def test_delete_removes_the_session_for_good(project: Path, short_dir: Pat
 async def test_delete_refuses_a_session_open_elsewhere(project: Path, short_dir: Path) -> None:
     with trio.fail_after(DEADLINE):
         async with running_host(short_dir) as host:
-            async with connector_client(host.socket) as connector:
-                client = connector.client
-                await client.initialize()
-                session_id = (await client.new_session(os.fspath(project)))["sessionId"]
-                await client.prompt(session_id, "still open here")
-                refused = await cli(host, "sessions", "delete", session_id)
-                assert refused.returncode == 1
-                assert refused.stderr.startswith(f"maple-acp: cannot delete session {session_id}")
-                assert refused.stderr.count("\n") == 1
+            session_id, refused = await while_open_elsewhere(host, project, "delete")
+            assert refused.returncode == 1
+            assert refused.stderr.startswith(f"maple-acp: cannot delete session {session_id}")
+            assert refused.stderr.count("\n") == 1
             listed = await cli(host, "sessions", "list", "--json")
             assert [s["sessionId"] for s in json.loads(listed.stdout)["sessions"]] == [session_id]
