@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from e2e.host_processes import home_env
 
 from maple_acp import _cli_client
 from maple_acp._cli_client import (
@@ -30,17 +31,6 @@ def run_main(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     return subprocess.run(
         [*MAIN, *args], capture_output=True, text=True, check=False, env=env, timeout=60
     )
-
-
-def fresh_env(home: Path, **extra: str) -> dict[str, str]:
-    """A new user's environment: an empty home and no maple-acp or XDG settings."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("MAPLE_ACP_", "XDG_"))
-    }
-    env.update(HOME=str(home), **extra)
-    return env
 
 
 def test_a_shared_data_dir_is_refused_in_one_line_that_says_how_to_fix_it(
@@ -224,7 +214,7 @@ def test_version_and_acp_stay_off_click_and_trio() -> None:
 
 def test_serve_help_shows_the_real_defaults_with_their_fallbacks(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    done = run_main("serve", "--help", env=fresh_env(home))
+    done = run_main("serve", "--help", env=home_env(home))
     assert done.returncode == 0
     text = " ".join(done.stdout.split())
     # click wraps long lines anywhere in a path: compare the paths without any whitespace.
@@ -236,13 +226,13 @@ def test_serve_help_shows_the_real_defaults_with_their_fallbacks(tmp_path: Path)
     assert "[default: 8]" in text
     assert "[default: 600]" in text
     assert "[default: info]" in text
-    with_xdg = run_main("serve", "--help", env=fresh_env(home, XDG_DATA_HOME=str(tmp_path / "x")))
+    with_xdg = run_main("serve", "--help", env=home_env(home, XDG_DATA_HOME=str(tmp_path / "x")))
     assert f"here:{tmp_path}/x/maple-acp]" in "".join(with_xdg.stdout.split())
 
 
 def test_status_json_without_a_host_is_still_one_json_object(tmp_path: Path) -> None:
     path = tmp_path / "nobody.sock"
-    done = run_main("status", "--json", "--socket", str(path), env=fresh_env(tmp_path))
+    done = run_main("status", "--json", "--socket", str(path), env=home_env(tmp_path))
     assert done.returncode == 1
     report = json.loads(done.stdout)
     assert report["running"] is False
@@ -255,7 +245,7 @@ def test_status_json_without_a_host_is_still_one_json_object(tmp_path: Path) -> 
 )
 def test_sessions_without_a_host_is_one_line_and_exit_1(tmp_path: Path, command: list[str]) -> None:
     path = tmp_path / "nobody.sock"
-    done = run_main(*command, "--socket", str(path), env=fresh_env(tmp_path))
+    done = run_main(*command, "--socket", str(path), env=home_env(tmp_path))
     assert done.returncode == 1
     assert done.stdout == ""
     assert done.stderr == (
@@ -267,7 +257,7 @@ def test_sessions_without_a_host_is_one_line_and_exit_1(tmp_path: Path, command:
 def test_a_bad_config_file_stops_serve_with_one_line(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text("max_connections = 99\n")
-    done = run_main("serve", "--config", str(config), env=fresh_env(tmp_path))
+    done = run_main("serve", "--config", str(config), env=home_env(tmp_path))
     assert done.returncode == 1
     assert done.stderr == (
         f"maple-acp: config file {config}: max_connections: must be an integer from 1 to 8, "
@@ -276,21 +266,21 @@ def test_a_bad_config_file_stops_serve_with_one_line(tmp_path: Path) -> None:
     # The default file is read too, from $XDG_CONFIG_HOME.
     (tmp_path / "cfg" / "maple-acp").mkdir(parents=True)
     (tmp_path / "cfg" / "maple-acp" / "config.toml").write_text("colour = 'blue'\n")
-    done = run_main("serve", env=fresh_env(tmp_path, XDG_CONFIG_HOME=str(tmp_path / "cfg")))
+    done = run_main("serve", env=home_env(tmp_path, XDG_CONFIG_HOME=str(tmp_path / "cfg")))
     assert done.returncode == 1
     assert "config.toml: colour: unknown key" in done.stderr
     assert done.stderr.count("\n") == 1
 
 
 def test_a_bad_log_level_in_the_environment_is_one_line(tmp_path: Path) -> None:
-    done = run_main("serve", env=fresh_env(tmp_path, MAPLE_ACP_LOG_LEVEL="loud"))
+    done = run_main("serve", env=home_env(tmp_path, MAPLE_ACP_LOG_LEVEL="loud"))
     assert done.returncode == 1
     assert done.stderr.startswith("maple-acp: MAPLE_ACP_LOG_LEVEL: must be one of debug")
     assert done.stderr.count("\n") == 1
 
 
 def test_provider_flags_go_together(tmp_path: Path) -> None:
-    done = run_main("serve", "--model", "m", env=fresh_env(tmp_path))
+    done = run_main("serve", "--model", "m", env=home_env(tmp_path))
     assert done.returncode == 1
     assert done.stderr == (
         "maple-acp: --provider-url and --model go together (--api-key-env is optional)\n"
@@ -304,7 +294,7 @@ def test_a_refusal_under_json_logging_is_a_json_line(tmp_path: Path) -> None:
     done = run_main(
         *("serve", "--log-format", "json", "--data-dir", str(shared)),
         *("--socket", str(tmp_path / "run" / "s.sock")),
-        env=fresh_env(tmp_path),
+        env=home_env(tmp_path),
     )
     assert done.returncode == 1
     entry = json.loads(done.stderr)
@@ -315,7 +305,7 @@ def test_a_refusal_under_json_logging_is_a_json_line(tmp_path: Path) -> None:
 def test_status_json_is_json_even_when_the_config_file_is_bad(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text("socket = 3\n")
-    done = run_main("status", "--json", "--config", str(config), env=fresh_env(tmp_path))
+    done = run_main("status", "--json", "--config", str(config), env=home_env(tmp_path))
     assert done.returncode == 1
     report = json.loads(done.stdout)
     assert report["running"] is False
@@ -326,9 +316,9 @@ def test_status_json_is_json_even_when_the_config_file_is_bad(tmp_path: Path) ->
 def test_status_finds_the_socket_in_the_config_file(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text(f'socket = "{tmp_path}/from-file.sock"\n')
-    done = run_main("status", "--json", "--config", str(config), env=fresh_env(tmp_path))
+    done = run_main("status", "--json", "--config", str(config), env=home_env(tmp_path))
     assert json.loads(done.stdout)["endpoint"] == f"{tmp_path}/from-file.sock"
-    env = fresh_env(tmp_path, MAPLE_ACP_SOCKET=f"{tmp_path}/from-env.sock")
+    env = home_env(tmp_path, MAPLE_ACP_SOCKET=f"{tmp_path}/from-env.sock")
     done = run_main("status", "--json", "--config", str(config), env=env)
     assert json.loads(done.stdout)["endpoint"] == f"{tmp_path}/from-env.sock"
 
