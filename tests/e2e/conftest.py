@@ -1,7 +1,8 @@
-"""Fixtures for the end-to-end tests; the process helpers live in ``host_processes``.
+"""Fixtures for the end-to-end tests; starting and driving processes lives in
+``host_processes``, which test modules import from.
 
-Test modules import helpers from ``.host_processes``; the few names re-exported below keep
-the ``from .conftest import ...`` lines of the update tests working.
+The few names re-exported below keep the ``from .conftest import ...`` lines of the update
+tests working.
 """
 
 from __future__ import annotations

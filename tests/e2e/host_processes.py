@@ -3,8 +3,9 @@ a subprocess whose stderr is read line by line, and a connector subprocess drive
 AcpTestClient.
 
 A module of its own with a name no other test directory uses, so that tests outside
-``tests/e2e`` import it as ``e2e.host_processes`` (``tests`` is on the path through its
-conftest) and get the same module the end-to-end tests use.
+``tests/e2e`` import it as ``e2e.host_processes`` and get the same module the end-to-end tests
+use: ``tests`` is on the import path because pytest puts the directory of
+``tests/conftest.py`` there (no ``__init__.py`` beside it) before collecting anything.
 
 Nothing here sleeps to synchronise: a test waits for a line on a process's stderr, for a
 frame to arrive, or polls the host's ``_maple/status`` in a loop, always under one deadline
@@ -41,7 +42,6 @@ __all__ = [
     "CONNECTOR",
     "DEADLINE",
     "MAPLE_ACP",
-    "READY_PREFIX",
     "SERVE",
     "Connector",
     "Host",
