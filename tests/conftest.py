@@ -1,4 +1,5 @@
-"""Shared test configuration: the ACP schema requirement under CI and Hypothesis profiles."""
+"""Shared test configuration: the ACP schema (its fixture, and its requirement under CI) and
+Hypothesis profiles."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from maple_acp.testing.schema import find_schema_dir
+from maple_acp.testing.schema import AcpSchema, find_schema_dir
 
 # The default suite replays the same examples on every run, so a CI verdict depends on the
 # code and not on the draw; the "long" profile (nox -s long) explores with fresh randomness.
@@ -52,3 +53,11 @@ def pytest_configure(config: pytest.Config) -> None:
     problem = schema_problem(os.environ)
     if problem is not None:
         raise pytest.UsageError(problem)
+
+
+@pytest.fixture(scope="session")
+def acp_schema() -> AcpSchema:
+    directory = find_schema_dir()
+    if directory is None:
+        pytest.skip("ACP schema not found: set ACP_SCHEMA_DIR to the acp-schema/v1 directory")
+    return AcpSchema(directory)

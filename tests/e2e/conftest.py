@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from maple_acp.testing.schema import AcpSchema, find_schema_dir
-
 from .host_processes import (
     DEADLINE,
     assert_only_protocol_lines,
@@ -23,14 +21,6 @@ from .host_processes import (
 )
 
 __all__ = ["DEADLINE", "assert_only_protocol_lines", "connector_client", "running_host"]
-
-
-@pytest.fixture(scope="session")
-def acp_schema() -> AcpSchema:
-    directory = find_schema_dir()
-    if directory is None:
-        pytest.skip("ACP schema not found: set ACP_SCHEMA_DIR to the acp-schema/v1 directory")
-    return AcpSchema(directory)
 
 
 @pytest.fixture

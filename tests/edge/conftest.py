@@ -8,16 +8,6 @@ from pathlib import Path
 import pytest
 from edge_harness import Harness, running_service
 
-from maple_acp.testing.schema import AcpSchema, find_schema_dir
-
-
-@pytest.fixture(scope="session")
-def acp_schema() -> AcpSchema:
-    directory = find_schema_dir()
-    if directory is None:
-        pytest.skip("ACP schema not found: set ACP_SCHEMA_DIR to the acp-schema/v1 directory")
-    return AcpSchema(directory)
-
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:

@@ -16,16 +16,8 @@ from acp_support import EVENT_WAIT_S, AcpHarness, Loopback, acp_http_server, run
 
 from maple_acp.rpc import ConnectionClosed
 from maple_acp.testing.client import AcpTestClient, reject
-from maple_acp.testing.schema import AcpSchema, find_schema_dir
+from maple_acp.testing.schema import AcpSchema
 from maple_acp.wire import INVALID_PARAMS, RESOURCE_NOT_FOUND, ProtocolError
-
-
-@pytest.fixture(scope="session")
-def acp_schema() -> AcpSchema:
-    directory = find_schema_dir()
-    if directory is None:
-        pytest.skip("ACP schema not found: set ACP_SCHEMA_DIR to the acp-schema/v1 directory")
-    return AcpSchema(directory)
 
 
 @pytest.fixture

@@ -13,15 +13,6 @@ from loopback import LoopbackProvider
 from provider_support import provider_service
 
 from maple_acp.runtime import AgentService
-from maple_acp.testing.schema import AcpSchema, find_schema_dir
-
-
-@pytest.fixture
-def schema() -> AcpSchema:
-    directory = find_schema_dir()
-    if directory is None:
-        pytest.skip("the ACP schema is not on this machine")
-    return AcpSchema(directory)
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ def tool_updates(updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def test_prompt_streams_an_answer_with_usage(
-    tmp_path: Path, provider: LoopbackProvider, project: Path, schema: AcpSchema
+    tmp_path: Path, provider: LoopbackProvider, project: Path, acp_schema: AcpSchema
 ) -> None:
     provider.add(
         Reply(
@@ -62,11 +62,11 @@ async def test_prompt_streams_an_answer_with_usage(
         assert client.text(sid, "agent_thought_chunk") == "pondering"
         model_option = next(o for o in session["configOptions"] if o["id"] == "model")
         assert model_option["currentValue"] == "provider/test-model"
-        assert client.validate(schema) > 3
+        assert client.validate(acp_schema) > 3
 
 
 async def test_shell_permission_allowed_and_denied_over_acp(
-    tmp_path: Path, provider: LoopbackProvider, project: Path, schema: AcpSchema
+    tmp_path: Path, provider: LoopbackProvider, project: Path, acp_schema: AcpSchema
 ) -> None:
     provider.add(
         tool_call_reply(("c1", "shell", {"command": "echo yes > allowed.txt"})),
@@ -85,7 +85,7 @@ async def test_shell_permission_allowed_and_denied_over_acp(
         assert (await client.prompt(sid, "deny it"))["stopReason"] == "end_turn"
         assert len(client.permission_requests) == 2
         assert client.permission_requests[0]["toolCall"]["title"].startswith("shell: ")
-        client.validate(schema)
+        client.validate(acp_schema)
     assert (project / "allowed.txt").read_text() == "yes\n"
     assert not (project / "denied.txt").exists()
     told = provider.chat_requests()[3].body["messages"][-1]["content"]
@@ -93,7 +93,7 @@ async def test_shell_permission_allowed_and_denied_over_acp(
 
 
 async def test_write_file_carries_a_diff_over_acp(
-    tmp_path: Path, provider: LoopbackProvider, project: Path, schema: AcpSchema
+    tmp_path: Path, provider: LoopbackProvider, project: Path, acp_schema: AcpSchema
 ) -> None:
     (project / "notes.md").write_text("old line\n")
     provider.add(
@@ -104,7 +104,7 @@ async def test_write_file_carries_a_diff_over_acp(
         await client.initialize()
         sid = (await client.new_session(str(project)))["sessionId"]
         await client.prompt(sid, "rewrite notes")
-        client.validate(schema)
+        client.validate(acp_schema)
         updates = tool_updates(client.updates(sid))
     assert (project / "notes.md").read_text() == "new line\n"
     diffs = [
@@ -120,7 +120,7 @@ async def test_write_file_carries_a_diff_over_acp(
 
 
 async def test_cancel_mid_stream_answers_cancelled_and_closes_the_connection(
-    tmp_path: Path, provider: LoopbackProvider, project: Path, schema: AcpSchema
+    tmp_path: Path, provider: LoopbackProvider, project: Path, acp_schema: AcpSchema
 ) -> None:
     provider.add(Reply(events=[chunk(content="working on it")], stall=True))
     async with provider_acp(tmp_path, provider) as harness, harness.connect() as client:
@@ -128,18 +128,18 @@ async def test_cancel_mid_stream_answers_cancelled_and_closes_the_connection(
         sid = (await client.new_session(str(project)))["sessionId"]
         answer = await cancel_while_streaming(client, sid, provider, "working on it")
         assert answer["stopReason"] == "cancelled"
-        client.validate(schema)
+        client.validate(acp_schema)
 
 
 async def test_refused_credentials_fail_the_turn_with_a_clear_line(
-    tmp_path: Path, provider: LoopbackProvider, project: Path, schema: AcpSchema
+    tmp_path: Path, provider: LoopbackProvider, project: Path, acp_schema: AcpSchema
 ) -> None:
     provider.add(error_reply(401, f"Incorrect API key provided: {TEST_KEY}"))
     async with provider_acp(tmp_path, provider) as harness, harness.connect() as client:
         await client.initialize()
         sid = (await client.new_session(str(project)))["sessionId"]
         answer = await client.prompt(sid, "hi")
-        client.validate(schema)
+        client.validate(acp_schema)
         frames = b"".join(frame.raw for frame in client.frames)
     assert answer["stopReason"] == "end_turn"
     assert b"the provider refused the credentials (HTTP 401)" in frames
@@ -158,7 +158,7 @@ async def test_a_rate_limit_then_success_over_acp(
 
 
 async def test_a_reload_replays_the_conversation_and_the_next_turn_sees_it(
-    tmp_path: Path, provider: LoopbackProvider, project: Path, schema: AcpSchema
+    tmp_path: Path, provider: LoopbackProvider, project: Path, acp_schema: AcpSchema
 ) -> None:
     (project / "a.txt").write_text("alpha\n")
     provider.add(
@@ -180,7 +180,7 @@ async def test_a_reload_replays_the_conversation_and_the_next_turn_sees_it(
             assert "tool_call" in kinds
             assert "It says alpha." in second.text(sid)
             await second.prompt(sid, "and now?")
-            second.validate(schema)
+            second.validate(acp_schema)
     messages = provider.chat_requests()[2].body["messages"]
     roles = [m["role"] for m in messages]
     assert roles == ["system", "user", "assistant", "tool", "assistant", "user"]
@@ -228,7 +228,7 @@ async def test_the_key_is_nowhere_it_must_not_be(
 
 
 async def test_stop_reasons_reach_the_client(
-    tmp_path: Path, provider: LoopbackProvider, project: Path, schema: AcpSchema
+    tmp_path: Path, provider: LoopbackProvider, project: Path, acp_schema: AcpSchema
 ) -> None:
     provider.add(text_reply("cut", finish="length"), text_reply("", finish="content_filter"))
     async with provider_acp(tmp_path, provider) as harness, harness.connect() as client:
@@ -236,4 +236,4 @@ async def test_stop_reasons_reach_the_client(
         sid = (await client.new_session(str(project)))["sessionId"]
         assert (await client.prompt(sid, "long"))["stopReason"] == "max_tokens"
         assert (await client.prompt(sid, "bad"))["stopReason"] == "refusal"
-        client.validate(schema)
+        client.validate(acp_schema)

@@ -65,7 +65,7 @@ def diff_blocks(updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def test_a_conversation_through_the_connector(
-    short_dir: Path, provider: LoopbackProvider, schema: AcpSchema
+    short_dir: Path, provider: LoopbackProvider, acp_schema: AcpSchema
 ) -> None:
     project = short_dir / "project"
     project.mkdir()
@@ -137,7 +137,7 @@ async def test_a_conversation_through_the_connector(
             assert client.text(sid).endswith("after the wait")
             assert (await client.prompt(sid, "go on"))["stopReason"] == "max_tokens"
 
-            client.validate(schema)
+            client.validate(acp_schema)
             assert_only_protocol_lines(client)
             frames = b"".join(frame.raw for frame in client.frames)
         log = host.stderr.text
@@ -174,7 +174,7 @@ async def test_cancel_through_the_connector_closes_the_provider_stream(
 
 
 async def test_a_reload_replays_the_conversation_and_the_next_turn_sees_it(
-    short_dir: Path, provider: LoopbackProvider, schema: AcpSchema
+    short_dir: Path, provider: LoopbackProvider, acp_schema: AcpSchema
 ) -> None:
     project = short_dir / "project"
     project.mkdir()
@@ -199,6 +199,6 @@ async def test_a_reload_replays_the_conversation_and_the_next_turn_sees_it(
                 assert "tool_call" in kinds
                 assert "It says alpha." in client.text(sid)
                 await client.prompt(sid, "sure?")
-                client.validate(schema)
+                client.validate(acp_schema)
     roles = [m["role"] for m in provider.chat_requests()[2].body["messages"]]
     assert roles == ["system", "user", "assistant", "tool", "assistant", "user"]
