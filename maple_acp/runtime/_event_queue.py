@@ -32,6 +32,11 @@ class RunEventQueue:
     the terminal events; ``reader()`` (once) yields them all in order."""
 
     def __init__(self) -> None:
+        #: Set by ``run_cancelled``: ``offer`` reads it per event (a plain attribute, where
+        #: trio's ``checkpoint_if_cancelled`` or a scope's ``cancel_called`` costs a task or
+        #: clock lookup), so that cancelling the run stops its backend at its next event; an
+        #: outer cancellation is seen within EMIT_BATCH events.
+        self._run_cancelled = False
         self._items: collections.deque[RunEvent] = collections.deque()
         self._tail: list[RunEvent] = []
         self._closed = False
@@ -64,6 +69,34 @@ class RunEventQueue:
         if not self._closed:
             self._put(event)
         self._unyielded = 0
+
+    def offer(self, event: RunEvent) -> bool:
+        """The streaming hot path: queue ``event`` at once if that needs no wait and no
+        scheduler pass (the queue has room, the run is not cancelled, no pass is due). False
+        means nothing was done and the caller must ``await send(event)``.
+
+        Trio's rule that a backend loop stays cancellable and does not starve the scheduler
+        holds through ``send``: every EMIT_BATCH-th event goes there and checkpoints."""
+        if (
+            self._unyielded < EMIT_BATCH - 1
+            and len(self._items) < RUN_EVENT_QUEUE
+            and not self._run_cancelled
+        ):
+            self._unyielded += 1
+            if not self._closed:
+                # _put, inlined: this runs once per streamed chunk.
+                self._items.append(event)
+                self.sent += 1
+                readable = self._readable
+                if readable is not None:
+                    self._readable = None
+                    readable.set()
+            return True
+        return False
+
+    def run_cancelled(self) -> None:
+        """The run was cancelled: every later event goes through ``send``'s checkpoint."""
+        self._run_cancelled = True
 
     def send_nowait(self, event: RunEvent) -> bool:
         """Queue ``event`` without waiting. False if the queue is full (the event is not

@@ -80,12 +80,16 @@ class RunJournal:
         """Record message text; returns its message id (the current message of that kind
         unless ``message_id`` is given or something else came in between)."""
         current = self._current
+        if (
+            current is not None
+            and current[0] is kind
+            and (message_id is None or message_id == current[1])
+        ):
+            # The streaming hot path: more text for the current message (named again or not).
+            self._messages[current[1]].add(text)
+            self._dirty.add(current[1])
+            return current[1]
         if message_id is None:
-            if current is not None and current[0] is kind:
-                # The streaming hot path: more text for the current message.
-                self._messages[current[1]].add(text)
-                self._dirty.add(current[1])
-                return current[1]
             message_id = self.next_id("m")
         message = self._messages.get(message_id)
         if message is None:

@@ -92,13 +92,25 @@ class RunOutlet:
         await self._queue.send(event)
 
     async def send_text(self, kind: ItemKind, text: str, message_id: str | None) -> str:
-        # The streaming hot path: _text_event inlined.
+        message_id, pending = self.put_text(kind, text, message_id)
+        if pending is not None:
+            await self._queue.send(pending)
+        return message_id
+
+    def put_text(
+        self, kind: ItemKind, text: str, message_id: str | None
+    ) -> tuple[str, TextChunk | ThoughtChunk | None]:
+        """The streaming hot path, without a coroutine of its own: record the text and queue
+        its event if the queue takes it at once. Returns the message id, and the event still
+        to be sent with ``await send(...)`` (a wait or a scheduler pass is due) or None."""
         message_id = self._journal.add_text(kind, text, message_id)
         if kind is ItemKind.THOUGHT:
-            await self._queue.send(ThoughtChunk(self.run_id, message_id, text))
+            event: TextChunk | ThoughtChunk = ThoughtChunk(self.run_id, message_id, text)
         else:
-            await self._queue.send(TextChunk(self.run_id, message_id, text))
-        return message_id
+            event = TextChunk(self.run_id, message_id, text)
+        if self._queue.offer(event):
+            return message_id, None
+        return message_id, event
 
     def send_text_nowait(self, kind: ItemKind, text: str, message_id: str | None) -> str:
         event = self._text_event(kind, text, message_id)

@@ -89,6 +89,7 @@ class Run:
         """Cancel this exact run; every pending permission request resolves as denied.
         Idempotent; no effect on an ended run."""
         self._broker.close()
+        self._queue.run_cancelled()
         self._scope.cancel()
 
     def answer(self, responder_id: str, answer: str) -> bool:

@@ -82,7 +82,12 @@ class Turn:
     async def send_text(self, text: str, *, message_id: str | None = None) -> str:
         """Agent message text; returns the message id used (the current text message unless
         one is given or another kind of event came in between)."""
-        return await self._outlet.send_text(ItemKind.ASSISTANT, text, message_id)
+        # The streaming hot path: one coroutine per chunk, awaiting only when the queue asks
+        # for a wait or a scheduler pass (see RunEventQueue.offer).
+        message_id, pending = self._outlet.put_text(ItemKind.ASSISTANT, text, message_id)
+        if pending is not None:
+            await self._outlet.send(pending)
+        return message_id
 
     def send_text_nowait(self, text: str, *, message_id: str | None = None) -> str:
         """``send_text`` for a producer that cannot wait: if the queue is full the run is
