@@ -272,11 +272,7 @@ class SessionProjector:
             if len(text) <= MAX_TOOL_TEXT_CHARS:
                 return current[2] + orjson.dumps(text) + current[3]
             return None
-        templates = self._templates
-        if kind in templates:
-            template = templates[kind]
-        else:
-            template = templates[kind] = text_template(self.session_id, kind)
+        template = self._template(kind)
         if template is None:
             return None
         head, middle, tail = template
@@ -285,6 +281,13 @@ class SessionProjector:
         if len(text) <= MAX_TOOL_TEXT_CHARS:
             return head + orjson.dumps(text) + after
         return None
+
+    def _template(self, kind: ChunkKind) -> TextTemplate | None:
+        templates = self._templates
+        if kind in templates:
+            return templates[kind]
+        template = templates[kind] = text_template(self.session_id, kind)
+        return template
 
     def tool_call(self, tool_id: str, tool: ToolState, *, summary: str = "") -> ToolCallUpdate:
         """A tool call's fields as ACP shows them: the terminal output (else the request
@@ -381,8 +384,18 @@ class SessionProjector:
         latest_plan = max(
             (index for index, item in enumerate(items) if item.kind is ItemKind.PLAN), default=-1
         )
+        # Text rows, nearly all of a history, are built straight from the template of their
+        # kind (each row is a message of its own, so the streaming cache would not hit).
+        wrappers = {kind: self._template(chunk_kind) for kind, chunk_kind in _CHUNK_KIND.items()}
+        dumps = orjson.dumps
         for index, item in enumerate(items):
             kind = item.kind
+            wrapper = wrappers.get(kind)
+            if wrapper is not None:
+                text = item.text
+                if text and len(text) <= MAX_TOOL_TEXT_CHARS:
+                    yield wrapper[0] + dumps(text) + wrapper[1] + dumps(item.item_id) + wrapper[2]
+                    continue
             if kind is ItemKind.TOOL:
                 if item.tool is not None:
                     yield self.tool(item.item_id, item.tool, summary=item.text)
