@@ -6,6 +6,8 @@ expects the caller to hold an open write transaction (see ``_sqlite._write``).
 
 from __future__ import annotations
 
+import bisect
+import collections
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -240,15 +242,19 @@ WRITE_STATEMENTS = (_NEXT_SEQ, _FIND_ITEM, _INSERT_ITEM, _REPLACE_ITEM)
 
 def upsert_items_locked(
     conn: sqlite3.Connection, task_id: str, encoded: Sequence[tuple[Any, ...]]
-) -> None:
-    """Insert or replace items inside an open write transaction."""
+) -> int | None:
+    """Insert or replace items inside an open write transaction. Returns the lowest seq it
+    wrote (None if nothing)."""
     next_seq = int(conn.execute(_NEXT_SEQ, (task_id,)).fetchone()[0])
+    lowest: int | None = None
     for params in encoded:
         stored = conn.execute(
             _FIND_ITEM, (task_id, params[_PARAM_RUN_ID], params[_PARAM_ITEM_ID])
         ).fetchone()
         if stored is None:
             conn.execute(_INSERT_ITEM, (task_id, next_seq, *params))
+            if lowest is None or next_seq < lowest:
+                lowest = next_seq
             next_seq += 1
             continue
         seq, stored_tool_name, stored_raw_input, stored_locations, stored_diffs = stored
@@ -264,6 +270,9 @@ def upsert_items_locked(
             if values[_PARAM_DIFFS] is None:
                 values[_PARAM_DIFFS] = stored_diffs
         conn.execute(_REPLACE_ITEM, (*values, task_id, seq))
+        if lowest is None or seq < lowest:
+            lowest = seq
+    return lowest
 
 
 def encode_items(items: Sequence[TimelineItem]) -> list[tuple[Any, ...]]:
@@ -320,3 +329,106 @@ def read_history(conn: sqlite3.Connection, task_id: str) -> list[TimelineItem]:
 def count_items(conn: sqlite3.Connection, task_id: str) -> int:
     row = conn.execute("SELECT COUNT(*) FROM items WHERE task_id = ?", (task_id,))
     return int(row.fetchone()[0])
+
+
+#: Decoded histories kept for the tasks read last, at most this many items and characters of
+#: text in all (an estimate of their memory: a 100-character row is ~0.4 KiB in Python).
+MAX_CACHED_ITEMS = 50_000
+MAX_CACHED_CHARS = 8_000_000
+#: What one cached item costs besides its text, in the same unit.
+_ITEM_OVERHEAD_CHARS = 300
+_READ_FROM = f"SELECT {_ITEM_SELECT} FROM items WHERE task_id = ? AND seq >= ? ORDER BY seq"
+
+
+def _weight(item: TimelineItem) -> int:
+    weight = _ITEM_OVERHEAD_CHARS + len(item.text)
+    tool = item.tool
+    if tool is not None:
+        weight += len(tool.output_text or "") + len(tool.title) + len(tool.name)
+        for raw in (tool.raw_input, tool.raw_output):
+            if raw is not None:
+                weight += len(orjson.dumps(raw))
+        for diff in tool.diffs:
+            weight += len(diff.new_text) + len(diff.old_text or "") + len(diff.path)
+    for entry in item.plan:
+        weight += len(entry.content)
+    return weight
+
+
+class HistoryCache:
+    """The decoded histories of the tasks read last, kept up to date by this connection's
+    own writes, so that a task read again (a load after a prompt, every turn's history) costs
+    a list copy instead of a read and decode of every row.
+
+    Used only on the store's worker thread. Exact by construction: a write re-reads from the
+    database every row from the lowest seq it wrote, and any commit by another connection
+    (``PRAGMA data_version`` changed) drops everything. Items are frozen, so the copies
+    handed out share them safely."""
+
+    def __init__(self) -> None:
+        #: Per task: its items in seq order and their weight (see ``_weight``).
+        self._tasks: collections.OrderedDict[str, tuple[list[TimelineItem], list[int]]] = (
+            collections.OrderedDict()
+        )
+        self._weight = 0
+        self._items = 0
+        self._data_version: int | None = None
+
+    def history(self, conn: sqlite3.Connection, task_id: str) -> list[TimelineItem]:
+        self._check_version(conn)
+        cached = self._tasks.get(task_id)
+        if cached is not None:
+            self._tasks.move_to_end(task_id)
+            return list(cached[0])
+        items = read_history(conn, task_id)
+        self._add(task_id, items, [_weight(item) for item in items])
+        return list(items)
+
+    def written(self, conn: sqlite3.Connection, task_id: str, lowest: int | None) -> None:
+        """This connection committed a write of ``task_id``'s rows from seq ``lowest`` on."""
+        self._check_version(conn)
+        cached = self._tasks.get(task_id)
+        if cached is None or lowest is None:
+            return
+        self.forget(task_id)
+        fresh = [_item_from_row(row) for row in conn.execute(_READ_FROM, (task_id, lowest))]
+        items, weights = cached
+        keep = bisect.bisect_left(items, lowest, key=_seq)
+        del items[keep:], weights[keep:]
+        items.extend(fresh)
+        weights.extend(_weight(item) for item in fresh)
+        self._add(task_id, items, weights)
+
+    def forget(self, task_id: str | None = None) -> None:
+        """Drop one task (or every task) from the cache."""
+        if task_id is None:
+            self._tasks.clear()
+            self._weight = self._items = 0
+            return
+        cached = self._tasks.pop(task_id, None)
+        if cached is not None:
+            self._weight -= sum(cached[1])
+            self._items -= len(cached[0])
+
+    def _add(self, task_id: str, items: list[TimelineItem], weights: list[int]) -> None:
+        weight = sum(weights)
+        if len(items) > MAX_CACHED_ITEMS or weight > MAX_CACHED_CHARS:
+            return
+        self._tasks[task_id] = (items, weights)
+        self._weight += weight
+        self._items += len(items)
+        while self._weight > MAX_CACHED_CHARS or self._items > MAX_CACHED_ITEMS:
+            _, (evicted, evicted_weights) = self._tasks.popitem(last=False)
+            self._weight -= sum(evicted_weights)
+            self._items -= len(evicted)
+
+    def _check_version(self, conn: sqlite3.Connection) -> None:
+        # Changes only when another connection (another process) committed to the file.
+        version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+        if version != self._data_version:
+            self.forget()
+            self._data_version = version
+
+
+def _seq(item: TimelineItem) -> int:
+    return item.seq

@@ -83,6 +83,8 @@ class SqliteTaskStore:
         self._conn: sqlite3.Connection | None = conn
         self._path = path
         self._limiter = trio.CapacityLimiter(1)
+        #: Touched only on the worker thread, under the limiter, like the connection.
+        self._histories = _history.HistoryCache()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -193,10 +195,18 @@ class SqliteTaskStore:
         )
 
     async def delete_task(self, task_id: str) -> bool:
-        return await self._transaction(lambda conn: _tasks.delete_task(conn, task_id))
+        def change(conn: sqlite3.Connection) -> bool:
+            self._histories.forget(task_id)
+            return _tasks.delete_task(conn, task_id)
+
+        return await self._transaction(change)
 
     async def delete_task_if_unchanged(self, snapshot: TaskRecord) -> bool:
-        return await self._transaction(lambda conn: _tasks.delete_task_if_unchanged(conn, snapshot))
+        def change(conn: sqlite3.Connection) -> bool:
+            self._histories.forget(snapshot.id)
+            return _tasks.delete_task_if_unchanged(conn, snapshot)
+
+        return await self._transaction(change)
 
     # -- timeline ----------------------------------------------------------------------------
 
@@ -209,14 +219,13 @@ class SqliteTaskStore:
 
         # An item id that is already stored (a retried admission) is replaced in place, as
         # in ``upsert_items``, so a retry never duplicates the message.
-        def change(conn: sqlite3.Connection) -> TaskRecord:
+        def change(conn: sqlite3.Connection) -> tuple[TaskRecord, int | None]:
             task = _tasks.end_provisional(conn, task_id, now_ms)
-            _history.upsert_items_locked(conn, task_id, encoded)
-            return task
+            return task, _history.upsert_items_locked(conn, task_id, encoded)
 
         # Durability: the store runs WAL with synchronous=NORMAL, so once COMMIT returns the
         # transaction is in the WAL file; a killed process cannot lose it (see ``_connect``).
-        return await self._transaction(change)
+        return await self._write_items(task_id, change)
 
     async def upsert_items(
         self, task_id: str, items: Sequence[TimelineItem], *, now_ms: int
@@ -225,14 +234,30 @@ class SqliteTaskStore:
         if not encoded:
             return
 
-        def change(conn: sqlite3.Connection) -> None:
+        def change(conn: sqlite3.Connection) -> tuple[None, int | None]:
             _tasks.touch_task(conn, task_id, now_ms)
-            _history.upsert_items_locked(conn, task_id, encoded)
+            return None, _history.upsert_items_locked(conn, task_id, encoded)
 
-        await self._transaction(change)
+        await self._write_items(task_id, change)
+
+    async def _write_items(
+        self, task_id: str, change: Callable[[sqlite3.Connection], tuple[_T, int | None]]
+    ) -> _T:
+        """Run a write of ``task_id``'s items, then bring its cached history up to date."""
+
+        def work(conn: sqlite3.Connection) -> _T:
+            try:
+                result, lowest = _write(conn, change)
+                self._histories.written(conn, task_id, lowest)
+            except BaseException:
+                self._histories.forget(task_id)
+                raise
+            return result
+
+        return await self._run(work)
 
     async def history(self, task_id: str) -> list[TimelineItem]:
-        return await self._run(lambda conn: _history.read_history(conn, task_id))
+        return await self._run(lambda conn: self._histories.history(conn, task_id))
 
     async def item_count(self, task_id: str) -> int:
         return await self._run(lambda conn: _history.count_items(conn, task_id))
@@ -266,9 +291,11 @@ class SqliteTaskStore:
     # -- sweeps ------------------------------------------------------------------------------
 
     async def sweep_provisional(self, *, now_ms: int, stranded: bool) -> list[str]:
-        deleted = await self._transaction(
-            lambda conn: _tasks.sweep_provisional(conn, now_ms, stranded)
-        )
+        def change(conn: sqlite3.Connection) -> list[str]:
+            self._histories.forget()
+            return _tasks.sweep_provisional(conn, now_ms, stranded)
+
+        deleted = await self._transaction(change)
         if deleted:
             logger.info("swept %d untouched provisional task(s)", len(deleted))
         return deleted

@@ -1,0 +1,130 @@
+"""The store keeps the decoded histories of the tasks read last and brings them up to date
+with its own writes: every read must equal what a fresh store reads from the file."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from maple_acp.store import (
+    ItemKind,
+    PlanEntry,
+    PlanPriority,
+    PlanStatus,
+    SqliteTaskStore,
+    TimelineItem,
+    ToolLocation,
+    ToolState,
+    ToolStatus,
+)
+from maple_acp.store._history import MAX_CACHED_ITEMS
+from maple_acp.testing.store import task_record
+
+
+async def _fresh(path: Path, task_id: str) -> list[TimelineItem]:
+    async with await SqliteTaskStore.open(path) as other:
+        return await other.history(task_id)
+
+
+def _random_item(rng: random.Random, index: int, run: str) -> TimelineItem:
+    choice = rng.randrange(4)
+    item_id = f"{run}-i{rng.randrange(index + 1)}"  # often an id written before: a replace
+    if choice == 0:
+        return TimelineItem(
+            item_id=item_id, kind=ItemKind.ASSISTANT, created_ms=index, run_id=run, text="t" * index
+        )
+    if choice == 1:
+        return TimelineItem(
+            item_id=f"{run}-p{index}",
+            kind=ItemKind.PLAN,
+            created_ms=index,
+            run_id=run,
+            plan=(
+                PlanEntry(
+                    content=f"step {index}", priority=PlanPriority.LOW, status=PlanStatus.PENDING
+                ),
+            ),
+        )
+    status = rng.choice([ToolStatus.PENDING, ToolStatus.COMPLETED])
+    raw = {"n": index} if rng.random() < 0.5 else None
+    locations = (ToolLocation(path=f"/p/{index}", line=None),) if rng.random() < 0.5 else ()
+    return TimelineItem(
+        item_id=f"{run}-tool{rng.randrange(index + 1)}",
+        kind=ItemKind.TOOL,
+        created_ms=index,
+        run_id=run,
+        text="tool",
+        tool=ToolState(
+            name="shell", status=status, raw_input=raw, locations=locations, output_text=None
+        ),
+    )
+
+
+async def test_reads_between_writes_equal_a_fresh_read(
+    store: SqliteTaskStore, store_path: Path
+) -> None:
+    rng = random.Random(7)
+    await store.create_task(task_record(id="t"))
+    assert await store.history("t") == []
+    for step in range(40):
+        run = f"r{step % 3}"
+        batch = [_random_item(rng, step * 5 + k, run) for k in range(rng.randrange(1, 6))]
+        if rng.random() < 0.2:
+            user = TimelineItem(
+                item_id=f"u{step}", kind=ItemKind.USER, created_ms=step, text=f"prompt {step}"
+            )
+            await store.admit_user_message("t", user, now_ms=step)
+        else:
+            await store.upsert_items("t", batch, now_ms=step)
+        if rng.random() < 0.5:
+            assert await store.history("t") == await _fresh(store_path, "t")
+    assert await store.history("t") == await _fresh(store_path, "t")
+
+
+async def test_a_write_by_another_connection_is_seen(
+    store: SqliteTaskStore, store_path: Path
+) -> None:
+    await store.create_task(task_record(id="t"))
+    first = TimelineItem(item_id="a", kind=ItemKind.ASSISTANT, created_ms=1, text="one")
+    await store.upsert_items("t", [first], now_ms=1)
+    assert [item.text for item in await store.history("t")] == ["one"]
+    async with await SqliteTaskStore.open(store_path) as other:
+        replaced = TimelineItem(item_id="a", kind=ItemKind.ASSISTANT, created_ms=1, text="two")
+        await other.upsert_items("t", [replaced], now_ms=2)
+    assert [item.text for item in await store.history("t")] == ["two"]
+
+
+async def test_a_deleted_task_has_no_history(store: SqliteTaskStore) -> None:
+    await store.create_task(task_record(id="t"))
+    item = TimelineItem(item_id="a", kind=ItemKind.ASSISTANT, created_ms=1, text="one")
+    await store.upsert_items("t", [item], now_ms=1)
+    assert len(await store.history("t")) == 1
+    assert await store.delete_task("t")
+    assert await store.history("t") == []
+
+
+async def test_a_caller_changing_its_copy_changes_nothing_stored(store: SqliteTaskStore) -> None:
+    await store.create_task(task_record(id="t"))
+    item = TimelineItem(item_id="a", kind=ItemKind.ASSISTANT, created_ms=1, text="one")
+    await store.upsert_items("t", [item], now_ms=1)
+    copy = await store.history("t")
+    copy.clear()
+    assert len(await store.history("t")) == 1
+
+
+async def test_a_history_too_large_to_keep_is_still_read_whole(
+    store: SqliteTaskStore, store_path: Path
+) -> None:
+    await store.create_task(task_record(id="t"))
+    items = [
+        TimelineItem(item_id=f"m{i}", kind=ItemKind.ASSISTANT, created_ms=1, text="x")
+        for i in range(MAX_CACHED_ITEMS + 1)
+    ]
+    await store.upsert_items("t", items, now_ms=1)
+    assert len(await store.history("t")) == MAX_CACHED_ITEMS + 1
+    await store.upsert_items("t", [items[0]], now_ms=2)
+    extra = TimelineItem(item_id="last", kind=ItemKind.ASSISTANT, created_ms=1, text="y")
+    await store.upsert_items("t", [extra], now_ms=3)
+    history = await store.history("t")
+    assert history == await _fresh(store_path, "t")
+    assert history[-1].item_id == "last"
