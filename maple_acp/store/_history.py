@@ -335,6 +335,8 @@ def count_items(conn: sqlite3.Connection, task_id: str) -> int:
 #: text in all (an estimate of their memory: a 100-character row is ~0.4 KiB in Python).
 MAX_CACHED_ITEMS = 50_000
 MAX_CACHED_CHARS = 8_000_000
+#: ... and of at most this many tasks (an empty history is not kept: it costs nothing to read).
+MAX_CACHED_TASKS = 64
 #: What one cached item costs besides its text, in the same unit.
 _ITEM_OVERHEAD_CHARS = 300
 _READ_FROM = f"SELECT {_ITEM_SELECT} FROM items WHERE task_id = ? AND seq >= ? ORDER BY seq"
@@ -412,12 +414,16 @@ class HistoryCache:
 
     def _add(self, task_id: str, items: list[TimelineItem], weights: list[int]) -> None:
         weight = sum(weights)
-        if len(items) > MAX_CACHED_ITEMS or weight > MAX_CACHED_CHARS:
+        if not items or len(items) > MAX_CACHED_ITEMS or weight > MAX_CACHED_CHARS:
             return
         self._tasks[task_id] = (items, weights)
         self._weight += weight
         self._items += len(items)
-        while self._weight > MAX_CACHED_CHARS or self._items > MAX_CACHED_ITEMS:
+        while (
+            self._weight > MAX_CACHED_CHARS
+            or self._items > MAX_CACHED_ITEMS
+            or len(self._tasks) > MAX_CACHED_TASKS
+        ):
             _, (evicted, evicted_weights) = self._tasks.popitem(last=False)
             self._weight -= sum(evicted_weights)
             self._items -= len(evicted)

@@ -17,7 +17,7 @@ from maple_acp.store import (
     ToolState,
     ToolStatus,
 )
-from maple_acp.store._history import MAX_CACHED_ITEMS
+from maple_acp.store._history import MAX_CACHED_ITEMS, MAX_CACHED_TASKS
 from maple_acp.testing.store import task_record
 
 
@@ -128,3 +128,20 @@ async def test_a_history_too_large_to_keep_is_still_read_whole(
     history = await store.history("t")
     assert history == await _fresh(store_path, "t")
     assert history[-1].item_id == "last"
+
+
+async def test_many_tasks_read_in_turn_stay_exact(store: SqliteTaskStore, store_path: Path) -> None:
+    # More tasks than the cache keeps, read and written in turn: evicted ones are read again.
+    ids = [f"t{i}" for i in range(MAX_CACHED_TASKS + 3)]
+    for task_id in ids:
+        await store.create_task(task_record(id=task_id))
+        assert await store.history(task_id) == []
+    for round_ in range(2):
+        for task_id in ids:
+            item = TimelineItem(
+                item_id=f"m{round_}", kind=ItemKind.ASSISTANT, created_ms=1, text=task_id
+            )
+            await store.upsert_items(task_id, [item], now_ms=round_)
+            assert len(await store.history(task_id)) == round_ + 1
+    for task_id in ids[:3] + ids[-3:]:
+        assert await store.history(task_id) == await _fresh(store_path, task_id)
