@@ -74,6 +74,7 @@ def __getattr__(name: str) -> Any:
         return getattr(_router, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "CALL_TIMEOUT_SECONDS",
     "EXTERNAL_MCP_TOOL_NAME",
