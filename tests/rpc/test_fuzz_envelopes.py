@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from fuzz_targets import load_fuzz_target
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -50,6 +51,13 @@ def test_integer_id_beyond_64_bits_is_echoed() -> None:
     )
 
 
-@given(st.integers(0, 255), st.binary(min_size=20, max_size=400))
+# Up to 300 digits: beyond a double (309+) is the pending finding tested below.
+@given(st.integers(0, 255), st.binary(min_size=20, max_size=300))
 def test_integer_ids_of_any_length(flags: int, digits: bytes) -> None:
     fuzz_one(_input("integer", flags, b"m", b"\x01" + digits))
+
+
+@pytest.mark.xfail(reason="rpc: an integer id past a double's range is a parse error", strict=True)
+def test_integer_id_beyond_a_double_is_echoed() -> None:
+    # Found by `nox -s fuzz -- 1000000`: 309 digits and more overflow orjson's float fallback.
+    fuzz_one(_input("integer", 0, b"m", bytes([7] * 320)))
