@@ -35,6 +35,9 @@ from maple_acp.mcp import (
 
 #: Shorter values could occur in the fixed wording of a message by chance.
 _MIN_CHECKED_SECRET = 8
+#: A value that is a piece of the refusals' own wording (a URL that is just "localhost") is
+#: not leaked by being there.
+_FIXED_WORDING = "URL must be plain http:// to localhost or a loopback IP address"
 _MAX_MESSAGE_CHARS = 500
 
 
@@ -104,7 +107,10 @@ def _secrets(items: list[object]) -> list[str]:
         secrets.extend(
             value
             for value in candidates
-            if isinstance(value, str) and len(value) >= _MIN_CHECKED_SECRET and value not in shown
+            if isinstance(value, str)
+            and len(value) >= _MIN_CHECKED_SECRET
+            and value not in shown
+            and value not in _FIXED_WORDING
         )
     return secrets
 
