@@ -89,14 +89,19 @@ def _inputs(data: bytes) -> tuple[list[object], frozenset[str]]:
 
 
 def _secrets(items: list[object]) -> list[str]:
-    """URLs and header values a refusal must not repeat (unless the name, which a refusal may
-    show, already contains them)."""
+    """URLs and header values a refusal must not repeat (unless a server name, which a refusal
+    may show, already contains them)."""
+    names = [
+        item.name
+        for item in items
+        if isinstance(item, HttpMcpServer | StdioMcpServer | SseMcpServer)
+        and isinstance(item.name, str)
+    ]
+    shown = " ".join(names + [normalise_key(name) for name in names])
     secrets: list[str] = []
     for item in items:
         if not isinstance(item, HttpMcpServer):
             continue
-        name = item.name if isinstance(item.name, str) else ""
-        shown = name + " " + normalise_key(name)
         candidates = [item.url]
         if isinstance(item.headers, tuple | list):
             candidates.extend(
