@@ -8,7 +8,8 @@ Decisions this module makes for the whole connection:
   (every ACP method) refuses it with ``-32602``.
 - A request id is a string, an integer or ``null`` (the ACP schema allows all three); a bool,
   a fractional number or a structure is ``-32600``. An integer of any size is echoed exactly:
-  one beyond 64 bits is re-read exactly and written back as the same digits.
+  one beyond 64 bits (even beyond a double's range) is re-read exactly and written back as the
+  same digits.
 - The error answer to a malformed *request* echoes its id when that id is valid. The answer to
   a malformed *response* always carries ``id: null``: echoing would hand the other side an id
   from our own id space, which it could mistake for one of its requests.
@@ -17,6 +18,7 @@ Decisions this module makes for the whole connection:
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Final, TypeAlias
 
 import attrs
@@ -100,6 +102,54 @@ def _exact_id(line: bytes, value: object) -> object:
     return exact if type(exact) is int else value
 
 
+#: orjson's refusal of a number beyond a double's range (an integer of 309 digits or more, or
+#: a float such as ``1e400``).
+_DOUBLE_OVERFLOW: Final = "number is infinity when parsed as double"
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("a number beyond a double's range")
+    return value
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _reread_long_id(line: bytes) -> dict[str, Any] | None:
+    """The message of a line orjson refused for a number beyond a double's range, when that
+    number is the message's integer id, read exactly by the standard library; else ``None`` (the
+    parse error stands). Everything orjson would refuse stays refused: a non-finite float,
+    ``NaN``/``Infinity``, a lone surrogate, and an integer beyond 64 bits anywhere but the id
+    (orjson could not write it back)."""
+    try:
+        obj = json.loads(line, parse_float=_finite_float, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        return None
+    if type(obj) is not dict or type(obj.get("id")) is not int:
+        return None
+    pending: list[Any] = [value for key, value in obj.items() if key != "id"]
+    pending.extend(obj)
+    while pending:
+        value = pending.pop()
+        if type(value) is str:
+            try:
+                value.encode()
+            except UnicodeEncodeError:
+                return None
+        elif type(value) is int:
+            if not _MIN_INT <= value <= _MAX_INT:
+                return None
+        elif type(value) is dict:
+            pending.extend(value)
+            pending.extend(value.values())
+        elif type(value) is list:
+            pending.extend(value)
+    return obj
+
+
 def _id_json(msg_id: RequestId) -> Any:
     """An id as orjson can write it: an integer beyond 64 bits as its own digits."""
     if type(msg_id) is int and not _MIN_INT <= msg_id <= _MAX_INT:
@@ -122,9 +172,12 @@ def parse_message(line: bytes) -> Parsed:
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
-        return InvalidMessage(
-            ErrorResponse(None, PARSE_ERROR, bounded_message(f"parse error: {exc}"))
-        )
+        reread = _reread_long_id(line) if str(exc).startswith(_DOUBLE_OVERFLOW) else None
+        if reread is None:
+            return InvalidMessage(
+                ErrorResponse(None, PARSE_ERROR, bounded_message(f"parse error: {exc}"))
+            )
+        obj = reread
     if type(obj) is not dict:
         if type(obj) is list:
             return _invalid("invalid request: batches are not supported")

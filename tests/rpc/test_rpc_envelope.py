@@ -186,6 +186,8 @@ def test_check_frame_refuses_anything_but_one_terminated_line(line: bytes) -> No
         "18446744073709551615",
         "-9223372036854775809",
         "123456789012345678901234567890123456789",
+        "9" * 400,  # beyond a double's range: orjson refuses the line, the exact re-read keeps it
+        "-" + "7" * 1000,
     ],
 )
 def test_an_integer_id_of_any_size_is_echoed_with_its_exact_digits(text: str) -> None:
@@ -198,6 +200,29 @@ def test_an_integer_id_of_any_size_is_echoed_with_its_exact_digits(text: str) ->
     assert answer == b'{"jsonrpc":"2.0","id":' + text.encode() + b',"result":{}}\n'
     error = encode_error(parsed.id, ProtocolError(-32601, "nope"))
     assert b'"id":' + text.encode() + b"," in error
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # The exact re-read of a long id refuses what orjson refuses everywhere else.
+        b'{"jsonrpc":"2.0","id":1e400,"method":"m"}',
+        b'{"jsonrpc":"2.0","id":' + b"9" * 400 + b',"method":"m","params":{"x":1e400}}',
+        b'{"jsonrpc":"2.0","id":' + b"9" * 400 + b',"method":"m","params":{"x":NaN}}',
+        b'{"jsonrpc":"2.0","id":' + b"9" * 400 + b',"method":"m","params":{"x":"\\ud800"}}',
+        b'{"jsonrpc":"2.0","id":'
+        + b"9" * 400
+        + b',"method":"m","params":{"n":'
+        + b"8" * 30
+        + b"}}",
+        b'{"jsonrpc":"2.0","id":1,"method":"m","params":{"n":' + b"8" * 400 + b"}}",
+        b"[" + b"9" * 400 + b"]",
+    ],
+)
+def test_a_number_beyond_a_double_is_a_parse_error_except_as_the_id(line: bytes) -> None:
+    parsed = invalid(line)
+    assert parsed.reply.code == PARSE_ERROR
+    assert parsed.reply.id is None
 
 
 @pytest.mark.parametrize("text", ["1.5", "1.0", "1e2", "-0.25", "18446744073709551616.5"])
