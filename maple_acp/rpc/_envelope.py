@@ -7,9 +7,9 @@ Decisions this module makes for the whole connection:
   ``-32600`` here. An array reaches the handler unchanged, so a handler that needs an object
   (every ACP method) refuses it with ``-32602``.
 - A request id is a string, an integer or ``null`` (the ACP schema allows all three); a bool,
-  a fractional number or a structure is ``-32600``. An integer of any size is echoed exactly:
-  one beyond 64 bits (even beyond a double's range) is re-read exactly and written back as the
-  same digits.
+  a fractional number or a structure is ``-32600`` (even a fractional one beyond a double's
+  range). An integer of any size is echoed exactly: one beyond 64 bits (even beyond a double's
+  range) is re-read exactly and written back as the same digits.
 - The error answer to a malformed *request* echoes its id when that id is valid. The answer to
   a malformed *response* always carries ``id: null``: echoing would hand the other side an id
   from our own id space, which it could mistake for one of its requests.
@@ -107,11 +107,16 @@ def _exact_id(line: bytes, value: object) -> object:
 _DOUBLE_OVERFLOW: Final = "number is infinity when parsed as double"
 
 
-def _finite_float(text: str) -> float:
+class _Overflow:
+    """Stands for a number beyond a double's range while a refused line is re-read."""
+
+
+_OVERFLOW: Final = _Overflow()
+
+
+def _float_or_overflow(text: str) -> float | _Overflow:
     value = float(text)
-    if not math.isfinite(value):
-        raise ValueError("a number beyond a double's range")
-    return value
+    return value if math.isfinite(value) else _OVERFLOW
 
 
 def _refuse_constant(name: str) -> Any:
@@ -120,15 +125,21 @@ def _refuse_constant(name: str) -> Any:
 
 def _reread_long_id(line: bytes) -> dict[str, Any] | None:
     """The message of a line orjson refused for a number beyond a double's range, when that
-    number is the message's integer id, read exactly by the standard library; else ``None`` (the
-    parse error stands). Everything orjson would refuse stays refused: a non-finite float,
+    number is the message's id, read by the standard library; else ``None`` (the parse error
+    stands). An integer id is read exactly; a fractional one (``1e400``, or 400 digits with a
+    point) stands as ``inf``, so it is refused as any fractional id is (``-32600``).
+    Everything orjson would refuse elsewhere stays refused: a number beyond a double's range,
     ``NaN``/``Infinity``, a lone surrogate, and an integer beyond 64 bits anywhere but the id
     (orjson could not write it back)."""
     try:
-        obj = json.loads(line, parse_float=_finite_float, parse_constant=_refuse_constant)
+        obj = json.loads(line, parse_float=_float_or_overflow, parse_constant=_refuse_constant)
     except (ValueError, RecursionError):
         return None
-    if type(obj) is not dict or type(obj.get("id")) is not int:
+    if type(obj) is not dict:
+        return None
+    if obj.get("id") is _OVERFLOW:
+        obj["id"] = math.inf
+    elif type(obj.get("id")) is not int:
         return None
     pending: list[Any] = [value for key, value in obj.items() if key != "id"]
     pending.extend(obj)
@@ -147,6 +158,8 @@ def _reread_long_id(line: bytes) -> dict[str, Any] | None:
             pending.extend(value.values())
         elif type(value) is list:
             pending.extend(value)
+        elif value is _OVERFLOW:
+            return None
     return obj
 
 

@@ -59,3 +59,10 @@ def test_integer_ids_of_any_length(flags: int, digits: bytes) -> None:
 def test_integer_id_beyond_a_double_is_echoed() -> None:
     # Found by `nox -s fuzz -- 1000000`: 309 digits and more overflow orjson's float fallback.
     fuzz_one(_input("integer", 0, b"m", bytes([7] * 320)))
+
+
+def test_fractional_id_beyond_a_double_is_an_invalid_request() -> None:
+    # Found by `nox -s fuzz -- 1000000`: a fraction of ~600 digits overflowed a double, and the
+    # line was answered as unparseable (-32700) instead of as a fractional id (-32600).
+    # The input is kept in fuzz/seeds/fuzz_envelopes/ as well.
+    fuzz_one(_input("fraction", 0, b"m", bytes([7] * 700)))

@@ -206,7 +206,8 @@ def test_an_integer_id_of_any_size_is_echoed_with_its_exact_digits(text: str) ->
     "line",
     [
         # The exact re-read of a long id refuses what orjson refuses everywhere else.
-        b'{"jsonrpc":"2.0","id":1e400,"method":"m"}',
+        b'{"jsonrpc":"2.0","id":1,"method":"m","params":{"x":1e400}}',
+        b'{"jsonrpc":"2.0","id":1e400,"method":"m","params":{"x":1e400}}',
         b'{"jsonrpc":"2.0","id":' + b"9" * 400 + b',"method":"m","params":{"x":1e400}}',
         b'{"jsonrpc":"2.0","id":' + b"9" * 400 + b',"method":"m","params":{"x":NaN}}',
         b'{"jsonrpc":"2.0","id":' + b"9" * 400 + b',"method":"m","params":{"x":"\\ud800"}}',
@@ -225,7 +226,20 @@ def test_a_number_beyond_a_double_is_a_parse_error_except_as_the_id(line: bytes)
     assert parsed.reply.id is None
 
 
-@pytest.mark.parametrize("text", ["1.5", "1.0", "1e2", "-0.25", "18446744073709551616.5"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1.5",
+        "1.0",
+        "1e2",
+        "-0.25",
+        "18446744073709551616.5",
+        # Beyond a double's range: orjson refuses the line, the re-read still sees a fraction.
+        "1e400",
+        "-2E+999",
+        "5" * 400 + ".0",
+    ],
+)
 def test_a_fractional_id_is_refused_without_echo(text: str) -> None:
     parsed = invalid(b'{"jsonrpc":"2.0","id":' + text.encode() + b',"method":"m"}')
     assert parsed.reply.code == INVALID_REQUEST
