@@ -3,9 +3,10 @@
 Run: ``python bench/bench_connector_startup.py [--runs N] [--mib M]``. Prints plain text; the
 ratios measured in one run are what count (absolute figures move between runs).
 
-Start-up: ``--version`` through ``python -I -m maple_acp_connector`` and the console scripts,
-against ``python -I -c pass`` (target: at most 1.5x). Also a whole relay life: start, connect to
-a listening socket, see the host close, exit.
+Start-up: ``--version`` through ``python -I -m maple_acp_connector`` and the installed commands,
+against ``python -I -c pass`` (target: at most 1.5x). ``maple-acp-connector`` is installed as a
+plain script; ``maple-acp`` is a generated entry point (which imports ``re`` first). Also a
+whole relay life: start, connect to a listening socket, see the host close, exit.
 
 Throughput: a sender process writes M MiB to every connection on a Unix socket; we time from
 the first byte to the end of the stream when reading the socket directly, and when reading the
@@ -171,7 +172,7 @@ def bench_startup(runs: int, workdir: Path) -> None:
     path = str(workdir / "closing.sock")
     commands = {
         "python -I -c pass": [PYTHON, "-I", "-c", "pass"],
-        "python -c pass (how console scripts start)": [PYTHON, "-c", "pass"],
+        "python -c pass (how installed commands start)": [PYTHON, "-c", "pass"],
         # -m itself imports runpy and importlib.util: the floor for any `python -m` command.
         "python -I -m stat (does nothing)": [PYTHON, "-I", "-m", "stat"],
         "python -I -m maple_acp_connector --version": [

@@ -122,6 +122,28 @@ def test_version_path_imports_nothing_but_the_version() -> None:
     assert report["result"] == 0
 
 
+def test_installed_command_is_the_plain_launcher() -> None:
+    # The command clients start is installed from connector/bin, not generated: a generated
+    # entry point imports `re` before the connector (a third of its start-up). The import log
+    # of the installed command shows what it loads.
+    command = Path(sys.executable).parent / "maple-acp-connector"
+    if not command.exists():
+        pytest.skip("maple-acp-connector is not installed next to this interpreter")
+    result = subprocess.run(
+        [str(command), "--version"],
+        capture_output=True,
+        timeout=TIMEOUT,
+        env={"PYTHONPROFILEIMPORTTIME": "1", "PATH": "/usr/bin:/bin"},
+    )
+    assert (result.returncode, result.stdout) == (0, VERSION_LINE)
+    imported = [
+        line.split("|")[-1].strip() for line in result.stderr.decode().splitlines() if "|" in line
+    ]
+    assert "maple_acp_connector.__main__" in imported
+    assert "re" not in imported
+    assert "socket" not in imported
+
+
 @pytest.mark.parametrize(
     "argv", [["--version"], ["-V"], ["acp", "--version"], ["acp", "--socket", "/nonexistent/s"]]
 )
