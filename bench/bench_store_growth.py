@@ -6,8 +6,10 @@ task. Then, in the same run and in rotating order, times the write a long run ma
 ends, one ``SqliteTaskStore.upsert_items`` call with ``--write`` new items (10,000 by default:
 assistant text, thoughts and tool rows with ids in random order, as a backend may choose
 them), on: a fresh empty store (new task), the many-task store (new task), and the
-single-task store (into its big task). Prints wall and CPU medians and the ratios big/empty
-(target: at most 1.5x), plus the query plan of every statement the write runs.
+single-task store (into its big task), and a store of such runs each after a 1 MB prompt (a
+pasted log: a row far longer than a page, right before the write; it starts empty and keeps
+every earlier repetition's task). Prints wall and CPU medians and the ratios
+big/empty (target: at most 1.5x), plus the query plan of every statement the write runs.
 
 The big stores are written with ``executemany`` in one transaction straight into the file
 (after ``SqliteTaskStore.open`` created the schema): going through the store item by item
@@ -51,6 +53,8 @@ TARGET_RATIO = 1.5
 BUILD_BATCH = 20_000
 #: Items per run in the big stores (each run has its own run id).
 RUN_ITEMS = 400
+#: A pasted log as a prompt: a row far longer than a page, right before the write.
+LONG_PROMPT_CHARS = 1_000_000
 ACCOUNT = "account"
 WORDS = [
     "store",
@@ -91,11 +95,22 @@ def sentence(rng: random.Random, words: int) -> str:
 
 
 def run_items(rng: random.Random, run_id: str, count: int) -> list[TimelineItem]:
-    """The items a long run leaves behind: mostly text, every fifth a tool call."""
+    """The items a long run leaves behind: the prompt (2-20 KB), then mostly text, every fifth
+    a tool call, every fiftieth a long answer (4-16 KB, a page of code)."""
     items = []
     for n in range(count):
         item_id = uuid.uuid4().hex
-        if n % 5 == 4:
+        if n == 0 or n % 50 == 49:
+            items.append(
+                TimelineItem(
+                    item_id=item_id,
+                    kind=ItemKind.USER if n == 0 else ItemKind.ASSISTANT,
+                    created_ms=n,
+                    run_id=run_id,
+                    text=sentence(rng, rng.randrange(400, 3000) if n == 0 else 1500),
+                )
+            )
+        elif n % 5 == 4:
             path = f"/home/user/project/src/module_{rng.randrange(500)}.py"
             tool = ToolState(
                 name="shell",
@@ -211,13 +226,26 @@ def show_plans(path: Path) -> None:
 
 
 async def write_once(
-    store: SqliteTaskStore, task_id: str | None, items: list[TimelineItem], now_ms: int
+    store: SqliteTaskStore,
+    task_id: str | None,
+    items: list[TimelineItem],
+    now_ms: int,
+    prompt_chars: int = 0,
 ) -> tuple[float, float]:
     """Wall and process CPU seconds of one run-end write (into a new task if ``task_id`` is
-    None)."""
+    None, which first gets a prompt of ``prompt_chars`` if that is not 0)."""
     if task_id is None:
         task_id = uuid.uuid4().hex
         await store.create_task(task(task_id, now_ms))
+        if prompt_chars:
+            prompt = TimelineItem(
+                item_id=uuid.uuid4().hex,
+                kind=ItemKind.USER,
+                created_ms=now_ms,
+                run_id=items[0].run_id,
+                text="p" * prompt_chars,
+            )
+            await store.admit_user_message(task_id, prompt, now_ms=now_ms)
     wall, cpu = time.perf_counter(), time.process_time()
     await store.upsert_items(task_id, items, now_ms=now_ms)
     return time.perf_counter() - wall, time.process_time() - cpu
@@ -246,10 +274,17 @@ async def main(args: argparse.Namespace) -> int:
         show_plans(many)
         big_task = largest_task(one)
         rng = random.Random(args.seed + 1)
-        runs: dict[str, list[tuple[float, float]]] = {"empty": [], "many": [], "one": []}
+        runs: dict[str, list[tuple[float, float]]] = {
+            "empty": [],
+            "many": [],
+            "one": [],
+            "long": [],
+        }
         stores = {
             "many": await SqliteTaskStore.open(many),
             "one": await SqliteTaskStore.open(one),
+            # Starts empty and keeps every task the "long" writes make (a prompt, a run).
+            "long": await SqliteTaskStore.open(Path(tmp) / "long-prompts.sqlite3"),
         }
         try:
             for rep in range(args.repeat):
@@ -258,15 +293,17 @@ async def main(args: argparse.Namespace) -> int:
                 # A fresh empty file each time, so "empty" stays empty.
                 empty = await SqliteTaskStore.open(Path(tmp) / f"empty-{rep}.sqlite3")
                 order = [
-                    ("empty", empty, None),
-                    ("many", stores["many"], None),
-                    ("one", stores["one"], big_task),
+                    ("empty", empty, None, 0),
+                    ("many", stores["many"], None, 0),
+                    ("one", stores["one"], big_task, 0),
+                    ("long", stores["long"], None, LONG_PROMPT_CHARS),
                 ]
                 # Rotate which store goes first, so none always meets the others' leftovers.
-                order = order[rep % 3 :] + order[: rep % 3]
+                order = order[rep % 4 :] + order[: rep % 4]
                 try:
-                    for name, store, task_id in order:
-                        runs[name].append(await write_once(store, task_id, items, 10_000 + rep))
+                    for name, store, task_id, prompt in order:
+                        took = await write_once(store, task_id, items, 10_000 + rep, prompt)
+                        runs[name].append(took)
                 finally:
                     await empty.aclose()
         finally:
@@ -276,8 +313,13 @@ async def main(args: argparse.Namespace) -> int:
         empty_wall, _ = report("empty store, new task", runs["empty"])
         many_wall, _ = report(f"{args.items:,} items, new task", runs["many"])
         one_wall, _ = report(f"{args.items:,} items, into that task", runs["one"])
+        long_wall, _ = report("after a 1 MB prompt, new task", runs["long"])
         worst = 1.0
-        for label, wall in (("new task", many_wall), ("into the big task", one_wall)):
+        for label, wall in (
+            ("new task", many_wall),
+            ("into the big task", one_wall),
+            ("after a 1 MB prompt", long_wall),
+        ):
             ratio = wall / empty_wall
             worst = max(worst, ratio)
             verdict = "ok" if ratio <= TARGET_RATIO else "OVER TARGET"

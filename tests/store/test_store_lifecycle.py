@@ -38,6 +38,7 @@ DOCUMENTED_SCHEMA = {
         "provisional_expires_ms",
     ],
     "items": [
+        "id",
         "task_id",
         "seq",
         "item_id",
@@ -363,5 +364,73 @@ async def test_items_keep_their_rows_and_order_when_the_table_is_rebuilt_by_run(
         assert "items_by_run" in indexes
         assert conn.execute("SELECT COUNT(*) FROM items").fetchone()[0] == 0
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    finally:
+        conn.close()
+
+
+async def test_items_become_a_rowid_table_with_their_rows_and_order(
+    store_path: Path, tmp_path: Path
+) -> None:
+    # Version 4 kept whole rows in a WITHOUT ROWID b-tree; a long row there slowed every insert
+    # near it (see migration step 5). The rebuilt table keeps every row, value and order.
+    long_text = "l" * 300_000
+    conn = raw(store_path)
+    try:
+        migrate(conn, target=4)
+        for task in ("t", "u"):
+            conn.execute(
+                "INSERT INTO tasks VALUES (?, 'account', '/p', '', 0, 1, 1, "
+                "'caller_mediated', 'desktop', NULL, 0, 0, NULL)",
+                (task,),
+            )
+        rows = [("u", 1, "x", "assistant", "r9", "other task")]
+        rows += [("t", 3, "c", "assistant", None, "third"), ("t", 1, "a", "user", "r1", long_text)]
+        rows += [("t", 2, "b", "thought", "r1", "second")]
+        for task, seq, item_id, kind, run_id, text in rows:
+            conn.execute(
+                "INSERT INTO items (task_id, seq, item_id, kind, run_id, created_ms, text) "
+                "VALUES (?, ?, ?, ?, ?, 5, ?)",
+                (task, seq, item_id, kind, run_id, text),
+            )
+    finally:
+        conn.close()
+    async with temp_store(tmp_path) as store:
+        history = await store.history("t")
+        assert [(i.seq, i.item_id, i.kind, i.run_id, i.text) for i in history] == [
+            (1, "a", ItemKind.USER, "r1", long_text),
+            (2, "b", ItemKind.THOUGHT, "r1", "second"),
+            (3, "c", ItemKind.ASSISTANT, None, "third"),
+        ]
+        # New rows go after the migrated ones; a known id is still replaced in place.
+        await store.upsert_items(
+            "t",
+            [
+                TimelineItem(item_id="b", kind=ItemKind.THOUGHT, created_ms=6, run_id="r1"),
+                TimelineItem(item_id="d", kind=ItemKind.ASSISTANT, created_ms=6, text="fourth"),
+            ],
+            now_ms=6,
+        )
+        assert [(i.seq, i.item_id) for i in await store.history("t")] == [
+            (1, "a"),
+            (2, "b"),
+            (3, "c"),
+            (4, "d"),
+        ]
+        assert await store.delete_task("t")
+        assert [i.text for i in await store.history("u")] == ["other task"]
+    conn = raw(store_path)
+    try:
+        (sql,) = conn.execute("SELECT sql FROM sqlite_schema WHERE name = 'items'").fetchone()
+        assert "WITHOUT ROWID" not in sql.upper()
+        indexes = {
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'items'"
+            )
+        }
+        assert {"items_by_seq", "items_by_run"} <= indexes
+        assert conn.execute("SELECT COUNT(*) FROM items").fetchone()[0] == 1
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         conn.close()
