@@ -9,7 +9,7 @@ edge projects them; none of them knows ACP.
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -38,6 +38,10 @@ class ItemKind(enum.StrEnum):
     TOOL = "tool"
     #: A whole plan as the backend last sent it; the latest one of a task is replayed.
     PLAN = "plan"
+
+
+#: The kinds of a plain message row (the others are tool calls and plans).
+MESSAGE_KINDS: Final = (ItemKind.USER, ItemKind.ASSISTANT, ItemKind.THOUGHT)
 
 
 class ToolStatus(enum.StrEnum):
@@ -163,6 +167,13 @@ class TimelineItem:
     plan: tuple[PlanEntry, ...] = ()
     #: Assigned by the store on first insert; ordering of history. 0 for an item not yet stored.
     seq: int = 0
+
+
+#: A message row of a history as a replay reads it: ``(kind, item_id, text)``, the kind being
+#: the value of ``ItemKind.USER``, ``ASSISTANT`` or ``THOUGHT`` (``("assistant", "m1",
+#: "Hello")``). Nearly every row of a long history is a message, and a store can hand these
+#: out straight from its rows, without building a ``TimelineItem`` for each.
+MessageRow = tuple[str, str, str]
 
 
 @attrs.frozen(kw_only=True)

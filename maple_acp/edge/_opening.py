@@ -187,7 +187,7 @@ class SessionOpener:
         # Replay the visible history before answering, through the live projector.
         connection = self.connection
         with session.lease.operation(), session.update_scope():
-            await connection.send_many(session.projector.history(await session.lease.history()))
+            await connection.send_many(session.projector.history(await session.lease.replay_rows()))
             task = session.lease.task
             if task.title:
                 await connection.send(session.projector.title(task.title))

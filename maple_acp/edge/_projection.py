@@ -32,6 +32,7 @@ from maple_acp.model import (
     FileDiff,
     GoalRecord,
     ItemKind,
+    MessageRow,
     PlanEntry,
     TimelineItem,
     ToolState,
@@ -376,31 +377,44 @@ class SessionProjector:
             )
         )
 
-    def history(self, items: Sequence[TimelineItem]) -> Iterator[Outbound]:
+    def history(self, rows: Sequence[TimelineItem | MessageRow]) -> Iterator[Outbound]:
         """Replay of stored history through the same rules as live events, as a client that
         has nothing yet must see it: every tool id is announced afresh (a re-attaching client
-        rebuilds its view), and only the latest plan is sent (each plan replaces the last)."""
+        rebuilds its view), and only the latest plan is sent (each plan replaces the last).
+        A message row may come as a ``MessageRow`` tuple or as a whole item."""
         self._announced.clear()
         latest_plan = max(
-            (index for index, item in enumerate(items) if item.kind is ItemKind.PLAN), default=-1
+            (
+                index
+                for index, row in enumerate(rows)
+                if not isinstance(row, tuple) and row.kind is ItemKind.PLAN
+            ),
+            default=-1,
         )
-        # Text rows, nearly all of a history, are built straight from the template of their
-        # kind (each row is a message of its own, so the streaming cache would not hit).
-        wrappers = {kind: self._template(chunk_kind) for kind, chunk_kind in _CHUNK_KIND.items()}
+        # Message rows, nearly all of a history, are built straight from the template of their
+        # kind (each row is a message of its own, so the streaming cache would not hit). The
+        # templates are looked up by the kind's value, which a MessageRow carries.
+        wrappers = {
+            kind.value: self._template(chunk_kind) for kind, chunk_kind in _CHUNK_KIND.items()
+        }
         dumps = orjson.dumps
-        for index, item in enumerate(items):
-            kind = item.kind
+        for index, row in enumerate(rows):
+            if isinstance(row, tuple):
+                kind, item_id, text = row
+                item = None
+            else:
+                item = row
+                kind, item_id, text = item.kind, item.item_id, item.text
             wrapper = wrappers.get(kind)
             if wrapper is not None:
-                text = item.text
                 if text and len(text) <= MAX_TOOL_TEXT_CHARS:
-                    yield wrapper[0] + dumps(text) + wrapper[1] + dumps(item.item_id) + wrapper[2]
-                    continue
-            if kind is ItemKind.TOOL:
+                    yield wrapper[0] + dumps(text) + wrapper[1] + dumps(item_id) + wrapper[2]
+                elif text:
+                    yield from self.text(_CHUNK_KIND[ItemKind(kind)], item_id, text)
+            elif item is None:
+                raise ValueError(f"a message row of kind {kind!r}")
+            elif kind is ItemKind.TOOL:
                 if item.tool is not None:
-                    yield self.tool(item.item_id, item.tool, summary=item.text)
-            elif kind is ItemKind.PLAN:
-                if index == latest_plan:
-                    yield self.plan(item.plan)
-            elif item.text:
-                yield from self.text(_CHUNK_KIND[kind], item.item_id, item.text)
+                    yield self.tool(item_id, item.tool, summary=text)
+            elif kind is ItemKind.PLAN and index == latest_plan:
+                yield self.plan(item.plan)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from maple_acp._text import one_line
-from maple_acp.model import ItemKind, TimelineItem
+from maple_acp.model import ItemKind, MessageRow, TimelineItem
 
 #: A title the runtime gives an untitled task, at most (session lists show one short line).
 MAX_AUTO_TITLE_CHARS = 80
@@ -25,6 +25,22 @@ def replay_view(items: list[TimelineItem]) -> list[TimelineItem]:
             item = attrs.evolve(item, text=tool.output_text)
         view.append(item)
     return view
+
+
+def replay_rows_view(rows: list[TimelineItem | MessageRow]) -> list[TimelineItem | MessageRow]:
+    """``replay_view`` of rows as a store reads them for a replay (message rows pass as
+    they are); changes ``rows`` in place and returns it."""
+    for index, row in enumerate(rows):
+        if not isinstance(row, tuple):
+            tool = row.tool
+            if (
+                row.kind is ItemKind.TOOL
+                and tool is not None
+                and tool.status.terminal
+                and tool.output_text
+            ):
+                rows[index] = attrs.evolve(row, text=tool.output_text)
+    return rows
 
 
 def title_from_history(items: list[TimelineItem]) -> str | None:

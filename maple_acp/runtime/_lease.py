@@ -9,13 +9,20 @@ from contextlib import contextmanager
 
 import trio
 
-from maple_acp.model import CommandInfo, GoalRecord, ItemKind, TaskRecord, TimelineItem
+from maple_acp.model import (
+    CommandInfo,
+    GoalRecord,
+    ItemKind,
+    MessageRow,
+    TaskRecord,
+    TimelineItem,
+)
 from maple_acp.runtime._barrier import OperationBarrier, PromptClaim
 from maple_acp.runtime._context import LeaseContext
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
 from maple_acp.runtime._events import RunKind
 from maple_acp.runtime._goal_driver import GoalCycleDriver
-from maple_acp.runtime._history import replay_view, title_from_history
+from maple_acp.runtime._history import replay_rows_view, replay_view, title_from_history
 from maple_acp.runtime._lease_life import LeaseLifetime, ProvisionalRow, RouterFactory
 from maple_acp.runtime._models import ModelChoices
 from maple_acp.runtime._offer import offered_tools
@@ -207,6 +214,14 @@ class SessionLease:
             items = await self._context.store.history(self.task_id)
             self._life.check_live()
             return replay_view(items)
+
+    async def replay_rows(self) -> list[TimelineItem | MessageRow]:
+        """``history()`` as a replay to a client needs it, cheaper to read: message rows may
+        come as ``(kind, item_id, text)`` tuples (see ``TaskStore.replay_rows``)."""
+        with self.operation():
+            rows = await self._context.store.replay_rows(self.task_id)
+            self._life.check_live()
+            return replay_rows_view(rows)
 
     # -- trust -------------------------------------------------------------------------------
 

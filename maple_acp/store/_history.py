@@ -15,8 +15,10 @@ from typing import Any
 import orjson
 
 from maple_acp.model import (
+    MESSAGE_KINDS,
     FileDiff,
     ItemKind,
+    MessageRow,
     PlanEntry,
     PlanPriority,
     PlanStatus,
@@ -326,6 +328,40 @@ def read_history(conn: sqlite3.Connection, task_id: str) -> list[TimelineItem]:
     return items
 
 
+#: A replay needs of a message row only its kind, id and text, and every column costs (see
+#: above): the first query reads those three, with the kind NULL for a row that is not a plain
+#: message; the second reads exactly those rows whole, in the same order.
+_MESSAGE_ROW = (
+    "tool_name IS NULL AND plan IS NULL AND kind IN "
+    f"({', '.join(repr(kind.value) for kind in MESSAGE_KINDS)})"
+)
+_READ_REPLAY = (
+    f"SELECT CASE WHEN {_MESSAGE_ROW} THEN kind END, item_id, text "
+    "FROM items WHERE task_id = ? ORDER BY seq"
+)
+_READ_REPLAY_WHOLE = (
+    f"SELECT {_ITEM_SELECT} FROM items WHERE task_id = ? AND NOT ({_MESSAGE_ROW}) ORDER BY seq"
+)
+
+
+def read_replay(conn: sqlite3.Connection, task_id: str) -> list[TimelineItem | MessageRow]:
+    """The task's rows for a replay: message rows as ``MessageRow`` tuples straight from
+    SQLite, every other row decoded whole."""
+    conn.execute("BEGIN")
+    try:
+        rows: list[Any] = conn.execute(_READ_REPLAY, (task_id,)).fetchall()
+        others = [index for index, row in enumerate(rows) if row[0] is None]
+        whole = conn.execute(_READ_REPLAY_WHOLE, (task_id,)).fetchall() if others else []
+    finally:
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+    if len(whole) != len(others):
+        raise StoreError("a task's rows changed between the two reads of one snapshot")
+    for index, row in zip(others, whole, strict=True):
+        rows[index] = _item_from_row(row)
+    return rows
+
+
 def count_items(conn: sqlite3.Connection, task_id: str) -> int:
     row = conn.execute("SELECT COUNT(*) FROM items WHERE task_id = ?", (task_id,))
     return int(row.fetchone()[0])
@@ -377,14 +413,21 @@ class HistoryCache:
         self._data_version: int | None = None
 
     def history(self, conn: sqlite3.Connection, task_id: str) -> list[TimelineItem]:
-        self._check_version(conn)
-        cached = self._tasks.get(task_id)
+        cached = self.cached(conn, task_id)
         if cached is not None:
-            self._tasks.move_to_end(task_id)
-            return list(cached[0])
+            return cached
         items = read_history(conn, task_id)
         self._add(task_id, items, [_weight(item) for item in items])
         return list(items)
+
+    def cached(self, conn: sqlite3.Connection, task_id: str) -> list[TimelineItem] | None:
+        """A copy of the task's history if it is cached, without reading anything."""
+        self._check_version(conn)
+        cached = self._tasks.get(task_id)
+        if cached is None:
+            return None
+        self._tasks.move_to_end(task_id)
+        return list(cached[0])
 
     def written(self, conn: sqlite3.Connection, task_id: str, lowest: int | None) -> None:
         """This connection committed a write of ``task_id``'s rows from seq ``lowest`` on."""

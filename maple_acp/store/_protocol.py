@@ -13,6 +13,7 @@ from typing import Protocol
 from maple_acp._exceptions import MapleAcpError
 from maple_acp.model import (
     GoalRecord,
+    MessageRow,
     TaskPage,
     TaskQuery,
     TaskRecord,
@@ -87,6 +88,13 @@ class TaskStore(Protocol):
 
     async def history(self, task_id: str) -> list[TimelineItem]:
         """Every item of the task, ordered by ``seq``."""
+
+    async def replay_rows(self, task_id: str) -> list[TimelineItem | MessageRow]:
+        """Every item of the task, ordered by ``seq``, for a replay to a client: a message row
+        may come as a ``MessageRow``, any row may come whole. ``return await
+        self.history(task_id)`` is a correct implementation; the SQLite store reads message rows
+        as three columns, which makes the first replay of a long history after a restart
+        several times cheaper."""
 
     async def item_count(self, task_id: str) -> int: ...
 

@@ -19,6 +19,7 @@ import trio
 from maple_acp.model import (
     GoalRecord,
     ItemKind,
+    MessageRow,
     TaskPage,
     TaskQuery,
     TaskRecord,
@@ -258,6 +259,17 @@ class SqliteTaskStore:
 
     async def history(self, task_id: str) -> list[TimelineItem]:
         return await self._run(lambda conn: self._histories.history(conn, task_id))
+
+    async def replay_rows(self, task_id: str) -> list[TimelineItem | MessageRow]:
+        def work(conn: sqlite3.Connection) -> list[TimelineItem | MessageRow]:
+            cached = self._histories.cached(conn, task_id)
+            if cached is not None:
+                return [*cached]
+            # Not cached: the cache keeps whole items, and building 10,000 of them costs more
+            # than the replay itself; the task's next full read fills the cache.
+            return _history.read_replay(conn, task_id)
+
+        return await self._run(work)
 
     async def item_count(self, task_id: str) -> int:
         return await self._run(lambda conn: _history.count_items(conn, task_id))

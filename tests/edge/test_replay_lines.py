@@ -3,12 +3,13 @@ typed path's lines, with long messages split and other rows projected as before.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from maple_acp.edge._bounds import MAX_TOOL_TEXT_CHARS
 from maple_acp.edge._projection import SessionProjector, encode_update, text_chunk
-from maple_acp.model import ItemKind, TimelineItem, ToolState, ToolStatus
+from maple_acp.model import ItemKind, MessageRow, PlanEntry, TimelineItem, ToolState, ToolStatus
 from maple_acp.testing import strategies as acp_st
 from maple_acp.wire import ChunkKind
 
@@ -60,3 +61,55 @@ def test_a_long_message_and_other_rows_keep_their_place() -> None:
     assert not isinstance(lines[1], bytes)  # the tool row goes the typed way
     assert lines[2:] == _typed("s1", items[2])
     assert len(lines) == 2 + 3
+
+
+_TOOL = ToolState(name="read_file", status=ToolStatus.COMPLETED, output_text="done")
+_OTHER_ROWS = [
+    TimelineItem(item_id="t1", kind=ItemKind.TOOL, created_ms=1, text="done", tool=_TOOL),
+    TimelineItem(item_id="p1", kind=ItemKind.PLAN, created_ms=1, plan=(PlanEntry(content="a"),)),
+    TimelineItem(item_id="p2", kind=ItemKind.PLAN, created_ms=1, plan=(PlanEntry(content="b"),)),
+]
+
+
+@given(
+    session_id=acp_st.texts(),
+    rows=st.lists(
+        st.one_of(
+            st.tuples(
+                st.sampled_from(list(_CHUNK)),
+                acp_st.texts(),
+                acp_st.texts(max_size=200) | st.just("y" * (MAX_TOOL_TEXT_CHARS + 1)),
+            ),
+            st.sampled_from(_OTHER_ROWS),
+        ),
+        max_size=10,
+    ),
+)
+def test_message_rows_replay_as_their_items(
+    session_id: str, rows: list[tuple[ItemKind, str, str] | TimelineItem]
+) -> None:
+    # A store may hand message rows out as (kind value, id, text) tuples: the lines are the
+    # ones the whole items make, other rows (the latest plan only) in their places.
+    items = [
+        row
+        if isinstance(row, TimelineItem)
+        else TimelineItem(item_id=row[1], kind=row[0], created_ms=1, text=row[2])
+        for row in rows
+    ]
+    tuples: list[TimelineItem | MessageRow] = [
+        row if isinstance(row, TimelineItem) else (row[0].value, row[1], row[2]) for row in rows
+    ]
+    expected = [
+        line if isinstance(line, bytes) else encode_update(line)
+        for line in SessionProjector(session_id).history(items)
+    ]
+    got = [
+        line if isinstance(line, bytes) else encode_update(line)
+        for line in SessionProjector(session_id).history(tuples)
+    ]
+    assert got == expected
+
+
+def test_a_message_row_of_another_kind_is_refused() -> None:
+    with pytest.raises(ValueError, match="'tool'"):
+        list(SessionProjector("s1").history([("tool", "t1", "text")]))
