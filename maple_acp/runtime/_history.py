@@ -11,20 +11,18 @@ from maple_acp.model import ItemKind, MessageRow, TimelineItem
 MAX_AUTO_TITLE_CHARS = 80
 
 
+def _replayed(item: TimelineItem) -> TimelineItem:
+    """An ended tool row shows its terminal output text; any other row is itself."""
+    tool = item.tool
+    ended = item.kind is ItemKind.TOOL and tool is not None and tool.status.terminal
+    if ended and tool is not None and tool.output_text:
+        return attrs.evolve(item, text=tool.output_text)
+    return item
+
+
 def replay_view(items: list[TimelineItem]) -> list[TimelineItem]:
     """History as it is replayed: an ended tool row shows its terminal output text."""
-    view: list[TimelineItem] = []
-    for item in items:
-        tool = item.tool
-        if (
-            item.kind is ItemKind.TOOL
-            and tool is not None
-            and tool.status.terminal
-            and tool.output_text
-        ):
-            item = attrs.evolve(item, text=tool.output_text)
-        view.append(item)
-    return view
+    return [_replayed(item) for item in items]
 
 
 def replay_rows_view(rows: list[TimelineItem | MessageRow]) -> list[TimelineItem | MessageRow]:
@@ -32,14 +30,7 @@ def replay_rows_view(rows: list[TimelineItem | MessageRow]) -> list[TimelineItem
     they are); changes ``rows`` in place and returns it."""
     for index, row in enumerate(rows):
         if not isinstance(row, tuple):
-            tool = row.tool
-            if (
-                row.kind is ItemKind.TOOL
-                and tool is not None
-                and tool.status.terminal
-                and tool.output_text
-            ):
-                rows[index] = attrs.evolve(row, text=tool.output_text)
+            rows[index] = _replayed(row)
     return rows
 
 
