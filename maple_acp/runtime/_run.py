@@ -4,6 +4,7 @@ permission responders, and its retained terminal state."""
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import AsyncIterator, Callable
 
 import trio
@@ -32,6 +33,9 @@ from maple_acp.store import TaskStore
 __all__ = ["RUN_EVENT_QUEUE", "Run"]
 
 logger = logging.getLogger(__name__)
+
+#: Frames of a backend's exception that its log line shows (the innermost ones).
+MAX_LOGGED_FRAMES = 12
 
 #: Writing a run's final rows and usage after it ended, even when it was cancelled.
 RUN_FINALIZE_BOUND_S = 5.0
@@ -228,5 +232,13 @@ def _failure_text(exc: Exception, run_id: str) -> str:
     single = single_exception(exc)
     if isinstance(single, TurnFailed):
         return str(single)
-    logger.warning("agent backend raised in run %s: %s", run_id, type(exc).__name__)
+    # Where it was raised, for whoever maintains the backend, but never its message: that may
+    # quote the prompt, a file or a relay value. The frames show code only.
+    frames = traceback.extract_tb(single.__traceback__)[-MAX_LOGGED_FRAMES:]
+    logger.warning(
+        "agent backend raised %s in run %s, at (innermost last):\n%s",
+        type(single).__name__,
+        run_id,
+        "".join(traceback.format_list(frames)).rstrip(),
+    )
     return f"the agent backend failed: {type(exc).__name__}"

@@ -19,8 +19,9 @@ from maple_acp.runtime import (
     GoalStatus,
     PermissionRequest,
     SessionLease,
+    Turn,
 )
-from maple_acp.testing.demo import collect_events
+from maple_acp.testing.demo import collect_events, demo_service
 
 
 async def test_log_lines_say_what_happened_and_never_a_secret(
@@ -80,3 +81,38 @@ async def test_log_lines_say_what_happened_and_never_a_secret(
         for record in caplog.records:
             assert secret not in record.getMessage()
             assert secret not in repr(record.args)
+
+
+class _Crashing:
+    """An engine whose turn raises an exception that quotes the prompt."""
+
+    async def run_turn(self, turn: Turn) -> None:
+        _deep_inside_the_engine(turn.prompt)
+
+
+def _deep_inside_the_engine(prompt: str) -> None:
+    raise ValueError(f"cannot handle {prompt!r}")
+
+
+async def test_a_backend_crash_logs_where_it_happened_not_what_it_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret = "prompt-" + secrets.token_hex(10)
+    async with demo_service(tmp_path, backend=_Crashing()) as service:
+        project = tmp_path / "project"
+        project.mkdir()
+        async with trio.open_nursery() as nursery:
+            lease: SessionLease = await nursery.start(
+                lambda task_status: service.serve_new_task(str(project), task_status=task_status)
+            )
+            run = await lease.start_run(secret)
+            await collect_events(run)
+            outcome = await run.wait()
+            await lease.release(close=True)
+    assert outcome.failure == "the agent backend failed: ValueError"
+    (line,) = [r.getMessage() for r in caplog.records if "agent backend raised" in r.getMessage()]
+    assert line.startswith("agent backend raised ValueError in run ")
+    assert "_deep_inside_the_engine" in line
+    assert "test_logging.py" in line
+    assert secret not in caplog.text
