@@ -1,12 +1,13 @@
-"""Connector start-up against a bare interpreter, and relay throughput against a direct socket.
+"""Connector and host start-up against a bare interpreter, relay throughput against a socket.
 
-Run: ``python bench/bench_connector_startup.py [--runs N] [--mib M]``. Prints plain text; the
-ratios measured in one run are what count (absolute figures move between runs).
+Run: ``python bench/bench_connector_startup.py [--runs N] [--serve-runs N] [--mib M]``. Prints
+plain text; the ratios measured in one run are what count (absolute figures move between runs).
 
 Start-up: ``--version`` through ``python -I -m maple_acp_connector`` and the installed commands,
 against ``python -I -c pass`` (target: at most 1.5x). ``maple-acp-connector`` is installed as a
 plain script; ``maple-acp`` is a generated entry point (which imports ``re`` first). Also a
-whole relay life: start, connect to a listening socket, see the host close, exit.
+whole relay life: start, connect to a listening socket, see the host close, exit. And
+``maple-acp serve`` to its ready line against ``python -I -c "import trio"`` (target: 4x).
 
 Throughput: a sender process writes M MiB to every connection on a Unix socket; we time from
 the first byte to the end of the stream when reading the socket directly, and when reading the
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -185,7 +187,7 @@ def bench_startup(runs: int, workdir: Path) -> None:
         "maple-acp-connector --version": [str(BIN / "maple-acp-connector"), "--version"],
         "maple-acp --version": [str(BIN / "maple-acp"), "--version"],
         "maple-acp acp --version": [str(BIN / "maple-acp"), "acp", "--version"],
-        "relay life: start, connect, host closes": [
+        "relay life (-I -m): start, connect, closed": [
             PYTHON,
             "-I",
             "-m",
@@ -193,6 +195,7 @@ def bench_startup(runs: int, workdir: Path) -> None:
             "--socket",
             path,
         ],
+        "relay life (maple-acp-connector)": [str(BIN / "maple-acp-connector"), "--socket", path],
     }
     commands = {label: argv for label, argv in commands.items() if Path(argv[0]).exists()}
     listener = closing_host(path)
@@ -207,6 +210,54 @@ def bench_startup(runs: int, workdir: Path) -> None:
     for label, took in medians.items():
         print(f"  {label:44} {took:7.2f} ms   {took / baseline:4.2f}x python -I -c pass")
     print("  target: --version at most 1.5x python -I -c pass")
+
+
+def serve_to_ready(workdir: Path, env: dict[str, str]) -> float:
+    """Milliseconds from starting ``maple-acp serve`` to its ready line (it is listening)."""
+    command = [str(BIN / "maple-acp"), "serve", "--socket", str(workdir / "serve" / "acp.sock")]
+    command += ["--data-dir", str(workdir / "serve-data"), "--log-level", "warning"]
+    start = time.perf_counter()
+    host = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        assert host.stderr is not None
+        for line in host.stderr:
+            if line.startswith(b"maple-acp: serving on "):
+                return (time.perf_counter() - start) * 1000
+        raise RuntimeError("maple-acp serve exited before it was ready")
+    finally:
+        host.send_signal(signal.SIGTERM)
+        host.wait(timeout=30)
+
+
+def bench_serve_startup(runs: int, workdir: Path) -> None:
+    """``maple-acp serve`` to ready against ``python -I -c "import trio"``, in turn. The data
+    directory is kept between starts (a restart, not a first start), and HOME points at an
+    empty directory so no configuration file of this machine's user is read."""
+    env = clean_env()
+    home = workdir / "home"
+    home.mkdir(exist_ok=True)
+    env["HOME"] = str(home)
+    env.pop("XDG_CONFIG_HOME", None)
+    env.pop("MAPLE_ACP_DATA_DIR", None)
+    serve_to_ready(workdir, env)  # the first start creates the store; warms the caches
+    trio_ms: list[float] = []
+    serve_ms: list[float] = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([PYTHON, "-I", "-c", "import trio"], env=env, check=True)
+        trio_ms.append((time.perf_counter() - start) * 1000)
+        serve_ms.append(serve_to_ready(workdir, env))
+    base, took = statistics.median(trio_ms), statistics.median(serve_ms)
+    print(f"maple-acp serve to its ready line, median of {runs} alternating runs")
+    print(f"  python -I -c 'import trio'                   {base:7.1f} ms")
+    print(f"  maple-acp serve -> 'serving on'              {took:7.1f} ms   {took / base:4.2f}x")
+    print("  target: at most 4x python -I -c 'import trio'")
 
 
 def read_stream(fd: int) -> tuple[int, float]:
@@ -291,12 +342,14 @@ def bench_throughput(mib: int, workdir: Path, repeats: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=40, help="start-up runs per command")
+    parser.add_argument("--serve-runs", type=int, default=9, help="maple-acp serve starts")
     parser.add_argument("--mib", type=int, default=512, help="MiB per throughput run")
     parser.add_argument("--repeats", type=int, default=5, help="throughput runs per variant")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="macp-bench-", dir="/tmp"))
     try:
         bench_startup(args.runs, workdir)
+        bench_serve_startup(args.serve_runs, workdir)
         bench_throughput(args.mib, workdir, args.repeats)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
