@@ -1,8 +1,9 @@
 """The deterministic demo backend: its "model" reads the prompt as a tiny script.
 
 So that the service runs on a machine with no model provider, this backend answers every turn
-from the prompt text alone. Lines that start with ``/`` are directives; any other line is agent
-text, echoed back (consecutive lines as one message). Directives:
+from the prompt text alone. A line that starts with ``/`` and a name (letters, digits, ``_``,
+``-``) followed by a space or the line's end is a directive; any other line is agent text,
+echoed back (consecutive lines as one message): ``/usr/bin/env is missing`` is text. Directives:
 
 ``/echo TEXT``
     TEXT as an agent message.
@@ -202,6 +203,10 @@ def parse_plan(text: str) -> tuple[PlanEntry, ...]:
 
 _Directive = Callable[["DemoBackend", Turn, str], Awaitable[None]]
 
+#: A directive line: ``/`` and a name, then a space or the end. ``/usr/bin/env is missing`` or
+#: ``/ 2`` is text.
+_DIRECTIVE_LINE = re.compile(r"/[A-Za-z0-9_-]+(?: |$)")
+
 
 class DemoBackend:
     """A deterministic ``AgentBackend``; see the module docstring for its script grammar."""
@@ -215,7 +220,7 @@ class DemoBackend:
             return
         plain: list[str] = []
         for line in turn.prompt.splitlines():
-            if not line.startswith("/"):
+            if not _DIRECTIVE_LINE.match(line):
                 plain.append(line)
                 continue
             if plain:

@@ -367,6 +367,20 @@ async def test_an_unknown_directive_lists_the_directives(
         await lease.release(close=True)
 
 
+async def test_a_line_that_only_starts_with_a_slash_is_text(
+    service: AgentService, project: Path
+) -> None:
+    # A path or a fraction at the start of a line is not a directive name.
+    text = "/usr/bin/env is missing\n/ 2 is a half\n//comment\n/echo-ish/x"
+    async with trio.open_nursery() as nursery:
+        lease = await nursery.start(service.serve_new_task, str(project))
+        events, outcome = await run_prompt(lease, text + "\n/echo done")
+        assert outcome.state is RunState.COMPLETED
+        assert not any(isinstance(e, RunNotice) for e in events)
+        assert [e.text for e in events if isinstance(e, TextChunk)] == [text, "done"]
+        await lease.release(close=True)
+
+
 async def test_fail_ends_the_turn_with_its_message_and_runs_nothing_after(
     service: AgentService, project: Path
 ) -> None:
