@@ -16,6 +16,8 @@ from maple_acp.testing.schema import AcpSchema
 from .conftest import DEADLINE, assert_only_protocol_lines, connector_client, running_host
 
 COMMANDS = "available_commands_update"
+#: An agent message longer than one update carries (19,999 characters).
+LONG = " ".join(["long"] * 4_000)
 
 
 def of_kind(updates: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -122,3 +124,64 @@ async def test_reload_replays_the_plan_diffs_and_title(
                 assert "tool_call" not in kinds
                 assert update_indexes(client, COMMANDS)[0] > answer_index(client, 2)
                 client.validate(acp_schema)
+
+
+async def test_the_first_load_after_a_restart_replays_what_a_warm_load_does(
+    short_dir: Path, project: Path, acp_schema: AcpSchema
+) -> None:
+    # The host answers a load from its history cache while it holds the task, and from the
+    # message rows' three columns after a restart: the client must not tell them apart.
+    write = "/tool write_file " + json.dumps({"path": "notes.txt", "content": "one\n"})
+    script = "\n".join(
+        [
+            'Plain "quoted" text \\ with a tab\t and é',
+            "/think thinking it over",
+            "/echo " + LONG,  # replayed in pieces
+            "/plan first; [x] second",
+            write,
+            "/echo after the tool",
+        ]
+    )
+
+    async def replayed(host_socket: Path, sid: str) -> list[dict[str, Any]]:
+        async with connector_client(host_socket) as connector:
+            client = connector.client
+            await client.initialize()
+            await client.load_session(sid, os.fspath(project))
+            # What came before the answer: the history, the title.
+            loaded_at = answer_index(client, 2)
+            before = [
+                frame.message["params"]["update"]
+                for frame in client.frames[:loaded_at]
+                if frame.direction == "in"
+                and isinstance(frame.message, dict)
+                and frame.message.get("method") == "session/update"
+            ]
+            assert await client.close_session(sid) == {}
+            client.validate(acp_schema)
+            assert_only_protocol_lines(client)
+            return before
+
+    with trio.fail_after(DEADLINE):
+        async with running_host(short_dir) as host:
+            async with connector_client(host.socket) as first:
+                client = first.client
+                await client.initialize()
+                sid = (await client.new_session(os.fspath(project)))["sessionId"]
+                await client.prompt(sid, script)
+                await client.prompt(sid, "/echo second turn")
+                assert await client.close_session(sid) == {}
+            warm = await replayed(host.socket, sid)
+        async with running_host(short_dir) as host:
+            cold = await replayed(host.socket, sid)
+    assert cold == warm
+    kinds = [u["sessionUpdate"] for u in cold]
+    assert kinds.count("user_message_chunk") == 3  # the long prompt in two pieces, then one
+    assert kinds.count("agent_thought_chunk") == 1
+    assert kinds.count("plan") == 1
+    assert kinds.count("tool_call") == 1
+    texts = [u["content"]["text"] for u in cold if u["sessionUpdate"] == "agent_message_chunk"]
+    assert texts[0] == 'Plain "quoted" text \\ with a tab\t and é'
+    assert "".join(texts[1:-2]) == LONG
+    assert len(texts[1:-2]) == 2
+    assert texts[-2:] == ["after the tool", "second turn"]
