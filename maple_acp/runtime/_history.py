@@ -14,8 +14,9 @@ MAX_AUTO_TITLE_CHARS = 80
 def _replayed(item: TimelineItem) -> TimelineItem:
     """An ended tool row shows its terminal output text; any other row is itself."""
     tool = item.tool
-    ended = item.kind is ItemKind.TOOL and tool is not None and tool.status.terminal
-    if ended and tool is not None and tool.output_text:
+    if tool is None or item.kind is not ItemKind.TOOL:
+        return item
+    if tool.status.terminal and tool.output_text:
         return attrs.evolve(item, text=tool.output_text)
     return item
 

@@ -12,7 +12,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Self, TypeVar
+from typing import TYPE_CHECKING, Self, TypeVar, cast
 
 import trio
 
@@ -264,7 +264,8 @@ class SqliteTaskStore:
         def work(conn: sqlite3.Connection) -> list[TimelineItem | MessageRow]:
             cached = self._histories.cached(conn, task_id)
             if cached is not None:
-                return [*cached]
+                # A fresh copy nobody else holds: widening its item type is safe.
+                return cast(list[TimelineItem | MessageRow], cached)
             # Not cached: the cache keeps whole items, and building 10,000 of them costs more
             # than the replay itself; the task's next full read fills the cache.
             return _history.read_replay(conn, task_id)
