@@ -306,6 +306,8 @@ _LENIENT_FIELDS: Final[dict[type, frozenset[str]]] = dict(
                 ini.FileSystemCapabilities,
                 ini.ClientSessionCapabilities,
                 ini.SessionConfigOptionsCapabilities,
+                ini.NoticeCapabilities,
+                ini.CompactionCapabilities,
                 ini.AuthCapabilities,
                 ini.ElicitationCapabilities,
                 ini.AgentCapabilities,

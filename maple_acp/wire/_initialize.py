@@ -47,8 +47,20 @@ class SessionConfigOptionsCapabilities:
 
 
 @attrs.frozen(kw_only=True)
+class NoticeCapabilities:
+    """Present (as ``{}``) when the client shows ``notice`` updates to its user."""
+
+
+@attrs.frozen(kw_only=True)
+class CompactionCapabilities:
+    """Present (as ``{}``) when the client follows compaction updates."""
+
+
+@attrs.frozen(kw_only=True)
 class ClientSessionCapabilities:
     config_options: SessionConfigOptionsCapabilities | None = None
+    notices: NoticeCapabilities | None = None
+    compaction: CompactionCapabilities | None = None
     meta: Meta | None = None
 
 

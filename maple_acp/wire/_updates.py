@@ -74,6 +74,8 @@ class ToolCall:
 
     tool_call_id: str
     title: str
+    #: The tool's stable programmatic name (the title is for people).
+    name: str | None = None
     kind: ToolKind | None = None
     status: ToolCallStatus | None = None
     content: tuple[ToolCallContent, ...] | None = None
@@ -89,6 +91,7 @@ class ToolCallUpdate:
 
     tool_call_id: str
     title: str | None = None
+    name: str | None = None
     kind: ToolKind | None = None
     status: ToolCallStatus | None = None
     content: tuple[ToolCallContent, ...] | None = None

@@ -200,6 +200,26 @@ def test_client_capabilities_fall_back_to_defaults_when_malformed() -> None:
     assert request.meta is None
 
 
+@pytest.mark.parametrize(
+    ("session", "notices", "compaction"),
+    [
+        ({"notices": {}, "compaction": {}}, True, True),
+        ({"notices": {"future": 1}}, True, False),
+        ({"notices": 5, "compaction": [1]}, False, False),
+        ({"notices": None, "compaction": "yes"}, False, False),
+        ({}, False, False),
+    ],
+)
+def test_session_opt_ins_are_objects_and_lenient(
+    session: dict[str, object], notices: bool, compaction: bool
+) -> None:
+    # 1.29 opt-ins: {} means "yes"; anything malformed means "not advertised", never an error.
+    params = {"protocolVersion": 1, "clientCapabilities": {"session": session}}
+    caps = wire.structure_params(params, wire.InitializeRequest).client_capabilities.session
+    assert (caps.notices is not None) is notices
+    assert (caps.compaction is not None) is compaction
+
+
 def test_absent_params_count_as_an_empty_object() -> None:
     assert wire.structure_params(None, wire.ListSessionsRequest) == wire.ListSessionsRequest()
 
