@@ -96,6 +96,7 @@ from maple_acp.runtime import (
     ToolUnavailable,
     Turn,
     TurnFailed,
+    TurnResult,
     Usage,
     read_text_async,
     resolve_in_root,
@@ -214,10 +215,9 @@ class DemoBackend:
     def available_commands(self) -> tuple[CommandInfo, ...]:
         return DEMO_COMMANDS
 
-    async def run_turn(self, turn: Turn) -> None:
+    async def run_turn(self, turn: Turn) -> TurnResult | None:
         if turn.kind is RunKind.GOAL_CYCLE:
-            await self._goal_cycle(turn)
-            return
+            return TurnResult(goal_progress=await self._goal_cycle(turn))
         plain: list[str] = []
         for line in turn.prompt.splitlines():
             if not _DIRECTIVE_LINE.match(line):
@@ -229,6 +229,7 @@ class DemoBackend:
             await self._directive(turn, line)
         if plain:
             await turn.send_text("\n".join(plain))
+        return None
 
     async def _directive(self, turn: Turn, line: str) -> None:
         name, _, rest = line[1:].partition(" ")
@@ -394,7 +395,7 @@ class DemoBackend:
         text = orjson.dumps(result).decode()
         await row.send(ToolStatus.COMPLETED, text, raw_output=result)
 
-    async def _goal_cycle(self, turn: Turn) -> None:
+    async def _goal_cycle(self, turn: Turn) -> GoalProgress:
         goal = turn.goal
         objective = turn.prompt
         cycle = (goal.iterations if goal is not None else 0) + 1
@@ -404,17 +405,14 @@ class DemoBackend:
         if "hang" in lowered:
             await trio.sleep_forever()
         if "block" in lowered:
-            turn.goal_progress = GoalProgress(status=GoalStatus.BLOCKED, reason="the script blocks")
-            return
+            return GoalProgress(status=GoalStatus.BLOCKED, reason="the script blocks")
         if "limit" in lowered:
-            turn.goal_progress = GoalProgress(status=GoalStatus.LIMITED, reason="the script limits")
-            return
+            return GoalProgress(status=GoalStatus.LIMITED, reason="the script limits")
         match = _COMPLETE_AFTER.search(lowered)
         needed = int(match.group(1)) if match else DEFAULT_GOAL_CYCLES
         if cycle >= needed:
-            turn.goal_progress = GoalProgress(status=GoalStatus.COMPLETE, reason="done")
-        else:
-            turn.goal_progress = GoalProgress(reason=f"{needed - cycle} cycles to go")
+            return GoalProgress(status=GoalStatus.COMPLETE, reason="done")
+        return GoalProgress(reason=f"{needed - cycle} cycles to go")
 
 
 _DIRECTIVES: dict[str, _Directive] = {

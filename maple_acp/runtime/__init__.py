@@ -135,7 +135,13 @@ from maple_acp.model import (
     Usage,
 )
 from maple_acp.runtime._admission import canonical_directory, within_roots
-from maple_acp.runtime._backend import AgentBackend, CommandSource, GoalProgress, TurnFailed
+from maple_acp.runtime._backend import (
+    AgentBackend,
+    CommandSource,
+    GoalProgress,
+    TurnFailed,
+    TurnResult,
+)
 from maple_acp.runtime._barrier import PromptClaim
 from maple_acp.runtime._errors import (
     MAX_MESSAGE_CHARS,
@@ -322,6 +328,7 @@ __all__ = [
     "TrustStatus",
     "Turn",
     "TurnFailed",
+    "TurnResult",
     "Usage",
     "UsageUpdate",
     "bounded_text",

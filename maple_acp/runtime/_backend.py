@@ -10,6 +10,7 @@ import attrs
 
 from maple_acp._exceptions import MapleAcpError
 from maple_acp.model import CommandInfo, GoalStatus
+from maple_acp.runtime._events import StopReason
 
 if TYPE_CHECKING:
     from maple_acp.runtime._turn import Turn
@@ -30,18 +31,31 @@ class GoalProgress:
     reason: str = ""
 
 
+@attrs.frozen(kw_only=True)
+class TurnResult:
+    """How a turn ended, as ``run_turn`` returns it. Returning ``None`` means ``TurnResult()``:
+    the model finished its answer."""
+
+    #: Why the turn stopped: ``END_TURN``, or ``MAX_TOKENS``, ``MAX_TURN_REQUESTS``, ``REFUSAL``
+    #: when it returned normally for another reason than a finished answer.
+    stop_reason: StopReason = StopReason.END_TURN
+    #: For a goal cycle: how the goal stands after it (``None``: no conclusion, another cycle).
+    goal_progress: GoalProgress | None = None
+
+
 class AgentBackend(Protocol):
     """The host's agent engine.
 
     ``run_turn`` is called once per run, inside the run's cancel scope: for a prompt (whose user
     message is already durably admitted) or for an autonomous goal cycle (``turn.kind``). It
-    reports everything through ``turn`` and returns when the turn is over. Raising
+    reports everything through ``turn`` and returns how the turn ended (a ``TurnResult``, or
+    ``None`` for a finished answer). Raising
     ``TurnFailed`` fails the run with that text; any other exception fails it with a generic
     text. Cancellation (``session/cancel``, revocation, a prompt preempting a goal cycle) arrives
     as ``trio.Cancelled`` at the backend's next checkpoint.
     """
 
-    async def run_turn(self, turn: Turn) -> None: ...
+    async def run_turn(self, turn: Turn) -> TurnResult | None: ...
 
 
 class CommandSource(Protocol):

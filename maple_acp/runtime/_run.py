@@ -11,7 +11,7 @@ import trio
 
 from maple_acp._groups import single_exception
 from maple_acp.model import Usage
-from maple_acp.runtime._backend import AgentBackend, GoalProgress, TurnFailed
+from maple_acp.runtime._backend import AgentBackend, GoalProgress, TurnFailed, TurnResult
 from maple_acp.runtime._errors import bounded_text
 from maple_acp.runtime._event_queue import RUN_EVENT_QUEUE, RunEventQueue
 from maple_acp.runtime._events import (
@@ -75,6 +75,7 @@ class Run:
         self._turn = make_turn(self._outlet)
         self._done = trio.Event()
         self._outcome: RunOutcome | None = None
+        self._result = TurnResult()
 
     # -- the caller's side -------------------------------------------------------------------
 
@@ -123,8 +124,8 @@ class Run:
 
     @property
     def goal_progress(self) -> GoalProgress | None:
-        """What the backend concluded about the goal in this run (goal cycles set it)."""
-        return self._turn.goal_progress
+        """What the backend concluded about the goal in this run (goal cycles return it)."""
+        return self._result.goal_progress
 
     @property
     def pending_permissions(self) -> tuple[str, ...]:
@@ -150,7 +151,7 @@ class Run:
             with self._scope:
                 task_status.started()
                 try:
-                    await backend.run_turn(self._turn)
+                    self._result = _turn_result(await backend.run_turn(self._turn))
                     state = RunState.COMPLETED
                 except TurnFailed as exc:
                     state, failure = RunState.FAILED, self._safe(str(exc))
@@ -170,13 +171,13 @@ class Run:
                     title = await self._write_final_rows()
                     if title is not None:
                         tail.append(TitleChanged(self.id, title))
-                stop = self._turn.stop_reason if state is RunState.COMPLETED else None
+                completed = state is RunState.COMPLETED
                 self._outcome = RunOutcome(
                     state=state,
                     failure=failure,
                     usage=self._outlet.usage,
                     overflowed=overflowed,
-                    stop_reason=StopReason(stop) if stop is not None else StopReason.END_TURN,
+                    stop_reason=self._result.stop_reason if completed else StopReason.END_TURN,
                 )
                 if overflowed:
                     tail.append(RunNotice(self.id, OVERFLOW_NOTICE, terminal=True))
@@ -242,3 +243,15 @@ def _failure_text(exc: Exception, run_id: str) -> str:
         "".join(traceback.format_list(frames)).rstrip(),
     )
     return f"the agent backend failed: {type(exc).__name__}"
+
+
+def _turn_result(returned: object) -> TurnResult:
+    """What ``run_turn`` returned, checked: a wrong type fails the run (through the generic
+    failure path) rather than passing for a finished answer."""
+    if returned is None:
+        return TurnResult()
+    if not isinstance(returned, TurnResult):
+        raise TypeError(f"run_turn returned {type(returned).__name__}, not a TurnResult")
+    if not isinstance(returned.stop_reason, StopReason):
+        raise TypeError("TurnResult.stop_reason is not a StopReason")
+    return returned

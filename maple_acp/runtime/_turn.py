@@ -14,9 +14,8 @@ from maple_acp.model import (
     ToolState,
     Usage,
 )
-from maple_acp.runtime._backend import GoalProgress
 from maple_acp.runtime._errors import bounded_text
-from maple_acp.runtime._events import ContextUsage, RunKind, RunNotice, StopReason, TitleChanged
+from maple_acp.runtime._events import ContextUsage, RunKind, RunNotice, TitleChanged
 from maple_acp.runtime._offer import bounded_commands, bounded_plan
 from maple_acp.runtime._outlet import RunOutlet
 from maple_acp.runtime._permissions import ToolRequest
@@ -28,7 +27,8 @@ MAX_TITLE_CHARS = 200
 
 
 class Turn:
-    """The backend's view of one run: what to do, and where to report it.
+    """The backend's view of one run: what to do, and where to report it. How the turn ended
+    is not reported here: ``run_turn`` returns it as a ``TurnResult``.
 
     Every ``send_*``/report method is ordered with the others. The awaited ones wait for room
     in the run's event queue (this is how a slow consumer slows the backend); the one ``*_nowait``
@@ -70,11 +70,6 @@ class Turn:
         #: Tools the runtime offers besides the backend's own native ones: ``external_mcp``
         #: (its exact tool ids in the schema) while the caller supplied MCP servers.
         self.offered_tools = offered_tools
-        #: Set by a goal cycle to say how the goal stands after it.
-        self.goal_progress: GoalProgress | None = None
-        #: Set by a backend that returns normally for another reason than the model finishing
-        #: its answer (a token limit, a refusal, its own request bound).
-        self.stop_reason = StopReason.END_TURN
 
     def new_message_id(self) -> str:
         return self._outlet.next_id("m")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from edge_harness import Harness, running_service
 
-from maple_acp.runtime import StopReason, Turn
+from maple_acp.runtime import StopReason, Turn, TurnResult
 from maple_acp.testing.client import AcpTestClient
 from maple_acp.testing.schema import AcpSchema
 
@@ -129,9 +129,9 @@ async def test_load_replays_the_title_and_the_latest_plan(
 class _ReasonBackend:
     """Answers a prompt naming a stop reason by stopping for that reason."""
 
-    async def run_turn(self, turn: Turn) -> None:
+    async def run_turn(self, turn: Turn) -> TurnResult:
         await turn.send_text("stopping")
-        turn.stop_reason = StopReason(turn.prompt.strip())
+        return TurnResult(stop_reason=StopReason(turn.prompt.strip()))
 
 
 @pytest.mark.parametrize("reason", [r.value for r in StopReason])

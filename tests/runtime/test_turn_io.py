@@ -38,6 +38,7 @@ from maple_acp.runtime import (
     ToolRow,
     Turn,
     TurnFailed,
+    TurnResult,
 )
 from maple_acp.runtime._tool_rows import MAX_DIFF_SIDE_CHARS
 from maple_acp.testing.demo import demo_service, run_prompt
@@ -55,8 +56,9 @@ class ScriptedEngine:
     def available_commands(self) -> tuple[CommandInfo, ...]:
         return COMMANDS
 
-    async def run_turn(self, turn: Turn) -> None:
+    async def run_turn(self, turn: Turn) -> TurnResult:
         self.histories.append(turn.history)
+        stop = StopReason.END_TURN
         self.offered.append(turn.offered_tools)
         for line in turn.prompt.splitlines():
             word, _, rest = line.partition(" ")
@@ -80,7 +82,7 @@ class ScriptedEngine:
                     [CommandInfo(name=name, description=f"run {name}") for name in rest.split()]
                 )
             elif word == "stop":
-                turn.stop_reason = StopReason(rest)
+                stop = StopReason(rest)
             elif word == "title":
                 await turn.set_title(rest)
             elif word == "edit":
@@ -100,6 +102,7 @@ class ScriptedEngine:
                 )
             else:
                 await turn.send_text(f"said: {line}")
+        return TurnResult(stop_reason=stop)
 
 
 class Silent:
@@ -297,6 +300,35 @@ async def test_a_backend_says_why_its_turn_stopped(
     ]
     assert failed.state.value == "failed"
     assert failed.stop_reason is StopReason.END_TURN
+
+
+class WrongResult:
+    """Returns something that is not a ``TurnResult``."""
+
+    def __init__(self, returned: object) -> None:
+        self.returned = returned
+
+    async def run_turn(self, turn: Turn) -> Any:
+        await turn.send_text("done")
+        return self.returned
+
+
+@pytest.mark.parametrize(
+    "returned", [True, "end_turn", StopReason.REFUSAL, TurnResult(stop_reason="refusal")]  # type: ignore[arg-type]
+)
+async def test_a_result_that_is_not_a_turn_result_fails_the_run(
+    tmp_path: Path, project: Path, returned: object
+) -> None:
+    # Fail closed: a backend returning the wrong thing must not pass for a finished answer.
+    data = tmp_path / "data"
+    data.mkdir()
+    backend = WrongResult(returned)
+    async with demo_service(data, backend=backend) as service, trio.open_nursery() as nursery:
+        lease = await new_lease(nursery, service, project)
+        _events, outcome = await run_prompt(lease, "go")
+        await lease.release(close=True)
+    assert outcome.state.value == "failed"
+    assert outcome.failure
 
 
 async def test_every_lease_starts_with_the_declared_commands(

@@ -52,6 +52,7 @@ from maple_acp.runtime import (
     StopReason,
     Turn,
     TurnFailed,
+    TurnResult,
     Usage,
 )
 
@@ -84,6 +85,19 @@ class _ToolDraft:
     name: str = ""
     arguments: list[str] = attrs.field(factory=list)
     size: int = 0
+
+
+@attrs.frozen
+class _Exchange:
+    """What stays the same across one turn's model requests."""
+
+    turn: Turn
+    client: openai.AsyncOpenAI
+    entry: ProviderEntry
+    #: The model's id at the provider (without the provider's name).
+    model: str
+    #: The tool definitions offered with every request.
+    tools: list[Any]
 
 
 @attrs.define
@@ -145,7 +159,7 @@ class ProviderBackend:
         self._backoff = tuple(backoff) or BACKOFF_S
         self._tls = TlsContext()
 
-    async def run_turn(self, turn: Turn) -> None:
+    async def run_turn(self, turn: Turn) -> TurnResult:
         model_id = turn.model or self._config.default_model
         try:
             provider_name, model = split_model_id(model_id)
@@ -155,13 +169,15 @@ class ProviderBackend:
         if entry is None:
             raise TurnFailed(f"the model {model_id[:200]!r} is no longer configured")
         messages = self._conversation(turn)
-        tools = offered_tools(turn)
         async with open_provider_client(
             entry, self._keys.key_for(entry.name), self._timeouts, self._tls
         ) as client:
-            answer = await self._loop(turn, client, entry, model, messages, tools)
-        if turn.kind is RunKind.GOAL_CYCLE:
-            turn.goal_progress = _goal_progress(answer)
+            exchange = _Exchange(turn, client, entry, model, offered_tools(turn))
+            answer, stop = await self._loop(exchange, messages)
+        if stop is not StopReason.END_TURN:
+            logger.info("turn %s stopped: %s", turn.run_id, stop.value)
+        progress = _goal_progress(answer) if turn.kind is RunKind.GOAL_CYCLE else None
+        return TurnResult(stop_reason=stop, goal_progress=progress)
 
     def _conversation(self, turn: Turn) -> list[Message]:
         system = self._config.system_prompt or DEFAULT_SYSTEM_PROMPT.format(root=turn.root)
@@ -185,39 +201,30 @@ class ProviderBackend:
             {"role": "user", "content": prompt},
         ]
 
-    async def _loop(
-        self,
-        turn: Turn,
-        client: openai.AsyncOpenAI,
-        entry: ProviderEntry,
-        model: str,
-        messages: list[Message],
-        tools: list[Any],
-    ) -> str:
-        window = entry.context_window
+    async def _loop(self, exchange: _Exchange, messages: list[Message]) -> tuple[str, StopReason]:
+        """The model's last answer text and why the turn stops."""
+        turn = exchange.turn
+        window = exchange.entry.context_window
         answer = ""
         for number in range(1, self._max_requests + 1):
             sent = messages
             if window is not None:
                 sent = fit_to_window(messages, int(window * (1 - ANSWER_RESERVE_FRACTION)))
-            response = await self._request(turn, client, entry, model, sent, tools)
+            response = await self._request(exchange, sent)
             if response.usage is not None:
                 await turn.report_usage(response.usage)
             if window is not None and response.context_used is not None:
                 await turn.report_context(response.context_used, window)
             answer = "".join(response.text)
             if response.finish_reason == "length":
-                _stop(turn, StopReason.MAX_TOKENS)
-                return answer
+                return answer, StopReason.MAX_TOKENS
             if response.finish_reason == "content_filter":
-                _stop(turn, StopReason.REFUSAL)
-                return answer
+                return answer, StopReason.REFUSAL
             calls = response.tool_calls(number)
             if not calls:
-                return answer
+                return answer, StopReason.END_TURN
             if number == self._max_requests:
-                _stop(turn, StopReason.MAX_TURN_REQUESTS)
-                return answer
+                return answer, StopReason.MAX_TURN_REQUESTS
             messages.append(
                 {
                     "role": "assistant",
@@ -244,21 +251,13 @@ class ProviderBackend:
                         "content": bound_result(turn.tools.redactor.text(result.content)),
                     }
                 )
-        return answer
+        return answer, StopReason.END_TURN
 
-    async def _request(
-        self,
-        turn: Turn,
-        client: openai.AsyncOpenAI,
-        entry: ProviderEntry,
-        model: str,
-        messages: list[Message],
-        tools: list[Any],
-    ) -> _Response:
+    async def _request(self, exchange: _Exchange, messages: list[Message]) -> _Response:
         async def attempt() -> _Response:
             response = _Response()
             try:
-                await self._stream(turn, client, entry, model, messages, tools, response)
+                await self._stream(exchange, messages, response)
             except ProviderFault as fault:
                 if not response.forwarded:
                     raise
@@ -268,23 +267,19 @@ class ProviderBackend:
             return response
 
         try:
-            return await retrying(attempt, backoff=self._backoff, label=f"provider {entry.name}: ")
+            return await retrying(
+                attempt, backoff=self._backoff, label=f"provider {exchange.entry.name}: "
+            )
         except ProviderFault as fault:
             raise TurnFailed(fault.line) from None
 
     async def _stream(
-        self,
-        turn: Turn,
-        client: openai.AsyncOpenAI,
-        entry: ProviderEntry,
-        model: str,
-        messages: list[Message],
-        tools: list[Any],
-        response: _Response,
+        self, exchange: _Exchange, messages: list[Message], response: _Response
     ) -> None:
+        entry, model = exchange.entry, exchange.model
         # Messages and tools are plain dicts built here; the SDK's typed overloads add nothing.
-        create: Any = client.chat.completions.create
-        extra: dict[str, Any] = {"tools": tools} if tools else {}
+        create: Any = exchange.client.chat.completions.create
+        extra: dict[str, Any] = {"tools": exchange.tools} if exchange.tools else {}
         try:
             stream = await create(
                 model=model,
@@ -296,7 +291,7 @@ class ProviderBackend:
         except Exception as exc:
             _raise_fault(exc, entry, model)
         try:
-            await _read_stream(turn, stream, response)
+            await _read_stream(exchange.turn, stream, response)
         except ProviderFault:
             raise
         except Exception as exc:
@@ -453,11 +448,6 @@ def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
             return any(_caused_by(member, kind) for member in current.exceptions)
         current = current.__cause__ or current.__context__
     return False
-
-
-def _stop(turn: Turn, reason: StopReason) -> None:
-    turn.stop_reason = reason
-    logger.info("turn %s stopped: %s", turn.run_id, reason.value)
 
 
 def _goal_progress(answer: str) -> GoalProgress:
