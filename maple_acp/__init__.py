@@ -17,7 +17,7 @@ The public names below are loaded on first use, so that importing ``maple_acp`` 
 
 from __future__ import annotations
 
-from maple_acp_connector._version import __version__
+from maple_acp_connector import __version__
 
 # Not typing.TYPE_CHECKING, and importlib only on first use: `maple-acp --version` and
 # `maple-acp acp` import this package, and typing alone costs them milliseconds. mypy treats

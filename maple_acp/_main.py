@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
                 "Try 'maple-acp --help' for help.\n"
             )
             return 2
-        from maple_acp_connector._version import __version__
+        from maple_acp_connector import __version__
 
         sys.stdout.write(f"maple-acp {__version__}\n")
         return 0

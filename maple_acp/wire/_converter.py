@@ -108,10 +108,6 @@ def _structure_json_object(value: object, _: object) -> dict[str, Any]:
     raise _expected("an object", value)
 
 
-def _structure_any(value: object, _: object) -> object:
-    return value
-
-
 def _identity(value: T) -> T:
     return value
 
