@@ -9,6 +9,8 @@ from ._credit import (
     FRAME_OVERHEAD_BYTES,
     MAX_OUTBOUND_BYTES,
     MAX_OUTBOUND_LINES,
+    REPLY_RESERVE_BYTES,
+    REPLY_RESERVE_LINES,
     OutboundCredit,
 )
 from ._envelope import (
@@ -52,6 +54,8 @@ __all__ = [
     "MAX_LINE_BYTES",
     "MAX_OUTBOUND_BYTES",
     "MAX_OUTBOUND_LINES",
+    "REPLY_RESERVE_BYTES",
+    "REPLY_RESERVE_LINES",
     "ConnectionClosed",
     "ErrorResponse",
     "FrameTooLong",

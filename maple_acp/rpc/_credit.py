@@ -12,6 +12,12 @@ MAX_OUTBOUND_LINES: Final = 256
 MAX_OUTBOUND_BYTES: Final = 4 * 1024 * 1024
 #: Fixed cost added to each frame so that many tiny frames still count (SPEC.md).
 FRAME_OVERHEAD_BYTES: Final = 256
+#: Un-written replies the reading side itself owes (a parse error, a refused request) that one
+#: connection may queue: the reader never waits for credit, so they draw on a reserve of
+#: their own, and a peer that keeps sending faults without reading the replies exhausts it.
+REPLY_RESERVE_LINES: Final = 64
+#: Bytes of that reserve, overhead included: 64 error replies of about 2 KiB each.
+REPLY_RESERVE_BYTES: Final = 128 * 1024
 
 
 class OutboundCredit:

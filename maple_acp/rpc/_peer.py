@@ -24,7 +24,14 @@ from maple_acp.wire._errors import (
     ProtocolError,
 )
 
-from ._credit import FRAME_OVERHEAD_BYTES, MAX_OUTBOUND_BYTES, MAX_OUTBOUND_LINES, OutboundCredit
+from ._credit import (
+    FRAME_OVERHEAD_BYTES,
+    MAX_OUTBOUND_BYTES,
+    MAX_OUTBOUND_LINES,
+    REPLY_RESERVE_BYTES,
+    REPLY_RESERVE_LINES,
+    OutboundCredit,
+)
 from ._envelope import (
     ErrorResponse,
     Notification,
@@ -55,9 +62,9 @@ WRITE_BATCH_BYTES: Final = 64 * 1024
 MAX_CONCURRENT_REQUESTS: Final = 256
 #: After the other side finishes sending, requests already read get this long to be answered
 #: before the connection ends: a client may pipe requests and close its input at once. Short,
-#: because for most clients end of input means they are gone, and the edge revokes a
-#: connection's capabilities only once this is over (no permission can be granted meanwhile:
-#: our own requests fail at end of input).
+#: because for most clients end of input means they are gone, and the edge releases a
+#: connection's leases only once this is over (their capabilities go at end of input: no
+#: permission can be granted meanwhile, our own requests fail at once).
 EOF_GRACE_S: Final = 1.0
 #: The notification that cancels one in-flight inbound request (ACP ``$/cancel_request``).
 CANCEL_REQUEST_METHOD: Final = "$/cancel_request"
@@ -124,6 +131,14 @@ class _Call:
         self.done.set()
 
 
+def _try_take(credit: OutboundCredit, charge: int) -> bool:
+    """Take ``charge`` from ``credit`` if it fits now; a charge it could never hold is no."""
+    try:
+        return credit.try_acquire(charge)
+    except OutboundFrameTooLarge:
+        return False
+
+
 class _CreditWaiter:
     __slots__ = ("charge", "event", "granted")
 
@@ -147,7 +162,9 @@ class JsonRpcPeer:
     requests already read get ``eof_grace`` seconds to be answered before the connection ends.
 
     Every outbound line takes credit from one :class:`OutboundCredit` before it is queued and
-    gives it back once written, so a reader that stops reading makes senders wait.
+    gives it back once written, so a reader that stops reading makes senders wait. The reading
+    task itself never waits for credit: the replies it owes (a parse error, a refused request)
+    take the shared credit when it is free at once, else a small reserve of their own.
     """
 
     def __init__(
@@ -171,10 +188,14 @@ class JsonRpcPeer:
         self._framer = LineFramer(max_line_bytes=max_line_bytes)
         self._credit = OutboundCredit(max_lines=max_outbound_lines, max_bytes=max_outbound_bytes)
         self._credit_waiters: deque[_CreditWaiter] = deque()
+        self._reply_reserve = OutboundCredit(
+            max_lines=REPLY_RESERVE_LINES, max_bytes=REPLY_RESERVE_BYTES
+        )
         self._pending: PendingRequests[_Call] = PendingRequests()
         self._max_concurrent = max_concurrent_requests
         self._inflight: dict[RequestId, trio.CancelScope] = {}
-        # (line, credit to give back once written; 0 when the sender holds it)
+        # (line, credit to give back once written: 0 when the sender holds it, negative when
+        # it is the reply reserve's)
         self._outbox: deque[tuple[bytes, int]] = deque()
         self._writer_lot = trio.lowlevel.ParkingLot()
         self._writer_parked = False
@@ -235,7 +256,11 @@ class JsonRpcPeer:
         Error handling: EOF, ``trio.BrokenResourceError`` and ``trio.ClosedResourceError`` from
         the stream end the connection normally. A line longer than ``max_line_bytes`` ends it
         with a warning in the log and no answer. Malformed messages are answered (``-32700`` /
-        ``-32600``) and the connection goes on. A handler's exception becomes a ``-32603``
+        ``-32600``) and the connection goes on; the reading task queues such replies without
+        waiting (the shared credit if free now, else the reply reserve), so a full outbound
+        queue never stops it from reading the answers that would free that queue. When both
+        are spent the other side keeps sending faults without reading the replies, and the
+        connection ends with a warning. A handler's exception becomes a ``-32603``
         answer and is logged with its traceback; an ``on_notification`` exception is logged.
         Nothing of these propagates; a bug in this class does.
         """
@@ -485,17 +510,24 @@ class JsonRpcPeer:
                 size = 0
                 released_bytes = 0
                 released_lines = 0
+                reserve_bytes = 0
+                reserve_lines = 0
                 while outbox and size < WRITE_BATCH_BYTES:
                     line, charge = popleft()
                     lines.append(line)
                     size += len(line)
-                    if charge:
+                    if charge > 0:
                         released_bytes += charge
                         released_lines += 1
+                    elif charge:
+                        reserve_bytes -= charge
+                        reserve_lines += 1
                 await send_all(lines[0] if len(lines) == 1 else b"".join(lines))
                 self._written += len(lines)
                 if released_lines:
                     credit.release(released_bytes, released_lines)
+                if reserve_lines:
+                    self._reply_reserve.release(reserve_bytes, reserve_lines)
                 if self._credit_waiters:
                     self._grant_waiters()
                 drain_waiters = self._drain_waiters
@@ -552,7 +584,7 @@ class JsonRpcPeer:
         if isinstance(message, Notification):
             await self._handle_notification(message)
         elif isinstance(message, Request):
-            await self._start_request(message, nursery)
+            self._start_request(message, nursery)
         elif isinstance(message, Response):
             call = self._pending.pop(message.id)
             if call is None:
@@ -577,7 +609,28 @@ class JsonRpcPeer:
                 call = self._pending.pop(message.response_id)
                 if call is not None:
                     call.finish(error=reply.to_exception())
-            await self._send(encode_error(reply.id, reply.to_exception()))
+            self._queue_reply(encode_error(reply.id, reply.to_exception()))
+
+    def _queue_reply(self, line: bytes) -> None:
+        """Queue a reply the reading task owes, without waiting: the shared credit if it is
+        free now and no sender waits for it, else the reply reserve.
+
+        Error handling: when neither has room, the other side keeps sending faults while it
+        does not read the replies (or one reply alone exceeds both): the connection ends with
+        a warning, and :class:`ConnectionClosed` stops the reader.
+        """
+        if self._closed:
+            raise ConnectionClosed(self._close_reason)
+        charge = OutboundCredit.charge_for(len(line))
+        if not self._credit_waiters and _try_take(self._credit, charge):
+            self._enqueue(line, charge)
+        elif _try_take(self._reply_reserve, charge):
+            self._enqueue(line, -charge)
+        else:
+            reason = "the other side sends faulty messages without reading their replies"
+            logger.warning("closing the connection: %s", reason)
+            self._end(reason)
+            raise ConnectionClosed(reason)
 
     def _log_peer_fault(self, text: str, *args: object) -> None:
         # The first one is worth an operator's attention; a flood of them is not.
@@ -609,14 +662,14 @@ class JsonRpcPeer:
             return
         scope.cancel()
 
-    async def _start_request(self, request: Request, nursery: trio.Nursery) -> None:
+    def _start_request(self, request: Request, nursery: trio.Nursery) -> None:
         if request.id in self._inflight:
             error = ProtocolError(INVALID_REQUEST, "request id is already in use by a request")
-            await self._send(encode_error(request.id, error))
+            self._queue_reply(encode_error(request.id, error))
             return
         if len(self._inflight) >= self._max_concurrent:
             error = ProtocolError(INTERNAL_ERROR, "too many requests in flight; retry later")
-            await self._send(encode_error(request.id, error))
+            self._queue_reply(encode_error(request.id, error))
             return
         # Registered before the task starts, so a $/cancel_request later in the same read
         # finds it; a scope cancelled before it is entered cancels the handler at once.
