@@ -13,6 +13,8 @@ Decisions this module makes for the whole connection:
 - The error answer to a malformed *request* echoes its id when that id is valid. The answer to
   a malformed *response* always carries ``id: null``: echoing would hand the other side an id
   from our own id space, which it could mistake for one of its requests.
+- A line is a response only if it says so: ``"jsonrpc": "2.0"``, or a ``result`` or ``error``
+  member. An object with none of these and no ``method`` is a malformed request.
 """
 
 from __future__ import annotations
@@ -226,6 +228,10 @@ def _parse_answer(obj: dict[str, Any]) -> Parsed:
     msg_id = obj.get("id")
     usable_id = msg_id if (msg_id is not None and _valid_id(msg_id)) else None
     if obj.get("jsonrpc") != "2.0":
+        if "result" not in obj and "error" not in obj:
+            # Nothing marks it as an answer: it is a request missing its parts, and the
+            # request waiting on that id (if any) is not its business.
+            return _invalid('invalid request: "jsonrpc" must be "2.0"', usable_id)
         return _invalid('invalid response: "jsonrpc" must be "2.0"', None, usable_id)
     if "id" not in obj or not _valid_id(msg_id):
         return _invalid("invalid message: no method and no valid id", None, usable_id)
