@@ -98,7 +98,10 @@ class SessionCloser:
         connection = self.connection
         if session.closing or connection.sessions.get(session.id) is not session:
             return
-        logger.info("session %s was revoked by the runtime", session.id)
+        if connection.ending:
+            logger.info("session %s closed: connection ended", session.id)
+        else:
+            logger.info("session %s was revoked by the runtime", session.id)
         session.stop_updates()
         del connection.sessions[session.id]
         connection.nursery.start_soon(partial(session.lease.release, close=False))

@@ -159,6 +159,12 @@ class AcpConnection:
         self.ended = True
         self.revoke_all()
 
+    @property
+    def ending(self) -> bool:
+        """The connection is ending (the client finished sending, or the transport ended):
+        its sessions end with it, none of them revoked by the runtime."""
+        return self.ended or self.peer.closed
+
     def revoke_all(self) -> None:
         for session in self.sessions.values():
             session.stop_updates()
