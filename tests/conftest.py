@@ -1,15 +1,18 @@
-"""Shared test configuration: the ACP schema (its fixture, and its requirement under CI) and
-Hypothesis profiles."""
+"""Shared test configuration: the ACP schema (its fixture, and its requirement under CI),
+Hypothesis profiles, and the fixtures most directories share (a project directory, a serving
+demo runtime over a real SQLite file)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from maple_acp.runtime import AgentService
+from maple_acp.testing.demo import demo_service
 from maple_acp.testing.schema import AcpSchema, find_schema_dir
 
 # The default suite replays the same examples on every run, so a CI verdict depends on the
@@ -61,3 +64,21 @@ def acp_schema() -> AcpSchema:
     if directory is None:
         pytest.skip("ACP schema not found: set ACP_SCHEMA_DIR to the acp-schema/v1 directory")
     return AcpSchema(directory)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """An empty project directory (the end-to-end tests use one with a shorter path)."""
+    directory = tmp_path / "project"
+    directory.mkdir()
+    return directory
+
+
+@pytest.fixture
+async def service(tmp_path: Path) -> AsyncIterator[AgentService]:
+    """A serving demo runtime over a real SQLite file; ``MAPLE_TOKEN`` and ``PATH`` may be
+    relayed."""
+    data = tmp_path / "data"
+    data.mkdir()
+    async with demo_service(data, relay_allow_list=("MAPLE_TOKEN", "PATH")) as svc:
+        yield svc

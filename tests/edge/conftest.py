@@ -1,4 +1,5 @@
-"""Fixtures for edge tests; the harness itself lives in ``edge_harness``."""
+"""Fixtures for edge tests; the harness itself lives in ``edge_harness`` (the project
+directory is in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,6 @@ from pathlib import Path
 
 import pytest
 from edge_harness import Harness, running_service
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    directory = tmp_path / "project"
-    directory.mkdir()
-    return directory
 
 
 @pytest.fixture

@@ -25,13 +25,6 @@ def loopback(loopback_ports: dict[str, int]) -> Loopback:
     return Loopback(loopback_ports)
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    directory = tmp_path / "project"
-    directory.mkdir()
-    return directory
-
-
 async def new_session_with_loopback(
     client: AcpTestClient, project: Path, loopback: Loopback, tag: str
 ) -> str:

@@ -1,32 +1,10 @@
-"""Fixtures for runtime tests: a serving demo runtime over a real SQLite file, and a project
-directory."""
+"""Fixtures for runtime tests (the project and the serving runtime are in tests/conftest.py)."""
 
 from __future__ import annotations
-
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
-
-from maple_acp.runtime import AgentService
-from maple_acp.testing.demo import demo_service
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    directory = tmp_path / "project"
-    directory.mkdir()
-    return directory
-
-
-@pytest.fixture
-async def service(tmp_path: Path) -> AsyncIterator[AgentService]:
-    data = tmp_path / "data"
-    data.mkdir()
-    async with demo_service(data, relay_allow_list=("MAPLE_TOKEN", "PATH")) as svc:
-        yield svc
 
 
 @pytest.fixture
