@@ -31,6 +31,9 @@ Leases
     the lease is handed out, so a lease-scoped ``ExternalToolRouter`` is connected before
     ownership is committed. The lease's ``ToolContext`` holds the relay values (allow-listed,
     bounded; they reach only children started by ``ToolContext.run_shell``) and the router.
+    A tool child's environment is an allow-list of the host's (``PATH``, ``HOME``, ``LC_*``,
+    ...; ``AgentService(tool_env_allow=...)`` adds names) plus the relay values: never a
+    provider's key, never ``MAPLE_ACP_*``.
     ``service.accept_relay(offered)`` checks a connector's values once (names the host does
     not allow are left out) and gives ``RelayValues`` to pass as ``relay=``. Every tool row,
     permission request, shell output and failure text has each relay value of 8 or more

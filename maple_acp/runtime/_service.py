@@ -10,6 +10,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 import trio
 
+from maple_acp._tool_env import check_tool_env_allow
 from maple_acp.model import (
     GoalRecord,
     TaskPolicy,
@@ -80,6 +81,7 @@ class AgentService(ServedInOwnNursery):
         provisional_grace_s: float = DEFAULT_PROVISIONAL_GRACE_S,
         relay_allow_list: Collection[str] = (),
         allowed_roots: Sequence[str] = (),
+        tool_env_allow: Collection[str] = (),
     ) -> None:
         if provisional_grace_s < 0:
             raise ValueError("the provisional grace period cannot be negative")
@@ -93,6 +95,9 @@ class AgentService(ServedInOwnNursery):
         self.installation_id = installation_id
         self.provisional_grace_ms = int(provisional_grace_s * 1000)
         self.relay_allow_list = frozenset(relay_allow_list)
+        #: Host variables tool children inherit beyond the built-in list (``ValueError`` for a
+        #: bad name or a ``MAPLE_ACP_*`` one).
+        self.tool_env_allow = frozenset(check_tool_env_allow(tool_env_allow))
         self._roots = ProjectRoots(allowed_roots)
         self._models = ModelCatalogCache(catalog)
         self._fence = AdmissionFence()
@@ -234,8 +239,9 @@ class AgentService(ServedInOwnNursery):
     def _tool_context(self, relay: Mapping[str, str] | None) -> ToolContext:
         if isinstance(relay, RelayValues):
             # Checked by accept_relay; the allow-list cannot have changed since.
-            return ToolContext(relay)
-        return ToolContext(validate_relay_values(relay or {}, self.relay_allow_list))
+            return ToolContext(relay, env_allow=self.tool_env_allow)
+        checked = validate_relay_values(relay or {}, self.relay_allow_list)
+        return ToolContext(checked, env_allow=self.tool_env_allow)
 
     async def _project_skills(self, account: str, root: str) -> tuple[SkillInfo, ...]:
         if await self.store.get_trust(account, root):

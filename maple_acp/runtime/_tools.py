@@ -8,13 +8,14 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 import attrs
 import trio
 
 from maple_acp._exceptions import MapleAcpError
+from maple_acp._tool_env import tool_child_environment
 from maple_acp.runtime._errors import bounded_text
 from maple_acp.runtime._relay import RelayRedactor
 
@@ -101,8 +102,12 @@ async def _terminate_group(process: trio.Process) -> None:
 class ToolContext:
     """What a lease lends its runs' tools. Cleared by ``revoke``; nothing in it is persisted."""
 
-    def __init__(self, relay: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, relay: Mapping[str, str] | None = None, *, env_allow: Collection[str] = ()
+    ) -> None:
         self._relay: dict[str, str] = dict(relay or {})
+        #: The host's ``tool_env_allow``: names its children inherit beyond the built-in ones.
+        self._env_allow = frozenset(env_allow)
         # Kept past revocation until reap: a run still ending after a revoke writes its last
         # rows through it.
         self._redactor = RelayRedactor(self._relay)
@@ -166,10 +171,9 @@ class ToolContext:
                 logger.warning("external tool router failed to revoke", exc_info=True)
 
     def child_environment(self) -> dict[str, str]:
-        """The host's environment plus this lease's relay values (and no other lease's)."""
-        env = dict(os.environ)
-        env.update(self._relay)
-        return env
+        """The allow-listed part of the host's environment plus this lease's relay values (and
+        no other lease's): never a provider's key, never a ``MAPLE_ACP_*`` setting."""
+        return tool_child_environment(os.environ, self._relay, self._env_allow)
 
     async def call_external(self, tool_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
         router = self._router
