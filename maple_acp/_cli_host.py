@@ -89,6 +89,8 @@ class HostOptions:
     max_connections: int = MAX_CONNECTIONS
     provisional_grace_s: float | None = None
     relay_allow: frozenset[str] = frozenset()
+    #: Host variables tool children inherit beyond the built-in list (config: tool_env_allow).
+    tool_env_allow: frozenset[str] = frozenset()
     account: str = attrs.field(factory=local_account)
     #: ``None``: the offline demo engine.
     engine: EngineFactory | None = None
@@ -142,6 +144,7 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
             installation_id=INSTALLATION_ID,
             provisional_grace_s=DEFAULT_PROVISIONAL_GRACE_S if grace is None else grace,
             relay_allow_list=options.relay_allow,
+            tool_env_allow=options.tool_env_allow,
             # The ACP service is this host's only surface, so its roots are the runtime's too.
             allowed_roots=options.allowed_roots,
         )

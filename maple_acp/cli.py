@@ -54,6 +54,7 @@ from maple_acp._cli_host import (
     open_default_host,
 )
 from maple_acp._groups import single_exception
+from maple_acp._tool_env import check_tool_env_allow, inherited_by_tools
 from maple_acp.config import (
     DATA_DIR_ENV,
     LOG_FORMATS,
@@ -182,7 +183,11 @@ def _check_relay_names(
 
 
 def _provider_engine(
-    config: ConfigFile, url: str | None, model: str | None, key_env: str | None
+    config: ConfigFile,
+    url: str | None,
+    model: str | None,
+    key_env: str | None,
+    tool_env_allow: tuple[str, ...] = (),
 ) -> EngineFactory | None:
     """The provider engine when one is configured (``None``: the demo engine), built now so
     that a bad section, a missing key variable or a missing extra is one line before anything
@@ -217,11 +222,37 @@ def _provider_engine(
             )
         else:
             provider = load_provider_config(config.providers, f"config file {config.path}")
+        _refuse_key_reaching_tools(config, url is not None, provider, tool_env_allow)
         backend, catalog = build_backend(provider, os.environ)
     except (ProviderConfigError, ProviderUnavailable) as exc:
         raise CliError(str(exc)) from None
     policy = provider_policy()
     return lambda: (backend, catalog, policy)
+
+
+def _refuse_key_reaching_tools(
+    config: ConfigFile, from_flags: bool, provider: Any, tool_env_allow: tuple[str, ...]
+) -> None:
+    """One line when a provider's key variable is one a tool child would inherit: named in
+    ``tool_env_allow`` (which only the config file sets), or one of the names every child
+    gets (``PATH``, ``LC_*``, ...)."""
+    keys = {entry.api_key_env for entry in provider.providers if entry.api_key_env is not None}
+    if tool_env_allow and config.path is not None:
+        try:
+            check_tool_env_allow(tool_env_allow, keys)
+        except ValueError as exc:
+            raise CliError(str(ConfigFileError(config.path, "tool_env_allow", str(exc)))) from None
+    for index, entry in enumerate(provider.providers):
+        if entry.api_key_env is not None and inherited_by_tools(entry.api_key_env):
+            where = (
+                "--api-key-env"
+                if from_flags
+                else f"config file {config.path}: providers[{index}].api_key_env"
+            )
+            raise CliError(
+                f"{where}: every tool child gets {entry.api_key_env}; "
+                "keep the API key in another variable"
+            )
 
 
 # -- the command line ---------------------------------------------------------------------------
@@ -262,7 +293,8 @@ _CONFIG_HELP = (
 _config_option = click.option(
     "--config",
     "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    # Not click's own checks: load_config refuses anything but a regular file in one line.
+    type=click.Path(path_type=Path),
     metavar="PATH",
     help=_CONFIG_HELP,
 )
@@ -399,7 +431,7 @@ def _serve_with(
                 f"an allowed root (--allowed-root, allowed_roots) must be an existing absolute "
                 f"directory: {root!r}"
             )
-    engine = _provider_engine(config, *provider_flags)
+    engine = _provider_engine(config, *provider_flags, settings.tool_env_allow)
     endpoint = _prepare_endpoint(settings.socket)
     _refuse_live_endpoint(endpoint)
     try:
@@ -416,6 +448,7 @@ def _serve_with(
         max_connections=settings.max_connections,
         provisional_grace_s=settings.grace,
         relay_allow=frozenset(settings.relay_allow),
+        tool_env_allow=frozenset(settings.tool_env_allow),
         engine=engine,
     )
     import trio

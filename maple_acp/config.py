@@ -9,9 +9,12 @@ Every ``serve`` option can come from four places; the first one that sets it win
 4. the built-in default.
 
 The config file is TOML. Its ``serve`` keys are the flags' names with underscores
-(``data_dir``, ``allowed_roots``, ``max_connections``, ...). The provider keys
-(``[[providers]]``, ``default_model``, ``system_prompt``) are kept as raw data here and handed
-to the provider backend, which validates them. A file that cannot be used is one
+(``data_dir``, ``allowed_roots``, ``max_connections``, ...), plus ``tool_env_allow`` (file
+only: host variables tool children inherit beyond the built-in list; never a provider's key
+variable nor a ``MAPLE_ACP_*`` name). The provider keys (``[[providers]]``,
+``default_model``, ``system_prompt``) are kept as raw data here and handed to the provider
+backend, which validates them. A file that cannot be used, or a path that is not a regular
+file (read without blocking, so a FIFO never hangs ``serve``), is one
 :class:`ConfigFileError` line naming the file, the key and what is wrong.
 
 Directories the command line creates are made private (0700) component by component
@@ -35,6 +38,7 @@ from typing import Any, Final
 import attrs
 
 from maple_acp._exceptions import MapleAcpError
+from maple_acp._tool_env import check_tool_env_allow
 from maple_acp_connector.endpoint import ENDPOINT_ENV, UnsafeDirectory, ensure_private_dir
 
 #: The directory name under the XDG base directories (data and config).
@@ -229,6 +233,7 @@ SERVE_KEYS: Final[Mapping[str, Callable[[Any], Any]]] = {
     "max_connections": _connections,
     "grace": _seconds,
     "relay_allow": check_relay_names,
+    "tool_env_allow": check_tool_env_allow,
     "log_level": _choice(LOG_LEVELS),
     "log_format": _choice(LOG_FORMATS),
 }
@@ -265,21 +270,81 @@ def parse_config(text: str, path: Path) -> ConfigFile:
             serve[key] = check(value)
         except ValueError as exc:
             raise ConfigFileError(path, key, str(exc)) from None
+    if "tool_env_allow" in serve:
+        try:
+            check_tool_env_allow(serve["tool_env_allow"], provider_key_names(providers))
+        except ValueError as exc:
+            raise ConfigFileError(path, "tool_env_allow", str(exc)) from None
     return ConfigFile(path=path, serve=serve, providers=providers)
 
 
+def provider_key_names(providers: Mapping[str, Any]) -> frozenset[str]:
+    """The ``api_key_env`` names of a raw provider section (the provider backend checks the
+    rest of it): variables whose value must never reach a tool."""
+    tables = providers.get("providers")
+    if not isinstance(tables, list):
+        return frozenset()
+    return frozenset(
+        table["api_key_env"]
+        for table in tables
+        if isinstance(table, dict) and isinstance(table.get("api_key_env"), str)
+    )
+
+
+def _kind_of(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
+def _read_regular_file(path: Path) -> bytes:
+    """At most ``MAX_CONFIG_BYTES + 1`` bytes of the regular file ``path``.
+
+    Opened non-blocking, so a FIFO (or a device) answers at once instead of waiting for a
+    writer, then refused after ``fstat``: only a regular file is a config file.
+    Raises ``FileNotFoundError``, or ``ConfigFileError`` for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise ConfigFileError(path, None, (exc.strerror or str(exc)).lower()) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ConfigFileError(path, None, f"{_kind_of(mode)}, not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_CONFIG_BYTES:
+            chunk = os.read(fd, MAX_CONFIG_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise ConfigFileError(path, None, (exc.strerror or str(exc)).lower()) from None
+    finally:
+        os.close(fd)
+
+
 def load_config(explicit: str | os.PathLike[str] | None, env: Mapping[str, str]) -> ConfigFile:
-    """Read ``explicit`` (which must exist), else the default file if there is one."""
+    """Read ``explicit`` (which must exist), else the default file if there is one. Either
+    must be a regular file: a FIFO, a directory or a device is refused at once (never waited
+    on)."""
     path = Path(explicit) if explicit is not None else default_config_file(env)
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_CONFIG_BYTES + 1)
+        data = _read_regular_file(path)
     except FileNotFoundError:
         if explicit is None:
             return ConfigFile()
         raise ConfigFileError(path, None, "no such file") from None
-    except OSError as exc:
-        raise ConfigFileError(path, None, (exc.strerror or str(exc)).lower()) from None
     if len(data) > MAX_CONFIG_BYTES:
         raise ConfigFileError(path, None, f"larger than {MAX_CONFIG_BYTES} bytes")
     try:
@@ -302,6 +367,8 @@ class ServeSettings:
     max_connections: int = MAX_CONNECTIONS
     grace: float | None = None
     relay_allow: tuple[str, ...] = ()
+    #: Host variables tool children inherit beyond the built-in list (config file only).
+    tool_env_allow: tuple[str, ...] = ()
     log_level: str = "info"
     log_format: str = "text"
 
