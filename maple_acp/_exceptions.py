@@ -13,6 +13,9 @@ one clause and still tell the layers apart::
      +-- FileToolError           a native file tool refused a path or a file (maple_acp.runtime)
      +-- StoreError              maple_acp.store: the task store could not do what was asked
      |    +-- InvalidCursor      a list cursor that is not one the store issued
+     |    +-- DataDirectoryLocked
+     |                           another host holds the store's data directory (its lock
+     |                           file); names the directory and the holder's PID
      +-- ProtocolError           maple_acp.wire: a message that breaks the protocol; carries its
      |                           JSON-RPC code and a bounded message
      +-- WireValueError          maple_acp.wire: a field value refused while converting (also a

@@ -19,11 +19,13 @@ from maple_acp.model import (
     ToolStatus,
     Usage,
 )
+from maple_acp.store._lock import DataDirectoryLocked
 from maple_acp.store._protocol import InvalidCursor, StoreError, TaskStore
 from maple_acp.store._sqlite import MAX_PAGE, SqliteTaskStore
 
 __all__ = [
     "MAX_PAGE",
+    "DataDirectoryLocked",
     "FileDiff",
     "GoalRecord",
     "GoalStatus",

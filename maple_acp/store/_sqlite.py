@@ -1,8 +1,9 @@
 """The SQLite implementation of ``TaskStore``: one file per host data directory.
 
-This module holds the store's lifetime (opening, migrating, the one connection, the worker
-thread, transactions, closing). What the rows mean lives in its two halves: ``_tasks`` (task
-rows, goals, usage, trust, list pages, sweeps) and ``_history`` (timeline items).
+This module holds the store's lifetime (the data directory's lock, opening, migrating, the one
+connection, the worker thread, transactions, closing) and what a delete leaves on disk. What
+the rows mean lives in its two halves: ``_tasks`` (task rows, goals, usage, trust, list pages,
+sweeps) and ``_history`` (timeline items); the lock lives in ``_lock``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from maple_acp.model import (
     Usage,
 )
 from maple_acp.store import _history, _tasks
+from maple_acp.store._lock import DataDirectoryLock
 from maple_acp.store._migrations import SCHEMA_VERSION, migrate
 from maple_acp.store._protocol import StoreError, TaskStore
 from maple_acp.store._tasks import MAX_PAGE
@@ -35,7 +37,9 @@ __all__ = ["MAX_PAGE", "SqliteTaskStore"]
 
 logger = logging.getLogger(__name__)
 
-#: How long a writer waits for another process's lock on the file before failing.
+#: How long a writer waits for another process's lock on the file before failing; also how
+#: long a delete's checkpoint waits for a reader of an older snapshot (SQLite's busy handler
+#: retries within it).
 BUSY_TIMEOUT_MS = 5_000
 
 _T = TypeVar("_T")
@@ -65,13 +69,25 @@ class SqliteTaskStore:
     shared by all calls and a ``CapacityLimiter(1)`` lets exactly one thread use it at a time,
     in the order the calls arrived.
 
-    Resource handling: ``open`` creates (or migrates) the file and holds one connection until
-    ``aclose``, which waits for the running call, then closes it. The store is an async
+    Resource handling: ``open`` first locks the data directory (``DataDirectoryLock``: an
+    ``flock`` on ``<file>.lock``, so one host at a time, and every sweep runs under the lock),
+    then creates (or migrates) the file and holds one connection until ``aclose``, which waits
+    for the running call, closes the connection, then releases the lock. The store is an async
     context manager that closes itself on exit.
 
-    Error handling: SQLite failures surface as ``StoreError`` (without row content); a cursor
-    that is not this query's is ``InvalidCursor``; programming errors (a page size below 1, a
-    non-user item passed to ``admit_user_message``) are ``ValueError``.
+    Deleted text: ``secure_delete`` is on, so a delete overwrites the freed content with
+    zeros, and ``delete_task`` / ``delete_task_if_unchanged`` checkpoint the WAL in TRUNCATE
+    mode after their commit, before they return: once a delete answered, the task's text is in
+    none of the file, its ``-wal`` and its ``-shm``. If the checkpoint cannot complete (another
+    process reads an older snapshot for longer than ``BUSY_TIMEOUT_MS``), the delete still
+    stands and returns normally; a warning is logged and the text stays in the WAL until the
+    next delete's checkpoint or the store's close, which checkpoints and removes the WAL.
+
+    Error handling: SQLite failures surface as ``StoreError`` (without row content); another
+    open of the same file (another host on the data directory) is ``DataDirectoryLocked``,
+    naming the directory and the holder's PID; a cursor that is not this query's is
+    ``InvalidCursor``; programming errors (a page size below 1, a non-user item passed to
+    ``admit_user_message``) are ``ValueError``.
 
     Cancellation: store calls are uncancellable while they run. A call is not abandoned once
     its thread started (``abandon_on_cancel=False``), so a cancelled caller never leaves a
@@ -80,9 +96,10 @@ class SqliteTaskStore:
     connection is cancelled at once, without touching the file.
     """
 
-    def __init__(self, conn: sqlite3.Connection, path: str) -> None:
+    def __init__(self, conn: sqlite3.Connection, path: str, lock: DataDirectoryLock) -> None:
         self._conn: sqlite3.Connection | None = conn
         self._path = path
+        self._lock = lock
         self._limiter = trio.CapacityLimiter(1)
         #: Touched only on the worker thread, under the limiter, like the connection.
         self._histories = _history.HistoryCache()
@@ -91,14 +108,16 @@ class SqliteTaskStore:
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str]) -> SqliteTaskStore:
-        """Open (creating or migrating) the store at ``path``. Raises ``StoreError`` if the
-        file is not a task store this version can read."""
+        """Lock the data directory, then open (creating or migrating) the store at ``path``.
+        Raises ``DataDirectoryLocked`` if another open holds the directory, ``StoreError`` if
+        the file is not a task store this version can read."""
         fspath = os.fspath(path)
-        conn = await trio.to_thread.run_sync(_connect, fspath, abandon_on_cancel=False)
-        return cls(conn, fspath)
+        conn, lock = await trio.to_thread.run_sync(_open, fspath, abandon_on_cancel=False)
+        return cls(conn, fspath, lock)
 
     async def aclose(self) -> None:
-        """Close the connection after the running call (if any). Idempotent."""
+        """Close the connection after the running call (if any), then release the data
+        directory. Idempotent."""
 
         def close() -> None:
             conn, self._conn = self._conn, None
@@ -110,7 +129,11 @@ class SqliteTaskStore:
             except sqlite3.Error:
                 logger.debug("PRAGMA optimize failed on close", exc_info=True)
             finally:
-                conn.close()
+                try:
+                    conn.close()
+                finally:
+                    # Only once the file is closed may another host take it.
+                    self._lock.release()
 
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(close, limiter=self._limiter, abandon_on_cancel=False)
@@ -200,14 +223,26 @@ class SqliteTaskStore:
             self._histories.forget(task_id)
             return _tasks.delete_task(conn, task_id)
 
-        return await self._transaction(change)
+        return await self._delete(change)
 
     async def delete_task_if_unchanged(self, snapshot: TaskRecord) -> bool:
         def change(conn: sqlite3.Connection) -> bool:
             self._histories.forget(snapshot.id)
             return _tasks.delete_task_if_unchanged(conn, snapshot)
 
-        return await self._transaction(change)
+        return await self._delete(change)
+
+    async def _delete(self, change: Callable[[sqlite3.Connection], bool]) -> bool:
+        """Run a deleting ``change``; if it deleted, leave its text in no file before returning
+        (see the class docstring)."""
+
+        def work(conn: sqlite3.Connection) -> bool:
+            deleted = _write(conn, change)
+            if deleted:
+                _checkpoint_truncate(conn)
+            return deleted
+
+        return await self._run(work)
 
     # -- timeline ----------------------------------------------------------------------------
 
@@ -327,6 +362,39 @@ def _create_private(path: str) -> None:
     os.close(fd)
 
 
+def _checkpoint_truncate(conn: sqlite3.Connection) -> None:
+    """Copy the WAL into the file and cut the WAL to zero bytes, so that the frames holding a
+    deleted task's text (and the zeroed pages that replace them) leave the WAL. SQLite's busy
+    handler waits up to ``BUSY_TIMEOUT_MS`` for readers of an older snapshot; past that the
+    row says ``busy`` and the WAL is left as it is (logged, never raised: the delete stands)."""
+    try:
+        busy, log_frames, _copied = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    except sqlite3.Error as exc:
+        logger.warning(
+            "the task store's WAL could not be checkpointed after a delete (%s); the next "
+            "delete or the store's close will retry",
+            type(exc).__name__,
+        )
+        return
+    if busy:
+        logger.warning(
+            "a reader kept the task store's WAL from being truncated after a delete (%d "
+            "frame(s) left); the next delete or the store's close will retry",
+            log_frames,
+        )
+
+
+def _open(path: str) -> tuple[sqlite3.Connection, DataDirectoryLock]:
+    """Lock the data directory, then connect (on a worker thread). The lock comes first, so
+    nothing touches the file (not even the migration) without it."""
+    lock = DataDirectoryLock.acquire(path)
+    try:
+        return _connect(path), lock
+    except BaseException:
+        lock.release()
+        raise
+
+
 def _connect(path: str) -> sqlite3.Connection:
     """Open the file, set the connection up and migrate it (on a worker thread)."""
     _create_private(path)
@@ -348,6 +416,11 @@ def _connect(path: str) -> sqlite3.Connection:
         # needs, at a fraction of FULL's cost per write.
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
+        # A delete overwrites what it frees with zeros, instead of leaving the text in free
+        # pages; set here, not left to how SQLite was built.
+        conn.execute("PRAGMA secure_delete = ON")
+        if conn.execute("PRAGMA secure_delete").fetchone()[0] != 1:
+            raise StoreError("this SQLite build cannot overwrite deleted content")
         # Deleting a task relies on cascades; a build without foreign keys would leave orphans.
         if conn.execute("PRAGMA foreign_keys").fetchone()[0] != 1:
             raise StoreError("this SQLite build cannot enforce foreign keys")

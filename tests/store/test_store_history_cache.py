@@ -4,6 +4,7 @@ with its own writes: every read must equal what a fresh store reads from the fil
 from __future__ import annotations
 
 import random
+import sqlite3
 from pathlib import Path
 
 from maple_acp.store import (
@@ -16,14 +17,21 @@ from maple_acp.store import (
     ToolLocation,
     ToolState,
     ToolStatus,
+    _history,
 )
-from maple_acp.store._history import MAX_CACHED_ITEMS, MAX_CACHED_TASKS
+from maple_acp.store._history import MAX_CACHED_ITEMS, MAX_CACHED_TASKS, encode_items
+from maple_acp.store._sqlite import _write
 from maple_acp.testing.store import task_record
 
 
 async def _fresh(path: Path, task_id: str) -> list[TimelineItem]:
-    async with await SqliteTaskStore.open(path) as other:
-        return await other.history(task_id)
+    """What a cold read of the file returns: the store's own history read, on a connection
+    of its own (a second store cannot open the file while the test's store holds it)."""
+    conn = sqlite3.connect(path)
+    try:
+        return _history.read_history(conn, task_id)
+    finally:
+        conn.close()
 
 
 def _random_item(rng: random.Random, index: int, run: str) -> TimelineItem:
@@ -88,9 +96,16 @@ async def test_a_write_by_another_connection_is_seen(
     first = TimelineItem(item_id="a", kind=ItemKind.ASSISTANT, created_ms=1, text="one")
     await store.upsert_items("t", [first], now_ms=1)
     assert [item.text for item in await store.history("t")] == ["one"]
-    async with await SqliteTaskStore.open(store_path) as other:
-        replaced = TimelineItem(item_id="a", kind=ItemKind.ASSISTANT, created_ms=1, text="two")
-        await other.upsert_items("t", [replaced], now_ms=2)
+    # Another process writing the file (an administrator's tool: a second host cannot open
+    # it), through the store's own row encoding.
+    replaced = TimelineItem(item_id="a", kind=ItemKind.ASSISTANT, created_ms=1, text="two")
+    other = sqlite3.connect(store_path, isolation_level=None)
+    try:
+        _write(
+            other, lambda conn: _history.upsert_items_locked(conn, "t", encode_items([replaced]))
+        )
+    finally:
+        other.close()
     assert [item.text for item in await store.history("t")] == ["two"]
 
 

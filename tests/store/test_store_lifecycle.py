@@ -236,24 +236,6 @@ async def test_many_concurrent_writers_give_a_consistent_timeline(tmp_path: Path
             assert task.title == "v4"
 
 
-async def test_two_stores_on_one_file_wait_for_each_other(tmp_path: Path) -> None:
-    async with temp_store(tmp_path) as first, temp_store(tmp_path) as second:
-        await first.create_task(task_record(id="t"))
-
-        async def write(store: SqliteTaskStore, prefix: str) -> None:
-            for k in range(20):
-                await store.upsert_items(
-                    "t",
-                    [TimelineItem(item_id=f"{prefix}{k}", kind=ItemKind.THOUGHT, created_ms=k)],
-                    now_ms=k,
-                )
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(write, first, "a")
-            nursery.start_soon(write, second, "b")
-        assert [i.seq for i in await second.history("t")] == list(range(1, 41))
-
-
 async def test_a_cancelled_call_finishes_its_transaction(store_path: Path, tmp_path: Path) -> None:
     async with temp_store(tmp_path) as store:
         # Another connection holds the write lock, so the store's write is parked inside
