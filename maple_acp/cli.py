@@ -439,6 +439,7 @@ def _serve_with(
     except PrivateDirectoryError as exc:
         raise CliError(str(exc)) from None
     from maple_acp.edge import ConfigError, ListenerError
+    from maple_acp.store import DataDirectoryLocked
 
     announce = _announce(settings.log_format)
     options = HostOptions(
@@ -457,7 +458,7 @@ def _serve_with(
         trio.run(_serve, options, announce)
     except BaseException as exc:
         inner = single_exception(exc)
-        if isinstance(inner, ListenerError | ConfigError):
+        if isinstance(inner, ListenerError | ConfigError | DataDirectoryLocked):
             raise CliError(str(inner)) from None
         raise
     announce("maple-acp: stopped")
