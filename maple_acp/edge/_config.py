@@ -17,6 +17,7 @@ import attrs
 import orjson
 
 from maple_acp._exceptions import MapleAcpError
+from maple_acp.edge._opening import MAX_SESSIONS_PER_CONNECTION
 from maple_acp.runtime import within_roots
 from maple_acp_connector.endpoint import UnsafeDirectory, ensure_private_dir
 
@@ -77,6 +78,15 @@ def _check_outbound_bytes(_: object, __: attrs.Attribute[int], value: int) -> No
         raise ConfigError(f"max outbound bytes must be between 4096 and {MAX_OUTBOUND_BYTES_LIMIT}")
 
 
+def _check_max_sessions(_: object, __: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError("max sessions per connection must be an integer")
+    if not 1 <= value <= MAX_SESSIONS_PER_CONNECTION:
+        raise ConfigError(
+            f"max sessions per connection must be between 1 and {MAX_SESSIONS_PER_CONNECTION}"
+        )
+
+
 def _check_max_line(_: object, __: attrs.Attribute[int], value: int) -> None:
     if (
         isinstance(value, bool)
@@ -106,6 +116,10 @@ class AcpServiceConfig:
     )
     max_outbound_bytes: int = attrs.field(
         default=MAX_OUTBOUND_BYTES_LIMIT, validator=_check_outbound_bytes
+    )
+    #: Sessions one connection may hold at once; configurable lower only.
+    max_sessions_per_connection: int = attrs.field(
+        default=MAX_SESSIONS_PER_CONNECTION, validator=_check_max_sessions
     )
     agent_name: str = "maple-acp"
     agent_title: str = "Maple ACP"

@@ -7,6 +7,10 @@ shapes the answer. MCP definitions are validated before
 anything is created. A load or resume of a session this connection already holds is a
 re-attach: the request's MCP servers replace the lease's (the new set connects first), and a
 load replays the history again.
+
+A connection holds at most :data:`MAX_SESSIONS_PER_CONNECTION` sessions (the service's config
+may lower it): an open that would add one more answers ``-32600`` before anything is created
+or persisted. Opens still being set up count, so concurrent requests cannot overshoot.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
@@ -60,6 +64,10 @@ logger = logging.getLogger(__name__)
 
 RouterFactory = Callable[[trio.Nursery], Awaitable["McpRouter"]]
 
+#: Sessions one connection may hold (SPEC.md limits): releasing them all when the connection
+#: ends must fit the five-second cleanup bound without stalling other connections.
+MAX_SESSIONS_PER_CONNECTION: Final = 256
+
 
 def _iso8601(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
@@ -92,15 +100,32 @@ class SessionOpener:
 
     def __init__(self, connection: AcpConnection) -> None:
         self.connection = connection
+        #: Opens admitted under the session cap whose lease is still being set up.
+        self._opening = 0
 
     @property
     def _roots(self) -> tuple[str, ...]:
         """This service's own allowed roots, which the runtime applies with its own."""
         return self.connection.config.allowed_roots
 
+    def _check_room(self) -> None:
+        """``-32600`` if one more session would exceed the connection's cap."""
+        cap = self.connection.config.max_sessions_per_connection
+        if len(self.connection.sessions) + self._opening >= cap:
+            raise ProtocolError(
+                INVALID_REQUEST, f"this connection already holds {cap} sessions; close some first"
+            )
+
     async def _open(self, start: Callable[..., Awaitable[None]]) -> EdgeSession:
         connection = self.connection
-        lease: SessionLease = await connection.nursery.start(start)
+        self._check_room()
+        self._opening += 1
+        try:
+            lease: SessionLease = await connection.nursery.start(start)
+        finally:
+            # No checkpoint from here to the registration below: the slot passes from the
+            # pending count to ``sessions`` at once.
+            self._opening -= 1
         # Registered before any other checkpoint, so a disconnect from here on revokes it.
         session = EdgeSession(lease, connection.runtime.cached_model_choices())
         connection.sessions[session.id] = session
