@@ -5,18 +5,29 @@ own, and the release of every lease when the connection ends.
 shared deadline (:data:`CLOSE_DEADLINE_S`). If any phase misses it the lease is revoked at
 once, a tombstone keeps the session id from being republished until the connection ends, the
 close is answered anyway and cleanup goes on in the background.
+
+Many leases end together when the connection ends (up to the session cap): they are all
+revoked at once, synchronously, but released :data:`RELEASE_GROUP` at a time, one group after
+the other, so the scheduler and the store's queue hold only a little of the release at any
+moment and other connections' requests keep answering meanwhile. A lease the runtime revoked
+on its own joins the same queue.
+
+Resource handling: the queue is drained by one releaser task in the connection's nursery, or
+by :meth:`SessionCloser.release_all` at the connection's end; the connection's cleanup bound
+cancels whatever is left, and each lease's own cleanup (bounded, in its own task) runs anyway.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from functools import partial
 from typing import TYPE_CHECKING, Final
 
 import trio
 
 from maple_acp.edge._session import EdgeSession
-from maple_acp.runtime import RejectionKind, RuntimeRejection
+from maple_acp.runtime import RejectionKind, RuntimeRejection, SessionLease
 from maple_acp.wire import (
     INVALID_REQUEST,
     CloseSessionRequest,
@@ -33,6 +44,12 @@ logger = logging.getLogger(__name__)
 
 #: One deadline for cancel + operation barrier + lease cleanup on close (SPEC.md).
 CLOSE_DEADLINE_S: Final = 5.0
+#: Leases released together when many end at once: enough to keep the whole release well
+#: inside the cleanup bound, few enough that another connection's request never waits long.
+RELEASE_GROUP: Final = 16
+#: How long the next group waits for a slow one (a child ignoring SIGTERM has a 2 s grace):
+#: its leases go on cleaning up alone, and a full queue still starts within ~1.6 s.
+RELEASE_GROUP_PATIENCE_S: Final = 0.1
 
 
 class SessionCloser:
@@ -40,6 +57,11 @@ class SessionCloser:
 
     def __init__(self, connection: AcpConnection) -> None:
         self.connection = connection
+        #: Revoked leases waiting for their release, oldest first.
+        self._unreleased: deque[SessionLease] = deque()
+        #: Set while no releaser drains ``_unreleased``.
+        self._drained = trio.Event()
+        self._drained.set()
 
     async def close(self, request: CloseSessionRequest) -> CloseSessionResponse:
         session = self.connection.session(request.session_id)
@@ -104,12 +126,43 @@ class SessionCloser:
             logger.info("session %s was revoked by the runtime", session.id)
         session.stop_updates()
         del connection.sessions[session.id]
-        connection.nursery.start_soon(partial(session.lease.release, close=False))
+        self._unreleased.append(session.lease)
+        if self._drained.is_set():
+            # Marked before the releaser runs: the other leases revoked in this same pass
+            # join its queue instead of starting releasers of their own.
+            self._drained = trio.Event()
+            connection.nursery.start_soon(self._release_queued)
 
     async def release_all(self) -> None:
-        """The connection ended: release every lease (each already revoked), at once."""
+        """The connection ended: release every lease (each already revoked), a group at a
+        time; return once every release began. A slow one goes on cleaning up in its own
+        task, which the connection's nursery still waits for."""
         sessions = self.connection.sessions
-        async with trio.open_nursery() as nursery:
-            for session in list(sessions.values()):
-                nursery.start_soon(partial(session.lease.release, close=False))
+        self._unreleased.extend(session.lease for session in sessions.values())
         sessions.clear()
+        if self._drained.is_set():
+            self._drained = trio.Event()
+            await self._release_queued()
+        else:
+            await self._drained.wait()
+
+    async def _release_queued(self) -> None:
+        """Release the queued leases, :data:`RELEASE_GROUP` at a time, each group waited for
+        at most :data:`RELEASE_GROUP_PATIENCE_S`. Only one runs at a time: whoever starts it
+        clears ``_drained`` first.
+
+        Cancellation: leaving early (the group's patience, the connection's cleanup bound)
+        stops only the waiting; a lease whose release began cleans up in its own task."""
+        try:
+            while self._unreleased:
+                group = self._unreleased
+                if len(group) > RELEASE_GROUP:
+                    group = deque(group.popleft() for _ in range(RELEASE_GROUP))
+                else:
+                    self._unreleased = deque()
+                with trio.move_on_after(RELEASE_GROUP_PATIENCE_S):
+                    async with trio.open_nursery() as nursery:
+                        for lease in group:
+                            nursery.start_soon(partial(lease.release, close=False))
+        finally:
+            self._drained.set()

@@ -55,18 +55,19 @@ class ProvisionalRow:
         self._snapshot = None
 
     async def settle(self, context: LeaseContext, *, close: bool) -> None:
-        store = context.store
-        current = await store.get_task(self.task_id)
-        if current is None or not current.provisional or self.surface is not TaskSurface.EXTERNAL:
+        # Only this lease's first admitted message ends the row's provisional state while it
+        # holds the task, so a durable task costs no store call (a connection's end settles
+        # hundreds of rows at once). The writes below re-check the row themselves: a missing
+        # or durable row is left exactly as it is.
+        if self._prompted or self.surface is not TaskSurface.EXTERNAL:
             return
+        store = context.store
         grace = context.provisional_grace_ms
         snapshot = self._snapshot
-        untouched = self.created_here and not self._prompted and snapshot is not None
-        if untouched and (close or grace == 0):
-            assert snapshot is not None
-            if await store.delete_task_if_unchanged(snapshot):
-                logger.debug("deleted untouched provisional task %s", self.task_id)
-                return
+        deletable = close or grace == 0
+        if snapshot is not None and deletable and await store.delete_task_if_unchanged(snapshot):
+            logger.debug("deleted untouched provisional task %s", self.task_id)
+            return
         await store.set_provisional_expiry(self.task_id, context.now_ms() + grace)
 
 
@@ -174,9 +175,12 @@ class LeaseLifetime:
                         setup_error = exc
                         nursery.cancel_scope.cancel()
                     else:
-                        nursery.start_soon(main)
                         handed_out = True
                         started()
+                        # ``main`` runs in this task rather than a task of its own: a
+                        # connection's end revokes hundreds of leases in one go, and each
+                        # task less is less to unwind in that one scheduler pass.
+                        await main()
                         await trio.sleep_forever()
             if setup_error is not None:
                 raise setup_error
