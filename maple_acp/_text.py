@@ -8,6 +8,7 @@ per purpose, each named here, so that a reader (or a test) can tell what kind of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 #: SPEC.md's error contract: every message is at most this long.
@@ -21,15 +22,19 @@ CUT_TEXT: Final = "\n… [truncated]"
 CUT_DIFF: Final = "\n… [diff truncated]"
 
 
-def truncate(text: str, limit: int, marker: str) -> str:
+def truncate(
+    text: str, limit: int, marker: str, *, trim: Callable[[str], str] | None = None
+) -> str:
     """``text`` itself if it has at most ``limit`` characters; otherwise its start followed by
     ``marker``, ``limit`` characters in all (just the marker's end if the marker alone is
-    longer than ``limit``)."""
+    longer than ``limit``). ``trim``, when given, may shorten the kept start before the marker
+    is added (a relay redactor drops there what the cut left of a secret)."""
     if len(text) <= limit:
         return text
     if len(marker) >= limit:
         return marker[len(marker) - limit :] if limit > 0 else ""
-    return text[: limit - len(marker)] + marker
+    kept = text[: limit - len(marker)]
+    return (trim(kept) if trim is not None else kept) + marker
 
 
 def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:

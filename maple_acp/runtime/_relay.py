@@ -11,6 +11,7 @@ import re
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
+from maple_acp._text import truncate
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
 
 #: Relay values are credentials handed over by a local connector; these bounds keep one
@@ -92,7 +93,11 @@ MIN_REDACTED_CHARS = 8
 class RelayRedactor:
     """Replaces every occurrence of a relay value of at least ``MIN_REDACTED_CHARS``
     characters with ``[relay:NAME]``. Longer values are replaced first, so a value that
-    contains another is replaced whole."""
+    contains another is replaced whole.
+
+    Text is redacted before it is cut (``bounded``), never after: a cut through a value would
+    leave a piece that no longer matches it. And what a cut keeps never ends with the first
+    ``MIN_REDACTED_CHARS`` or more characters of a value (``without_partial_value``)."""
 
     __slots__ = ("_pairs",)
 
@@ -104,11 +109,45 @@ class RelayRedactor:
     def __bool__(self) -> bool:
         return bool(self._pairs)
 
+    @property
+    def longest_value_bytes(self) -> int:
+        """The UTF-8 size of the longest value redacted: how far past a cut a reader must
+        look to redact a value the cut goes through."""
+        return max(
+            (len(value.encode("utf-8", "surrogatepass")) for value, _ in self._pairs), default=0
+        )
+
     def text(self, text: str) -> str:
         for value, marker in self._pairs:
             if value in text:
                 text = text.replace(value, marker)
         return text
+
+    def without_partial_value(self, text: str) -> str:
+        """``text`` without a trailing start of a relay value (``MIN_REDACTED_CHARS`` or more
+        of its characters): what a cut through the value would otherwise leave."""
+        trimmed = True
+        while trimmed:
+            trimmed = False
+            for value, _ in self._pairs:
+                head = value[:MIN_REDACTED_CHARS]
+                # Only a start that runs to the end of the text can be a cut value's piece.
+                at = text.find(head, max(0, len(text) - len(value)))
+                while at != -1:
+                    if value.startswith(text[at:]):
+                        text, trimmed = text[:at], True
+                        break
+                    at = text.find(head, at + 1)
+        return text
+
+    def bounded(self, text: str, limit: int, marker: str) -> tuple[str, bool]:
+        """``text`` redacted, then cut to ``limit`` characters ending with ``marker`` (see
+        ``maple_acp._text.truncate``) with no piece of a value left before the marker; and
+        whether it was cut."""
+        redacted = self.text(text)
+        if len(redacted) <= limit:
+            return redacted, False
+        return truncate(redacted, limit, marker, trim=self.without_partial_value), True
 
     def value(self, value: Any) -> Any:
         """A JSON-ready value with every string in it (keys too) redacted."""

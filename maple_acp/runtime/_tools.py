@@ -3,6 +3,7 @@ process groups of the credential-bearing children started on the lease's behalf.
 
 from __future__ import annotations
 
+import codecs
 import functools
 import logging
 import os
@@ -68,7 +69,7 @@ class ToolUnavailable(MapleAcpError):
 @attrs.frozen(kw_only=True)
 class ShellResult:
     exit_code: int | None
-    #: Combined stdout and stderr, at most ``MAX_SHELL_OUTPUT_BYTES`` of it.
+    #: Combined stdout and stderr, redacted, then at most ``MAX_SHELL_OUTPUT_BYTES`` of it.
     output: str
     truncated: bool
 
@@ -191,7 +192,10 @@ class ToolContext:
             raise ToolUnavailable("the session was revoked")
         chunks: list[bytes | bytearray] = []
         kept = 0
-        truncated = False
+        dropped = False
+        # Read past the cut as far as a relay value reaches: a value the cut goes through is
+        # redacted whole before the cut is made.
+        window = MAX_SHELL_OUTPUT_BYTES + self._redactor.longest_value_bytes
         reader_done = trio.Event()
         self._prune_groups()
         async with trio.open_nursery() as nursery:
@@ -218,15 +222,15 @@ class ToolContext:
             assert stdout is not None
 
             async def read_output() -> None:
-                nonlocal kept, truncated
+                nonlocal kept, dropped
                 try:
                     while chunk := await stdout.receive_some(65536):
-                        room = MAX_SHELL_OUTPUT_BYTES - kept
+                        room = window - kept
                         if room > 0:
                             chunks.append(chunk[:room])
                             kept += min(room, len(chunk))
                         if len(chunk) > room:
-                            truncated = True
+                            dropped = True
                 finally:
                     reader_done.set()
 
@@ -237,9 +241,23 @@ class ToolContext:
                     await reader_done.wait()
             reader_scope.cancel()
             nursery.cancel_scope.cancel()
-        # A tool may print a relayed value; neither the model nor any row may carry it.
-        output = self._redactor.text(b"".join(chunks).decode("utf-8", "replace"))
+        output, truncated = self._bounded_output(b"".join(chunks), complete=not dropped)
         return ShellResult(exit_code=process.returncode, output=output, truncated=truncated)
+
+    def _bounded_output(self, data: bytes, *, complete: bool) -> tuple[str, bool]:
+        """A child's output as a tool may report it: redacted (a tool may print a relay value;
+        neither the model nor any row may carry it), then cut to ``MAX_SHELL_OUTPUT_BYTES``
+        without leaving a piece of a value; and whether it was cut. ``complete`` is False when
+        the reader dropped output after ``data``."""
+        # An incomplete trailing character of cut output is left out rather than replaced, so
+        # that a piece of a value ends the text as itself.
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        text = self._redactor.text(decoder.decode(data, final=complete))
+        encoded = text.encode("utf-8", "surrogatepass")
+        if complete and len(encoded) <= MAX_SHELL_OUTPUT_BYTES:
+            return text, False
+        kept = encoded[:MAX_SHELL_OUTPUT_BYTES].decode("utf-8", "ignore")
+        return self._redactor.without_partial_value(kept), True
 
     def revoke(self) -> None:
         """Synchronously drop the relay values and the router, and send SIGTERM to every live
