@@ -66,7 +66,6 @@ reports 2 tokens of usage; the objective scripts how the goal ends:
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -98,8 +97,6 @@ from maple_acp.runtime import (
     TurnFailed,
     TurnResult,
     Usage,
-    read_text_async,
-    resolve_in_root,
     write_text_async,
 )
 
@@ -469,11 +466,10 @@ class _Row:
 async def _preview_write(root: str, path: str, content: str) -> FileChange:
     """What writing ``content`` to ``path`` would change, without writing: shown to the
     caller while it decides. Raises ``FileToolError`` for a path outside ``root``."""
-    resolved = await trio.to_thread.run_sync(resolve_in_root, root, path)
-    old = None
-    if await trio.to_thread.run_sync(os.path.lexists, resolved):
-        old = (await read_text_async(root, path)).text
-    return FileChange(path=resolved, old_text=old, new_text=content)
+    # A dry run reads the old text through the same fd walk as the write, never by a path
+    # string that a swapped directory could send elsewhere.
+    planned = await write_text_async(root, path, content, dry_run=True)
+    return FileChange(path=planned.path, old_text=planned.old_text, new_text=content)
 
 
 def _two_ints(name: str, rest: str) -> tuple[int, int]:

@@ -1,14 +1,24 @@
 """Native file tools a backend may offer its model: paths resolved inside the session root,
 bounded reads, and writes and edits that report what changed as a ``FileDiff``.
 
-A path is taken relative to the root (or absolute), every symlink is followed, and the result
-must still lie inside the root's own real path; anything else is a ``FileToolError`` whose
-text is safe to show the model and the caller. This is the host's policy for its own tools,
-not a sandbox: a process running as the same user can change the tree between the check and
-the use, which is why the final open refuses to follow a symlink that appeared meanwhile.
+A path is taken relative to the root (or absolute, under the root), ``..`` is taken lexically
+and may not climb above the root, and no symlink below the root is followed: every component
+is opened from a directory fd of the root (``_beneath``), so a directory swapped for a symlink
+while a tool works cannot move a read, a write or an edit outside. Refusals are a
+``FileToolError`` whose text is safe to show the model and the caller. This is the host's
+policy for its own tools, not a sandbox.
 
-The functions are synchronous (plain file I/O); a backend calls the ``*_async`` forms, which
-run them on a worker thread.
+Resource handling: each call opens the root, at most the file's parent directory and the file,
+and closes them all before it returns or raises. A write truncates and rewrites the file in
+place through an fd opened relative to its parent's fd (no temporary file, no rename); missing
+parent directories are made one ``mkdir`` at a time relative to the previous one.
+
+Error handling: every ``OSError`` becomes a one-line ``FileToolError`` naming the path as given
+(bounded); a symlink anywhere in the path is refused as such.
+
+Cancellation: the functions are synchronous (plain file I/O); a backend calls the ``*_async``
+forms, which run them on a worker thread that is not abandoned on cancellation (a write either
+happens or not before the caller sees the cancellation).
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import trio
 
 from maple_acp._exceptions import MapleAcpError
 from maple_acp.model import FileDiff, ToolLocation
+from maple_acp.runtime import _beneath
 
 #: A file read returns at most this much text; a model asking for more gets a marked cut.
 MAX_READ_CHARS = 256 * 1024
@@ -33,9 +44,8 @@ MAX_WRITE_CHARS = 4 * 1024 * 1024
 MAX_DIFF_CHARS = 64 * 1024
 
 # O_NONBLOCK: opening a FIFO someone put in the tree must not hang the tool.
-_OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-_READ_FLAGS = os.O_RDONLY | _OPEN_FLAGS
-_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | _OPEN_FLAGS
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK
 
 
 class FileToolError(MapleAcpError):
@@ -77,30 +87,27 @@ class FileChange:
 
 
 def resolve_in_root(root: str, path: str) -> str:
-    """The real absolute path ``path`` names, which must lie inside ``root``.
+    """The absolute path ``path`` names inside ``root`` (below the root's real path).
 
-    ``path`` is relative to ``root`` or absolute; symlinks are followed (also in the part that
-    does not exist yet, as far as it exists). Raises ``FileToolError``."""
-    if not isinstance(path, str) or not path.strip():
-        raise FileToolError("a file path is required")
-    if "\x00" in path:
-        raise FileToolError("a file path cannot contain NUL")
-    real_root = os.path.realpath(root)
-    joined = os.path.join(real_root, os.path.expanduser(path) if path.startswith("~") else path)
-    resolved = os.path.realpath(joined)
-    if not _inside(real_root, resolved):
-        raise FileToolError(f"{_shown(path)} is outside the session's project directory")
-    return resolved
+    ``path`` is relative to ``root`` or absolute (under ``root`` as given or under its real
+    path); ``..`` is taken lexically and may not climb above ``root``. Only the root's own path
+    is resolved: symlinks below it are never followed, so nothing here touches the tree below
+    it. Raises ``FileToolError``."""
+    return _Target.of(root, path).resolved
 
 
 def read_text(root: str, path: str, *, max_chars: int = MAX_READ_CHARS) -> FileRead:
     """Read a UTF-8 text file inside ``root``, at most ``max_chars`` characters of it."""
-    resolved = resolve_in_root(root, path)
-    text = _read_existing(resolved, path)
+    target = _Target.of(root, path)
+    root_fd = target.open_root()
+    try:
+        text = _read_existing(root_fd, target.names, target.shown)
+    finally:
+        os.close(root_fd)
     if text is None:
-        raise FileToolError(f"{_shown(path)} does not exist")
+        raise FileToolError(f"{target.shown} does not exist")
     limit = max(0, min(max_chars, MAX_READ_CHARS))
-    return FileRead(path=resolved, text=text[:limit], truncated=len(text) > limit)
+    return FileRead(path=target.resolved, text=text[:limit], truncated=len(text) > limit)
 
 
 def write_text(root: str, path: str, content: str, *, dry_run: bool = False) -> FileChange:
@@ -111,24 +118,30 @@ def write_text(root: str, path: str, content: str, *, dry_run: bool = False) -> 
         raise FileToolError("the file content must be text")
     if len(content) > MAX_WRITE_CHARS:
         raise FileToolError(f"a file written by a tool is limited to {MAX_WRITE_CHARS} characters")
-    resolved = resolve_in_root(root, path)
-    old = _read_existing(resolved, path)
-    change = FileChange(
-        path=resolved, old_text=old, new_text=content, line=_first_changed_line(old, content)
-    )
-    if dry_run:
-        return change
-    parent = os.path.dirname(resolved)
+    target = _Target.of(root, path)
+    root_fd = target.open_root()
     try:
-        os.makedirs(parent, exist_ok=True)
-    except OSError as exc:
-        raise FileToolError(
-            f"cannot create the directory of {_shown(path)}: {_reason(exc)}"
-        ) from None
-    # A directory created just now could be a symlink swapped in by someone else: check again.
-    if os.path.realpath(parent) != parent or not _inside(os.path.realpath(root), parent):
-        raise FileToolError(f"{_shown(path)} is outside the session's project directory")
-    _write(resolved, path, content)
+        # The old text is read and the new one written through one fd of the parent, so the
+        # diff shown is of the file written even if a directory is renamed meanwhile.
+        parent_fd = _open_parent(root_fd, target, create=False)
+        if parent_fd is None and not dry_run:
+            parent_fd = _open_parent(root_fd, target, create=True)
+    finally:
+        os.close(root_fd)
+    try:
+        old = None if parent_fd is None else _read_existing(parent_fd, target.last, target.shown)
+        change = FileChange(
+            path=target.resolved,
+            old_text=old,
+            new_text=content,
+            line=_first_changed_line(old, content),
+        )
+        if not dry_run:
+            assert parent_fd is not None
+            _write(parent_fd, target, content)
+    finally:
+        if parent_fd is not None:
+            os.close(parent_fd)
     return change
 
 
@@ -141,25 +154,40 @@ def edit_text(
         raise FileToolError("old_text and new_text must be text")
     if not old_text:
         raise FileToolError("old_text must not be empty")
-    resolved = resolve_in_root(root, path)
-    current = _read_existing(resolved, path)
-    if current is None:
-        raise FileToolError(f"{_shown(path)} does not exist")
-    count = current.count(old_text)
-    if count == 0:
-        raise FileToolError(f"old_text was not found in {_shown(path)}")
-    if count > 1:
-        raise FileToolError(
-            f"old_text occurs {count} times in {_shown(path)}; include more context to pick one"
-        )
-    at = current.index(old_text)
-    updated = current[:at] + new_text + current[at + len(old_text) :]
-    if len(updated) > MAX_WRITE_CHARS:
-        raise FileToolError(f"a file written by a tool is limited to {MAX_WRITE_CHARS} characters")
-    if not dry_run:
-        _write(resolved, path, updated)
+    target = _Target.of(root, path)
+    root_fd = target.open_root()
+    try:
+        parent_fd = _open_parent(root_fd, target, create=False)
+    finally:
+        os.close(root_fd)
+    if parent_fd is None:
+        raise FileToolError(f"{target.shown} does not exist")
+    try:
+        current = _read_existing(parent_fd, target.last, target.shown)
+        if current is None:
+            raise FileToolError(f"{target.shown} does not exist")
+        count = current.count(old_text)
+        if count == 0:
+            raise FileToolError(f"old_text was not found in {target.shown}")
+        if count > 1:
+            raise FileToolError(
+                f"old_text occurs {count} times in {target.shown}; include more context to pick one"
+            )
+        at = current.index(old_text)
+        updated = current[:at] + new_text + current[at + len(old_text) :]
+        if len(updated) > MAX_WRITE_CHARS:
+            raise FileToolError(
+                f"a file written by a tool is limited to {MAX_WRITE_CHARS} characters"
+            )
+        if not dry_run:
+            _write(parent_fd, target, updated)
+    finally:
+        os.close(parent_fd)
     return FileChange(
-        path=resolved, old_text=current, new_text=updated, line=current.count("\n", 0, at) + 1
+        path=target.resolved,
+        old_text=current,
+        new_text=updated,
+        line=current.count("\n", 0, at) + 1,
     )
 
 
@@ -181,35 +209,109 @@ async def edit_text_async(
     )
 
 
+@attrs.frozen
+class _Target:
+    """A tool's path split into names below the root's real path, checked lexically."""
+
+    real_root: str
+    #: Components below the root: never empty strings, ``.`` or ``..``.
+    names: tuple[str, ...]
+    #: The path as quoted in errors.
+    shown: str
+
+    @classmethod
+    def of(cls, root: str, path: str) -> _Target:
+        if not isinstance(path, str) or not path.strip():
+            raise FileToolError("a file path is required")
+        if "\x00" in path:
+            raise FileToolError("a file path cannot contain NUL")
+        real_root = os.path.realpath(root)
+        wanted = os.path.expanduser(path) if path.startswith("~") else path
+        if os.path.isabs(wanted):
+            wanted = os.path.normpath(wanted)
+            for base in (real_root, os.path.abspath(root)):
+                if _inside(base, wanted):
+                    wanted = wanted[len(base) :]
+                    break
+            else:
+                raise FileToolError(f"{_shown(path)} is outside the session's project directory")
+        names: list[str] = []
+        for name in wanted.split(os.sep):
+            if name == "..":
+                if not names:
+                    raise FileToolError(
+                        f"{_shown(path)} is outside the session's project directory"
+                    )
+                # Lexical: no symlink is followed below the root, so this is what the kernel
+                # would do too, and no `..` ever reaches it.
+                names.pop()
+            elif name not in ("", "."):
+                names.append(name)
+        return cls(real_root, tuple(names), _shown(path))
+
+    @property
+    def resolved(self) -> str:
+        return os.path.join(self.real_root, *self.names)
+
+    @property
+    def last(self) -> tuple[str, ...]:
+        """The file's own name (none for the root itself)."""
+        return self.names[-1:]
+
+    def open_root(self) -> int:
+        try:
+            return os.open(self.real_root, _beneath.DIRECTORY_FLAGS)
+        except OSError as exc:
+            raise FileToolError(
+                f"cannot open the session's project directory: {_reason(exc)}"
+            ) from None
+
+
 def _inside(root: str, path: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def _read_existing(resolved: str, shown: str) -> str | None:
-    """The file's text, ``None`` when it does not exist."""
+def _open_parent(root_fd: int, target: _Target, *, create: bool) -> int | None:
+    """An fd of the directory holding ``target`` (``None`` when it does not exist)."""
     try:
-        fd = os.open(resolved, _READ_FLAGS)
+        return _beneath.open_directory_beneath(root_fd, target.names[:-1], create=create)
+    except FileNotFoundError:
+        if create:
+            raise FileToolError(
+                f"cannot create the directory of {target.shown}: {os.strerror(errno.ENOENT)}"
+            ) from None
+        return None
+    except OSError as exc:
+        doing = "create the directory of" if create else "open"
+        raise _refusal(exc, target.shown, doing) from None
+
+
+def _read_existing(dir_fd: int, names: tuple[str, ...], shown: str) -> str | None:
+    """The text of the file ``names`` name below ``dir_fd``, ``None`` when it does not exist."""
+    try:
+        fd = _beneath.open_beneath(dir_fd, names, _READ_FLAGS)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise FileToolError(f"cannot open {_shown(shown)}: {_reason(exc)}") from None
+        raise _refusal(exc, shown, "open") from None
     _require_regular(fd, shown)
     with os.fdopen(fd, "rb") as handle:
         data = handle.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
-        raise FileToolError(f"{_shown(shown)} is larger than {MAX_FILE_BYTES} bytes")
+        raise FileToolError(f"{shown} is larger than {MAX_FILE_BYTES} bytes")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise FileToolError(f"{_shown(shown)} is not UTF-8 text") from None
+        raise FileToolError(f"{shown} is not UTF-8 text") from None
 
 
-def _write(resolved: str, shown: str, content: str) -> None:
+def _write(parent_fd: int, target: _Target, content: str) -> None:
+    """Write ``content`` into the file named ``target.last`` in ``parent_fd``, in place."""
     try:
-        fd = os.open(resolved, _WRITE_FLAGS, 0o666)
+        fd = _beneath.open_beneath(parent_fd, target.last, _WRITE_FLAGS, 0o666)
     except OSError as exc:
-        raise FileToolError(f"cannot write {_shown(shown)}: {_reason(exc)}") from None
-    _require_regular(fd, shown)
+        raise _refusal(exc, target.shown, "write") from None
+    _require_regular(fd, target.shown)
     with os.fdopen(fd, "wb") as handle:
         # Truncated only now that it is known to be a regular file.
         handle.truncate(0)
@@ -220,7 +322,7 @@ def _require_regular(fd: int, shown: str) -> None:
     """Close ``fd`` and refuse unless it is a regular file (not a directory, FIFO or device)."""
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise FileToolError(f"{_shown(shown)} is not a regular file")
+        raise FileToolError(f"{shown} is not a regular file")
 
 
 def _first_changed_line(old: str | None, new: str) -> int:
@@ -234,9 +336,18 @@ def _first_changed_line(old: str | None, new: str) -> int:
     return new.count("\n", 0, common) + 1
 
 
-def _reason(exc: OSError) -> str:
+def _refusal(exc: OSError, shown: str, doing: str) -> FileToolError:
     if exc.errno == errno.ELOOP:
-        return "it is a symlink that appeared after the path was checked"
+        return FileToolError(
+            f"{shown} is or goes through a symlink, which file tools do not follow"
+            " (it could lead outside the session's project directory)"
+        )
+    if exc.errno == errno.EXDEV:
+        return FileToolError(f"{shown} is outside the session's project directory")
+    return FileToolError(f"cannot {doing} {shown}: {_reason(exc)}")
+
+
+def _reason(exc: OSError) -> str:
     return os.strerror(exc.errno) if exc.errno else type(exc).__name__
 
 
