@@ -35,7 +35,7 @@ from maple_acp.runtime._outlet import RunHooks, RunOutlet
 from maple_acp.runtime._run import Run
 from maple_acp.runtime._session_events import SessionEvents
 from maple_acp.runtime._tools import ToolContext
-from maple_acp.runtime._trust import SkillInfo, TrustStatus, find_project_skills_async
+from maple_acp.runtime._trust import ProjectSkills, SkillInfo, TrustStatus
 from maple_acp.runtime._turn import Turn
 
 logger = logging.getLogger(__name__)
@@ -62,7 +62,6 @@ class SessionLease:
         created_here: bool,
         tools: ToolContext,
         goal: GoalRecord | None,
-        skills: tuple[SkillInfo, ...] | None,
     ) -> None:
         self._context = context
         #: Opaque id of this lease (never reused).
@@ -77,9 +76,12 @@ class SessionLease:
         self.tools = tools
         self._task = task
         self._row = ProvisionalRow(task, created_here=created_here)
-        # None until known: a new task reads its project's trust before its first run, not
-        # when it is created (clients create many sessions they never prompt).
-        self._skills = skills
+        # None until known: a task reads its project's trust before its first run, not when
+        # it is opened (clients open many sessions they never prompt).
+        self._skills: tuple[SkillInfo, ...] | None = None
+        #: The scan ``trust_status`` made for a decision still to come: the decision reuses it
+        #: instead of scanning the project a second time.
+        self._undecided: ProjectSkills | None = None
         self._events = SessionEvents()
         self._barrier = OperationBarrier()
         self._active_run: Run | None = None
@@ -235,17 +237,24 @@ class SessionLease:
         decision (the project has real skill files and no saved decision)."""
         with self.operation():
             trusted = await self._context.store.get_trust(self.account, self._task.root)
-            skills = await find_project_skills_async(self._task.root)
+            project = await ProjectSkills.scan(self._task.root, trusted, count_untrusted=True)
             self._life.check_live()
-            self._skills = skills if trusted else ()
-            return TrustStatus(root=self._task.root, trusted=trusted, has_skills=bool(skills))
+            self._skills = project.visible
+            self._undecided = project if trusted is None else None
+            return TrustStatus(
+                root=self._task.root, trusted=trusted, has_skills=bool(project.found)
+            )
 
     async def decide_trust(self, trusted: bool) -> None:
         """Save the account's decision for this task's project and rebuild this lease's skill
         catalog. ``TRUST_BUSY`` while a run of that project is active."""
         with self.operation():
             await self._context.set_trust(self.generation, self._task.root, trusted, self)
-            await self.rebuild_skills()
+            scanned, self._undecided = self._undecided, None
+            if scanned is None:
+                await self._load_skills()
+            else:
+                self._skills = scanned.decided(trusted).visible
 
     async def rebuild_skills(self) -> tuple[SkillInfo, ...]:
         """Recompute the skills the backend sees from the saved decision and the files."""
@@ -254,10 +263,10 @@ class SessionLease:
 
     async def _load_skills(self) -> tuple[SkillInfo, ...]:
         trusted = await self._context.store.get_trust(self.account, self._task.root)
-        skills = await find_project_skills_async(self._task.root) if trusted else ()
+        project = await ProjectSkills.scan(self._task.root, trusted, count_untrusted=False)
         self._life.check_live()
-        self._skills = skills
-        return skills
+        self._skills = project.visible
+        return project.visible
 
     async def _turn_inputs(self, run_id: str) -> tuple[TimelineItem, ...]:
         """What a turn reads before it starts: the skills (once per lease, if not yet

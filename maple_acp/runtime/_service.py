@@ -39,7 +39,6 @@ from maple_acp.runtime._relay import RelayValues, validate_relay_values
 from maple_acp.runtime._replies import ServiceStatus, TaskListing
 from maple_acp.runtime._self_serving import ServedInOwnNursery
 from maple_acp.runtime._tools import ToolContext
-from maple_acp.runtime._trust import SkillInfo, find_project_skills_async
 from maple_acp.store import InvalidCursor, TaskStore
 
 logger = logging.getLogger(__name__)
@@ -243,11 +242,6 @@ class AgentService(ServedInOwnNursery):
         checked = validate_relay_values(relay or {}, self.relay_allow_list)
         return ToolContext(checked, env_allow=self.tool_env_allow)
 
-    async def _project_skills(self, account: str, root: str) -> tuple[SkillInfo, ...]:
-        if await self.store.get_trust(account, root):
-            return await find_project_skills_async(root)
-        return ()
-
     def _open_lease(
         self,
         task: TaskRecord,
@@ -256,7 +250,6 @@ class AgentService(ServedInOwnNursery):
         created_here: bool,
         tools: ToolContext,
         goal: GoalRecord | None,
-        skills: tuple[SkillInfo, ...] | None,
     ) -> SessionLease:
         """The one place a lease is made and registered."""
         lease = SessionLease(
@@ -267,7 +260,6 @@ class AgentService(ServedInOwnNursery):
             created_here=created_here,
             tools=tools,
             goal=goal,
-            skills=skills,
         )
         self._leases.add(lease)
         return lease
@@ -315,9 +307,7 @@ class AgentService(ServedInOwnNursery):
             provisional=surface is TaskSurface.EXTERNAL,
         )
         await self.store.create_task(record)
-        lease = self._open_lease(
-            record, generation, created_here=True, tools=tools, goal=None, skills=None
-        )
+        lease = self._open_lease(record, generation, created_here=True, tools=tools, goal=None)
         # serve() cleans up (and deletes the untouched row) if the lease is never handed out.
         await lease.serve(router_factory, task_status=task_status)
 
@@ -365,7 +355,6 @@ class AgentService(ServedInOwnNursery):
                         RejectionKind.MODEL_RETIRED, "the task's model is no longer offered"
                     )
             goal = await self.store.get_goal(task_id)
-            skills = await self._project_skills(account, root)
             self._fence.check(generation)
         except BaseException:
             tools.revoke()
@@ -375,9 +364,7 @@ class AgentService(ServedInOwnNursery):
                     await self.store.set_provisional_expiry(task_id, expiry)
             self._leases.unreserve(task_id)
             raise
-        lease = self._open_lease(
-            task, generation, created_here=False, tools=tools, goal=goal, skills=skills
-        )
+        lease = self._open_lease(task, generation, created_here=False, tools=tools, goal=goal)
         await lease.serve(router_factory, task_status=task_status)
 
     async def check_root(

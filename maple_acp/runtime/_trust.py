@@ -1,4 +1,5 @@
-"""Project trust: finding a project's real skill files without following a symlink."""
+"""Project trust: finding a project's real skill files without following a symlink, and the
+one rule for what a backend sees of them (:class:`ProjectSkills`: only a trusted project's)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,34 @@ def find_project_skills(root: str) -> tuple[SkillInfo, ...]:
 
 async def find_project_skills_async(root: str) -> tuple[SkillInfo, ...]:
     return await trio.to_thread.run_sync(find_project_skills, root)
+
+
+@attrs.frozen(kw_only=True)
+class ProjectSkills:
+    """A project's skill files as one scan found them, and the account's saved decision."""
+
+    #: The saved decision; ``None`` when undecided.
+    trusted: bool | None
+    #: The real skill files found; empty when the scan was skipped (an untrusted project
+    #: whose files nobody needed to count).
+    found: tuple[SkillInfo, ...]
+
+    @property
+    def visible(self) -> tuple[SkillInfo, ...]:
+        """What a backend may see: a trusted project's skills, else none."""
+        return self.found if self.trusted else ()
+
+    def decided(self, trusted: bool) -> ProjectSkills:
+        """The same scan under a decision just made."""
+        return attrs.evolve(self, trusted=trusted)
+
+    @classmethod
+    async def scan(cls, root: str, trusted: bool | None, *, count_untrusted: bool) -> ProjectSkills:
+        """Scan ``root`` when its skills can be visible (or, with ``count_untrusted``, when
+        the caller must know whether an undecided project has any)."""
+        needed = trusted or count_untrusted
+        found = await find_project_skills_async(root) if needed else ()
+        return cls(trusted=trusted, found=found)
 
 
 @attrs.frozen(kw_only=True)

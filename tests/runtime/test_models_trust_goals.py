@@ -24,6 +24,7 @@ from maple_acp.runtime import (
     TextChunk,
     find_project_skills,
 )
+from maple_acp.runtime import _trust as trust_module
 from maple_acp.runtime._models import ModelCatalogCache
 from maple_acp.store import GoalStatus
 from maple_acp.testing.demo import collect_events, run_prompt
@@ -185,6 +186,36 @@ async def test_trust_decision_is_needed_once_and_persisted(
         await second.release(close=True)
         await service.set_project_trust(str(project), None)
         assert await service.project_trust(str(project)) is None
+
+
+async def test_a_project_is_scanned_once_per_first_prompt_and_never_at_open(
+    service: AgentService, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_skill(project, "helper")
+    scans: list[str] = []
+    real_scan = trust_module.find_project_skills
+
+    def counting_scan(root: str) -> Any:
+        scans.append(root)
+        return real_scan(root)
+
+    monkeypatch.setattr(trust_module, "find_project_skills", counting_scan)
+    async with trio.open_nursery() as nursery:
+        lease = await nursery.start(service.serve_new_task, str(project))
+        assert scans == []
+        # The trust question and its answer share one scan; the turn reuses the result.
+        assert (await lease.trust_status()).decision_needed
+        await lease.decide_trust(True)
+        await run_prompt(lease, "hello")
+        assert len(scans) == 1
+        assert [skill.name for skill in lease.skills] == ["helper"]
+        await lease.release(close=True)
+        # Loading the (now trusted) task scans nothing until its first turn needs the skills.
+        loaded = await nursery.start(service.serve_task, lease.task_id, str(project))
+        assert len(scans) == 1
+        await run_prompt(loaded, "again")
+        assert len(scans) == 2
+        await loaded.release(close=True)
 
 
 async def test_no_skills_means_no_decision(service: AgentService, project: Path) -> None:
