@@ -70,10 +70,14 @@ class LineClient:
         idle_timeout: float,
         peer: str,
         on_request: RequestHandler | None = None,
+        max_line_bytes: int | None = None,
     ) -> None:
         self._fd = read_fd
         self._write = write
         self._idle_timeout = idle_timeout
+        self._max_line_bytes = MAX_LINE_BYTES if max_line_bytes is None else max_line_bytes
+        #: Whether the host has sent anything: one that closes before that turned us away.
+        self._heard = False
         self._peer = peer
         self._on_request = on_request
         self._buffer = bytearray()
@@ -87,6 +91,10 @@ class LineClient:
         line = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
         try:
             self._write(line)
+        except (ConnectionResetError, BrokenPipeError) as exc:
+            if not self._heard:
+                raise self._turned_away() from None
+            raise HostUnavailable(f"lost the connection to {self._peer}: {_reason(exc)}") from None
         except OSError as exc:
             raise HostUnavailable(f"lost the connection to {self._peer}: {_reason(exc)}") from None
 
@@ -144,6 +152,9 @@ class LineClient:
     def _receive(self) -> Any:
         while True:
             end = self._buffer.find(b"\n")
+            if end > self._max_line_bytes or (end < 0 and len(self._buffer) > self._max_line_bytes):
+                limit = self._max_line_bytes
+                raise HostUnavailable(f"{self._peer} sent a line over {limit} bytes")
             if end >= 0:
                 line = bytes(self._buffer[:end])
                 del self._buffer[: end + 1]
@@ -153,8 +164,6 @@ class LineClient:
                     return json.loads(line)
                 except ValueError:
                     raise HostUnavailable(f"{self._peer} sent a line that is not JSON") from None
-            if len(self._buffer) > MAX_LINE_BYTES:
-                raise HostUnavailable(f"{self._peer} sent a line over {MAX_LINE_BYTES} bytes")
             self._fill()
 
     def _fill(self) -> None:
@@ -165,11 +174,24 @@ class LineClient:
             )
         try:
             chunk = os.read(self._fd, READ_CHUNK)
+        except (ConnectionResetError, BrokenPipeError):
+            if not self._heard:
+                # A host at its connection limit closes at accept, unread request and all.
+                raise self._turned_away() from None
+            raise HostUnavailable(f"{self._peer} reset the connection") from None
         except OSError as exc:
             raise HostUnavailable(f"lost the connection to {self._peer}: {_reason(exc)}") from None
         if not chunk:
+            if not self._heard:
+                raise self._turned_away()
             raise HostUnavailable(f"{self._peer} closed the connection")
+        self._heard = True
         self._buffer += chunk
+
+    def _turned_away(self) -> HostUnavailable:
+        return HostUnavailable(
+            f"{self._peer} closed the connection without answering (all connections in use?)"
+        )
 
 
 def _reason(exc: OSError) -> str:
@@ -178,7 +200,9 @@ def _reason(exc: OSError) -> str:
 
 
 @contextmanager
-def connect_host(endpoint: Path, *, idle_timeout: float) -> Iterator[LineClient]:
+def connect_host(
+    endpoint: Path, *, idle_timeout: float, max_line_bytes: int | None = None
+) -> Iterator[LineClient]:
     """A :class:`LineClient` on the host's socket (checked as the connector checks it), closed
     when the block ends; :class:`HostUnavailable` with one line when there is no host."""
     try:
@@ -199,9 +223,27 @@ def connect_host(endpoint: Path, *, idle_timeout: float) -> Iterator[LineClient]
             sock.sendall,
             idle_timeout=idle_timeout,
             peer=f"the service at {endpoint}",
+            max_line_bytes=max_line_bytes,
         )
     finally:
         sock.close()
+
+
+def host_status(endpoint: Path, *, timeout: float, max_bytes: int) -> dict[str, Any]:
+    """The host's ``_maple/status`` counters; :class:`HostUnavailable` (one line) when no host
+    answers with them within ``timeout``, or answers with more than ``max_bytes``."""
+    from maple_acp.wire import STATUS_METHOD
+
+    with connect_host(endpoint, idle_timeout=timeout, max_line_bytes=max_bytes) as client:
+        try:
+            result = client.request(STATUS_METHOD, {})
+        except AcpCallError as exc:
+            raise HostUnavailable(
+                f"the service at {endpoint} refused the status query: {exc}"
+            ) from None
+    if not isinstance(result, dict):
+        raise HostUnavailable(f"the service at {endpoint} did not return a status")
+    return result
 
 
 def initialize(client: LineClient) -> Mapping[str, Any]:

@@ -41,6 +41,7 @@ from maple_acp._cli_client import (
     HostUnavailable,
     LineClient,
     connect_host,
+    host_status,
     initialize,
     list_sessions,
     printable,
@@ -75,14 +76,10 @@ from maple_acp.config import (
     resolve_serve_settings,
     resolve_socket,
 )
-from maple_acp_connector._version import __version__
+from maple_acp_connector import __version__
 from maple_acp_connector.endpoint import (
     ENDPOINT_ENV,
-    check_endpoint_socket,
     resolve_endpoint,
-)
-from maple_acp_connector.endpoint import (
-    EndpointError as ConnectorEndpointError,
 )
 
 __all__ = [
@@ -471,52 +468,9 @@ def query_status(endpoint: Path, *, timeout: float = STATUS_TIMEOUT_S) -> dict[s
     """Ask the service at ``endpoint`` for ``_maple/status``; raise :class:`CliError` with
     one line when there is none or it does not answer."""
     try:
-        check_endpoint_socket(endpoint)
-    except ConnectorEndpointError as exc:
+        return host_status(endpoint, timeout=timeout, max_bytes=MAX_STATUS_BYTES)
+    except HostUnavailable as exc:
         raise CliError(str(exc)) from None
-    from maple_acp.wire import STATUS_METHOD
-
-    request = {"jsonrpc": "2.0", "id": 1, "method": STATUS_METHOD, "params": {}}
-    buffer = bytearray()
-    turned_away = CliError(
-        f"the service at {endpoint} closed the connection without answering "
-        "(all connections in use?)"
-    )
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        try:
-            sock.connect(os.fspath(endpoint))
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-            raise CliError(
-                f"the maple-acp service is unavailable at {endpoint}: {reason}"
-            ) from None
-        try:
-            sock.sendall(json.dumps(request).encode() + b"\n")
-            while b"\n" not in buffer:
-                chunk = sock.recv(4096)
-                if not chunk:
-                    raise turned_away
-                buffer += chunk
-                if len(buffer) > MAX_STATUS_BYTES:
-                    raise CliError(f"the service at {endpoint} sent an oversized answer")
-        except TimeoutError:
-            raise CliError(f"the service at {endpoint} did not answer in time") from None
-        except (ConnectionResetError, BrokenPipeError):
-            # A host closes a connection over its limit at accept, unread request and all.
-            raise turned_away from None
-        except OSError as exc:
-            raise CliError(
-                f"lost the connection to the service at {endpoint}: {exc.strerror or exc}"
-            ) from None
-    try:
-        answer = json.loads(bytes(buffer).split(b"\n", 1)[0])
-    except ValueError:
-        raise CliError(f"the service at {endpoint} sent something that is not JSON") from None
-    result = answer.get("result") if isinstance(answer, dict) else None
-    if not isinstance(result, dict):
-        raise CliError(f"the service at {endpoint} did not return a status")
-    return result
 
 
 def format_status(status: Mapping[str, Any]) -> str:

@@ -124,6 +124,42 @@ def test_status_reports_a_peer_that_closes_without_answering(tmp_path: Path) -> 
     assert "closed the connection without answering" in result.output
 
 
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (b'{"jsonrpc":"2.0","id":1,"result":[1,2]}\n', "did not return a status"),
+        (
+            b'{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"no"}}\n',
+            "refused the status query",
+        ),
+        (b'{"jsonrpc":"2.0","id":1,"result":{"x":"' + b"y" * 70_000 + b'"}}\n', "a line over"),
+        (b"not json\n", "not JSON"),
+    ],
+)
+def test_status_reports_a_peer_that_answers_badly_in_one_line(
+    tmp_path: Path, reply: bytes, expected: str
+) -> None:
+    path = tmp_path / "odd.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        os.chmod(path, 0o600)
+        listener.listen(1)
+
+        def answer_oddly() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(4096)
+                conn.sendall(reply)
+
+        peer = threading.Thread(target=answer_oddly)
+        peer.start()
+        result = CliRunner().invoke(cli, ["status", "--socket", str(path)])
+        peer.join()
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1
+    assert expected in result.output
+
+
 def test_status_summary_names_every_counter() -> None:
     text = format_status(
         {
