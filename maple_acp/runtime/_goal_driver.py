@@ -63,11 +63,6 @@ class GoalCycleDriver:
     def goal(self) -> GoalRecord | None:
         return self._goal
 
-    @property
-    def cycle_active(self) -> bool:
-        run = self._active_run()
-        return run is not None and run.kind is RunKind.GOAL_CYCLE
-
     async def set(self, objective: str, token_budget: int | None) -> GoalRecord:
         goal = _goals.new_goal(objective, now_ms=self._now_ms(), token_budget=token_budget)
         self._epoch += 1

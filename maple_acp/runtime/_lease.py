@@ -149,10 +149,6 @@ class SessionLease:
         unchanged): what it declared when the lease was made, or what a turn set since."""
         return self._commands
 
-    @property
-    def goal_cycle_active(self) -> bool:
-        return self._goals.cycle_active
-
     def session_events(self) -> SessionEvents:
         """Events outside any prompt: ``GoalChanged``, ``CycleStarted`` (read that run's events
         like a prompt's), ``LeaseRevoked``. One consumer; ends after the lease's cleanup."""

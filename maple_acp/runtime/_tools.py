@@ -17,7 +17,6 @@ import trio
 
 from maple_acp._exceptions import MapleAcpError
 from maple_acp._tool_env import tool_child_environment
-from maple_acp.runtime._errors import bounded_text
 from maple_acp.runtime._relay import RelayRedactor
 
 logger = logging.getLogger(__name__)
@@ -317,6 +316,3 @@ def _group_alive(pgid: int) -> bool:
             return True
     return False
 
-
-def safe_error(exc: BaseException) -> str:
-    return bounded_text(str(exc) or type(exc).__name__)
