@@ -24,7 +24,8 @@ from pathlib import Path
 
 import trio
 
-from maple_acp.store import ItemKind, SqliteTaskStore, TimelineItem, _sqlite
+from maple_acp.model import ItemKind, TimelineItem
+from maple_acp.store import SqliteTaskStore, _sqlite
 from maple_acp.testing.store import STORE_FILE_NAME, task_record
 
 ROWS_PER_TASK = 6

@@ -34,9 +34,8 @@ from pathlib import Path
 
 import trio
 
-from maple_acp.store import (
+from maple_acp.model import (
     ItemKind,
-    SqliteTaskStore,
     TaskRecord,
     TaskSurface,
     TimelineItem,
@@ -44,6 +43,7 @@ from maple_acp.store import (
     ToolState,
     ToolStatus,
 )
+from maple_acp.store import SqliteTaskStore
 from maple_acp.store._history import _ITEM_COLUMNS, WRITE_STATEMENTS, encode_items
 
 #: The budget: a write on the big store costs at most this many times the same write on an

@@ -27,7 +27,8 @@ from pathlib import Path
 import attrs
 import trio
 
-from maple_acp.store import ItemKind, SqliteTaskStore, TaskPolicy, TaskQuery, TimelineItem
+from maple_acp.model import ItemKind, TaskPolicy, TaskQuery, TimelineItem
+from maple_acp.store import SqliteTaskStore
 from maple_acp.store._tasks import list_sql
 
 #: The budget for one page, from the store's requirements.

@@ -315,4 +315,3 @@ def _group_alive(pgid: int) -> bool:
         if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
             return True
     return False
-

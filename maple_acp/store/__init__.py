@@ -1,24 +1,9 @@
-"""Persistence for the runtime: the ``TaskStore`` protocol and its records."""
+"""Persistence for the runtime: the ``TaskStore`` protocol and the SQLite store.
 
-from maple_acp.model import (
-    FileDiff,
-    GoalRecord,
-    GoalStatus,
-    ItemKind,
-    PlanEntry,
-    PlanPriority,
-    PlanStatus,
-    TaskPage,
-    TaskPolicy,
-    TaskQuery,
-    TaskRecord,
-    TaskSurface,
-    TimelineItem,
-    ToolLocation,
-    ToolState,
-    ToolStatus,
-    Usage,
-)
+The records a store reads and writes (``TaskRecord``, ``TimelineItem``, ...) have one public
+home, :mod:`maple_acp.model`; this face does not repeat them.
+"""
+
 from maple_acp.store._lock import DataDirectoryLocked
 from maple_acp.store._protocol import InvalidCursor, StoreError, TaskStore
 from maple_acp.store._sqlite import MAX_PAGE, SqliteTaskStore
@@ -26,25 +11,8 @@ from maple_acp.store._sqlite import MAX_PAGE, SqliteTaskStore
 __all__ = [
     "MAX_PAGE",
     "DataDirectoryLocked",
-    "FileDiff",
-    "GoalRecord",
-    "GoalStatus",
     "InvalidCursor",
-    "ItemKind",
-    "PlanEntry",
-    "PlanPriority",
-    "PlanStatus",
     "SqliteTaskStore",
     "StoreError",
-    "TaskPage",
-    "TaskPolicy",
-    "TaskQuery",
-    "TaskRecord",
     "TaskStore",
-    "TaskSurface",
-    "TimelineItem",
-    "ToolLocation",
-    "ToolState",
-    "ToolStatus",
-    "Usage",
 ]

@@ -14,7 +14,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from maple_acp.store import SqliteTaskStore, TaskRecord, TaskSurface
+from maple_acp.model import TaskRecord, TaskSurface
+from maple_acp.store import SqliteTaskStore
 
 #: The file name used inside the directory a test hands over.
 STORE_FILE_NAME = "tasks.sqlite3"

@@ -12,8 +12,8 @@ import trio.testing
 from edge_harness import Harness, running_service
 
 from maple_acp.edge import AcpServiceConfig
+from maple_acp.model import ToolState, ToolStatus
 from maple_acp.runtime import ToolRequest, Turn
-from maple_acp.store import ToolState, ToolStatus
 from maple_acp.testing.client import AcpTestClient, reject
 from maple_acp.testing.schema import AcpSchema
 from maple_acp.wire import ProtocolError

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import trio
 
-from maple_acp.store import ItemKind, TaskQuery
+from maple_acp.model import ItemKind, TaskQuery
 from maple_acp.testing.demo import DEMO_ACCOUNT, demo_service
 
 HOST = textwrap.dedent(

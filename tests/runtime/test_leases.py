@@ -11,6 +11,15 @@ import pytest
 import trio
 import trio.testing
 
+from maple_acp.model import (
+    ItemKind,
+    TaskPolicy,
+    TaskRecord,
+    TaskSurface,
+    TimelineItem,
+    ToolState,
+    ToolStatus,
+)
 from maple_acp.runtime import (
     DEFAULT_PROVISIONAL_GRACE_S,
     AgentService,
@@ -20,15 +29,6 @@ from maple_acp.runtime import (
     RuntimeRejection,
     SessionLease,
     ToolContext,
-)
-from maple_acp.store import (
-    ItemKind,
-    TaskPolicy,
-    TaskRecord,
-    TaskSurface,
-    TimelineItem,
-    ToolState,
-    ToolStatus,
 )
 from maple_acp.testing.demo import DEMO_ACCOUNT, demo_service, run_prompt
 from maple_acp.testing.store import open_temp_store
@@ -414,7 +414,7 @@ async def test_a_failing_router_factory_releases_the_task(
 
 
 def _all_query() -> Any:
-    from maple_acp.store import TaskQuery
+    from maple_acp.model import TaskQuery
 
     return TaskQuery(account=DEMO_ACCOUNT, include_provisional=True)
 

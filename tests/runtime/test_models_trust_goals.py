@@ -11,6 +11,7 @@ import pytest
 import trio
 import trio.testing
 
+from maple_acp.model import GoalStatus
 from maple_acp.runtime import (
     MODEL_DISCOVERY_BOUND_S,
     AgentService,
@@ -26,7 +27,6 @@ from maple_acp.runtime import (
 )
 from maple_acp.runtime import _trust as trust_module
 from maple_acp.runtime._models import ModelCatalogCache
-from maple_acp.store import GoalStatus
 from maple_acp.testing.demo import collect_events, run_prompt
 
 DEFAULT = ModelInfo(id="default", name="Default")

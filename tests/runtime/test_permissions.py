@@ -8,6 +8,7 @@ from pathlib import Path
 import trio
 from runtime_helpers import exists, next_event, of_type
 
+from maple_acp.model import ToolStatus
 from maple_acp.runtime import (
     EXTERNAL_MCP_TOOL,
     AgentService,
@@ -19,7 +20,6 @@ from maple_acp.runtime import (
     ToolRow,
 )
 from maple_acp.runtime._permissions import classify
-from maple_acp.store import ToolStatus
 
 
 def shell(command: str) -> str:

@@ -9,6 +9,7 @@ import trio
 import trio.testing
 from runtime_helpers import of_type
 
+from maple_acp.model import ItemKind, Usage
 from maple_acp.runtime import (
     RUN_EVENT_QUEUE,
     AgentService,
@@ -22,7 +23,6 @@ from maple_acp.runtime import (
     TitleChanged,
     UsageUpdate,
 )
-from maple_acp.store import ItemKind, Usage
 from maple_acp.testing.demo import collect_events, run_prompt
 
 

@@ -30,6 +30,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from maple_acp.model import TaskQuery
 from maple_acp.runtime import (
     AgentService,
     PermissionRequest,
@@ -38,7 +39,6 @@ from maple_acp.runtime import (
     RuntimeRejection,
     SessionLease,
 )
-from maple_acp.store import TaskQuery
 from maple_acp.testing.demo import DEMO_ACCOUNT, make_demo_service
 from maple_acp.testing.store import STORE_FILE_NAME, open_temp_store
 

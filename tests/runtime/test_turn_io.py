@@ -314,7 +314,8 @@ class WrongResult:
 
 
 @pytest.mark.parametrize(
-    "returned", [True, "end_turn", StopReason.REFUSAL, TurnResult(stop_reason="refusal")]  # type: ignore[arg-type]
+    "returned",
+    [True, "end_turn", StopReason.REFUSAL, TurnResult(stop_reason="refusal")],  # type: ignore[arg-type]
 )
 async def test_a_result_that_is_not_a_turn_result_fails_the_run(
     tmp_path: Path, project: Path, returned: object

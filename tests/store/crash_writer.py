@@ -18,12 +18,8 @@ from pathlib import Path
 
 import trio
 
-from maple_acp.store import (
-    ItemKind,
-    SqliteTaskStore,
-    TaskSurface,
-    TimelineItem,
-)
+from maple_acp.model import ItemKind, TaskSurface, TimelineItem
+from maple_acp.store import SqliteTaskStore
 from maple_acp.testing.store import task_record
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

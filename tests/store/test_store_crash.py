@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from crash_writer import kill_writer_after
 
-from maple_acp.store import ItemKind
+from maple_acp.model import ItemKind
 from maple_acp.testing.store import STORE_FILE_NAME, temp_store
 
 #: Generous: the child only has to import trio and write two transactions.

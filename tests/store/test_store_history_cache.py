@@ -7,18 +7,17 @@ import random
 import sqlite3
 from pathlib import Path
 
-from maple_acp.store import (
+from maple_acp.model import (
     ItemKind,
     PlanEntry,
     PlanPriority,
     PlanStatus,
-    SqliteTaskStore,
     TimelineItem,
     ToolLocation,
     ToolState,
     ToolStatus,
-    _history,
 )
+from maple_acp.store import SqliteTaskStore, _history
 from maple_acp.store._history import MAX_CACHED_ITEMS, MAX_CACHED_TASKS, encode_items
 from maple_acp.store._sqlite import _write
 from maple_acp.testing.store import task_record

@@ -9,13 +9,8 @@ import pytest
 import trio
 import trio.testing
 
-from maple_acp.store import (
-    ItemKind,
-    SqliteTaskStore,
-    StoreError,
-    TaskQuery,
-    TimelineItem,
-)
+from maple_acp.model import ItemKind, TaskQuery, TimelineItem
+from maple_acp.store import SqliteTaskStore, StoreError
 from maple_acp.store._migrations import SCHEMA_VERSION, migrate
 from maple_acp.testing.store import open_temp_store, task_record, temp_store
 

@@ -10,15 +10,8 @@ import attrs
 import orjson
 import pytest
 
-from maple_acp.store import (
-    MAX_PAGE,
-    InvalidCursor,
-    SqliteTaskStore,
-    TaskPolicy,
-    TaskQuery,
-    TaskRecord,
-    TaskSurface,
-)
+from maple_acp.model import TaskPolicy, TaskQuery, TaskRecord, TaskSurface
+from maple_acp.store import MAX_PAGE, InvalidCursor, SqliteTaskStore
 from maple_acp.store._tasks import _encode_cursor, list_sql
 from maple_acp.testing.store import task_record
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from maple_acp.store import GoalRecord, GoalStatus, SqliteTaskStore, StoreError, Usage
+from maple_acp.model import GoalRecord, GoalStatus, Usage
+from maple_acp.store import SqliteTaskStore, StoreError
 from maple_acp.testing.store import task_record
 
 

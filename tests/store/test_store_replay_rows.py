@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from maple_acp.model import MESSAGE_KINDS, MessageRow
-from maple_acp.store import (
+from maple_acp.model import (
+    MESSAGE_KINDS,
     ItemKind,
+    MessageRow,
     PlanEntry,
-    SqliteTaskStore,
-    StoreError,
     TimelineItem,
     ToolState,
     ToolStatus,
 )
+from maple_acp.store import SqliteTaskStore, StoreError
 from maple_acp.testing.store import task_record
 
 

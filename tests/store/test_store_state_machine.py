@@ -22,15 +22,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from maple_acp.store import (
-    ItemKind,
-    StoreError,
-    TaskPolicy,
-    TaskQuery,
-    TaskRecord,
-    TaskSurface,
-    TimelineItem,
-)
+from maple_acp.model import ItemKind, TaskPolicy, TaskQuery, TaskRecord, TaskSurface, TimelineItem
+from maple_acp.store import StoreError
 from maple_acp.testing.store import open_temp_store
 
 T = TypeVar("T")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from maple_acp.store import ItemKind, SqliteTaskStore, TaskRecord, TaskSurface, TimelineItem
+from maple_acp.model import ItemKind, TaskRecord, TaskSurface, TimelineItem
+from maple_acp.store import SqliteTaskStore
 from maple_acp.testing.store import task_record
 
 NOW = 100_000

@@ -5,18 +5,17 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from maple_acp.store import (
+from maple_acp.model import (
     GoalRecord,
     GoalStatus,
     ItemKind,
-    SqliteTaskStore,
-    StoreError,
     TaskPolicy,
     TaskRecord,
     TaskSurface,
     TimelineItem,
     Usage,
 )
+from maple_acp.store import SqliteTaskStore, StoreError
 from maple_acp.testing.store import task_record
 
 

@@ -5,16 +5,15 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from maple_acp.store import (
+from maple_acp.model import (
     ItemKind,
-    SqliteTaskStore,
-    StoreError,
     TaskSurface,
     TimelineItem,
     ToolLocation,
     ToolState,
     ToolStatus,
 )
+from maple_acp.store import SqliteTaskStore, StoreError
 from maple_acp.testing.store import task_record
 
 
