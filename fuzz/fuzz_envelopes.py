@@ -134,7 +134,7 @@ def fuzz_one(data: bytes) -> None:
 def main() -> None:
     from _atheris import run
 
-    run("fuzz_envelopes", fuzz_one, ["maple_acp.rpc._envelope", "maple_acp.wire._errors", __name__])
+    run("fuzz_envelopes", fuzz_one, ["maple_acp.rpc._envelope", "maple_acp.wire.errors", __name__])
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from maple_acp.rpc import (
     encode_message,
     parse_message,
 )
-from maple_acp.wire._errors import INVALID_REQUEST, PARSE_ERROR
+from maple_acp.wire.errors import INVALID_REQUEST, PARSE_ERROR
 
 #: A small cap so that the fuzzer reaches the over-long path often.
 FUZZ_LINE_CAP = 512

@@ -26,7 +26,7 @@ from typing import Any, Final, TypeAlias
 import attrs
 import orjson
 
-from maple_acp.wire._errors import (
+from maple_acp.wire.errors import (
     INVALID_REQUEST,
     PARSE_ERROR,
     ProtocolError,

@@ -16,7 +16,7 @@ from typing import Any, Final, TypeAlias
 import trio
 
 from maple_acp._groups import single_exception
-from maple_acp.wire._errors import (
+from maple_acp.wire.errors import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,

@@ -35,18 +35,6 @@ from ._converter import (
     structure_params,
     unstructure,
 )
-from ._errors import (
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    MAX_ERROR_MESSAGE_CHARS,
-    METHOD_NOT_FOUND,
-    PARSE_ERROR,
-    REQUEST_CANCELLED,
-    RESOURCE_NOT_FOUND,
-    ProtocolError,
-    bounded_message,
-)
 from ._extensions import (
     BRIDGE_HELLO_METHOD,
     GOAL_CONTROL_METHOD,
@@ -177,6 +165,18 @@ from ._updates import (
 )
 from ._validators import (
     WireValueError,
+)
+from .errors import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    MAX_ERROR_MESSAGE_CHARS,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    REQUEST_CANCELLED,
+    RESOURCE_NOT_FOUND,
+    ProtocolError,
+    bounded_message,
 )
 
 __all__ = [

@@ -34,9 +34,9 @@ from . import _initialize as ini
 from . import _interaction as i
 from . import _session as s
 from . import _updates as u
-from ._errors import INVALID_PARAMS, ProtocolError
 from ._naming import wire_key
 from ._validators import WireValueError
+from .errors import INVALID_PARAMS, ProtocolError
 
 T = TypeVar("T")
 

@@ -21,7 +21,7 @@ from maple_acp.rpc import (
     encode_result,
     parse_message,
 )
-from maple_acp.wire._errors import INVALID_REQUEST, PARSE_ERROR, ProtocolError
+from maple_acp.wire.errors import INVALID_REQUEST, PARSE_ERROR, ProtocolError
 
 
 def invalid(line: bytes) -> InvalidMessage:

@@ -26,7 +26,7 @@ from maple_acp.rpc import (
     encode_notification,
     method_not_found,
 )
-from maple_acp.wire._errors import ProtocolError
+from maple_acp.wire.errors import ProtocolError
 
 StreamPair = tuple[trio.abc.Stream, trio.abc.Stream]
 

@@ -1,4 +1,5 @@
-"""JSON-RPC error codes and the one exception that carries a protocol error.
+"""JSON-RPC error codes and the one exception that carries a protocol error: a small public
+module, so the rpc layer takes them from here rather than from a private part of ``wire``.
 
 Both the wire layer (a params structuring failure is ``INVALID_PARAMS``) and the rpc peer
 (envelopes, unknown methods, cancellation) raise :class:`ProtocolError`; the edge maps runtime
