@@ -41,9 +41,19 @@ one clause and still tell the layers apart::
      +-- HostUnavailable         the command line's client found no host on the socket
      +-- AcpCallError            the command line's client got an error answer
 
-Not part of the tree, on purpose: exceptions used for control flow inside one module and never
-let out of it (the edge's ``SessionClosed``, the provider's ``ProviderFault``, which becomes a
-``TurnFailed`` line, the command-line client's ``NotServed``), and ``click``'s own usage errors.
+Not part of the tree, on purpose, each for its reason:
+
+- control flow inside one module, never let out of it: the edge's ``SessionClosed``, the
+  provider's ``ProviderFault`` (it becomes a ``TurnFailed`` line), the command-line client's
+  ``NotServed``;
+- the MCP router's ``ResponseTooLarge``, an ``httpx2.StreamError`` so that the HTTP transport
+  treats an oversized body like any broken stream (it surfaces as ``McpSetupError`` or
+  ``ExternalToolError``);
+- the command line's ``CliError``, a ``click.ClickException`` so click prints it as one line and
+  exits 1 (and ``click``'s own usage errors);
+- the test helpers' ``SchemaViolation``, an ``AssertionError`` so a test runner reports a frame
+  that breaks the ACP schema as a failed assertion.
+
 The stdlib-only connector has its own small tree (``maple_acp_connector.EndpointError``) because
 it must not import this package.
 """
