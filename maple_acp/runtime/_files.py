@@ -90,10 +90,18 @@ def resolve_in_root(root: str, path: str) -> str:
     """The absolute path ``path`` names inside ``root`` (below the root's real path).
 
     ``path`` is relative to ``root`` or absolute (under ``root`` as given or under its real
-    path); ``..`` is taken lexically and may not climb above ``root``. Only the root's own path
-    is resolved: symlinks below it are never followed, so nothing here touches the tree below
-    it. Raises ``FileToolError``."""
-    return _Target.of(root, path).resolved
+    path); ``..`` is taken lexically and may not climb above ``root``. A path the file tools
+    would refuse because a symlink is in it is refused here too (the part that does not exist
+    yet is not looked at). A caller that then opens the path string itself gets none of the
+    tools' protection against a swap meanwhile. Raises ``FileToolError``."""
+    target = _Target.of(root, path)
+    if target.names:
+        root_fd = target.open_root()
+        try:
+            _refuse_a_symlink(root_fd, target)
+        finally:
+            os.close(root_fd)
+    return target.resolved
 
 
 def read_text(root: str, path: str, *, max_chars: int = MAX_READ_CHARS) -> FileRead:
@@ -286,6 +294,24 @@ def _open_parent(root_fd: int, target: _Target, *, create: bool) -> int | None:
         raise _refusal(exc, target.shown, doing) from None
 
 
+def _refuse_a_symlink(root_fd: int, target: _Target) -> None:
+    """Refuse ``target`` if a symlink is in it, as far as it exists."""
+    try:
+        parent_fd = _beneath.open_directory_beneath(root_fd, target.names[:-1])
+        try:
+            mode = os.stat(target.names[-1], dir_fd=parent_fd, follow_symlinks=False).st_mode
+        finally:
+            os.close(parent_fd)
+    except (FileNotFoundError, NotADirectoryError):
+        return  # it does not exist (yet): nothing to follow
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EXDEV):
+            raise _refusal(exc, target.shown, "open") from None
+        return  # not ours to judge here: the tool that opens it reports it
+    if stat.S_ISLNK(mode):
+        raise _symlink_refusal(target.shown)
+
+
 def _read_existing(dir_fd: int, names: tuple[str, ...], shown: str) -> str | None:
     """The text of the file ``names`` name below ``dir_fd``, ``None`` when it does not exist."""
     try:
@@ -338,13 +364,17 @@ def _first_changed_line(old: str | None, new: str) -> int:
 
 def _refusal(exc: OSError, shown: str, doing: str) -> FileToolError:
     if exc.errno == errno.ELOOP:
-        return FileToolError(
-            f"{shown} is or goes through a symlink, which file tools do not follow"
-            " (it could lead outside the session's project directory)"
-        )
+        return _symlink_refusal(shown)
     if exc.errno == errno.EXDEV:
         return FileToolError(f"{shown} is outside the session's project directory")
     return FileToolError(f"cannot {doing} {shown}: {_reason(exc)}")
+
+
+def _symlink_refusal(shown: str) -> FileToolError:
+    return FileToolError(
+        f"{shown} is or goes through a symlink, which file tools do not follow:"
+        " it could lead outside the session's project directory"
+    )
 
 
 def _reason(exc: OSError) -> str:

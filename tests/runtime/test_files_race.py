@@ -26,7 +26,13 @@ from maple_acp.runtime import (
     ToolStatus,
     _beneath,
 )
-from maple_acp.runtime._files import FileToolError, edit_text, read_text, write_text
+from maple_acp.runtime._files import (
+    FileToolError,
+    edit_text,
+    read_text,
+    resolve_in_root,
+    write_text,
+)
 
 #: Calls per racing case: the unfixed tools escape within a few dozen.
 RACE_TRIES = 300
@@ -43,8 +49,8 @@ AT_FDCWD = -100
 INSIDE = "inside TOKEN\n"
 SECRET = "outside TOKEN\n"
 SYMLINK_REFUSAL = (
-    "is or goes through a symlink, which file tools do not follow"
-    " (it could lead outside the session's project directory)"
+    "is or goes through a symlink, which file tools do not follow:"
+    " it could lead outside the session's project directory"
 )
 
 
@@ -277,3 +283,16 @@ def test_a_file_where_a_directory_is_expected_is_a_clear_error(project: Path) ->
         write_text(str(project), "src/main.py/x.txt", "x")
     with pytest.raises(FileToolError, match="does not exist"):
         read_text(str(project), "missing/dir/x.txt")
+
+
+@pytest.mark.usefixtures("mode")
+def test_resolve_in_root_refuses_what_the_tools_refuse(project: Path) -> None:
+    (project / "link").symlink_to(project / "src")
+    (project / "alias.py").symlink_to(project / "src" / "main.py")
+    for path in ("link", "link/main.py", "link/missing/new.txt", "alias.py"):
+        with pytest.raises(FileToolError, match="goes through a symlink"):
+            resolve_in_root(str(project), path)
+    real = os.path.realpath(project)
+    assert resolve_in_root(str(project), "src/main.py") == f"{real}/src/main.py"
+    assert resolve_in_root(str(project), "missing/new.txt") == f"{real}/missing/new.txt"
+    assert resolve_in_root(str(project), "src/main.py/x") == f"{real}/src/main.py/x"
