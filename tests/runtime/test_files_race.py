@@ -296,3 +296,20 @@ def test_resolve_in_root_refuses_what_the_tools_refuse(project: Path) -> None:
     assert resolve_in_root(str(project), "src/main.py") == f"{real}/src/main.py"
     assert resolve_in_root(str(project), "missing/new.txt") == f"{real}/missing/new.txt"
     assert resolve_in_root(str(project), "src/main.py/x") == f"{real}/src/main.py/x"
+
+
+@pytest.mark.parametrize("code", [errno.ENOSYS, errno.EPERM])
+def test_a_kernel_or_filter_refusing_openat2_falls_back_to_the_walk(
+    project: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    def refused(dir_fd: int, name: str, flags: int, mode: int) -> int:
+        raise OSError(code, os.strerror(code), name)
+
+    monkeypatch.setattr(_beneath, "use_openat2", None)
+    monkeypatch.setattr(_beneath, "_syscall", object())
+    monkeypatch.setattr(_beneath, "_openat2", refused)
+    assert read_text(str(project), "src/main.py").text == "print('hi')\n"
+    assert _beneath.use_openat2 is False
+    (project / "link").symlink_to(project.parent / "outside")
+    with pytest.raises(FileToolError, match="goes through a symlink"):
+        read_text(str(project), "link/secret.txt")
