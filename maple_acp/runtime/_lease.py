@@ -130,6 +130,12 @@ class SessionLease:
         return self._life.released
 
     @property
+    def model_locked(self) -> bool:
+        """The model is locked: the task has an admitted user message (``set_model`` then
+        accepts only the current model)."""
+        return self._row.prompted
+
+    @property
     def active_run(self) -> Run | None:
         """The task's running run (a prompt's or a goal cycle's), if any."""
         return self._active_run
@@ -184,7 +190,7 @@ class SessionLease:
         with self.operation():
             async with self._admission:
                 self._life.check_live()
-                if self._row.prompted:
+                if self.model_locked:
                     if model_id == self._task.model:
                         return self._task
                     raise RuntimeRejection(
