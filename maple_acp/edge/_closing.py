@@ -21,24 +21,21 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import trio
 
 from maple_acp.edge._session import EdgeSession
-from maple_acp.runtime import RejectionKind, RuntimeRejection, SessionLease
+from maple_acp.edge._sessions import SessionTable
+from maple_acp.runtime import AgentService, RejectionKind, RuntimeRejection, SessionLease
 from maple_acp.wire import (
-    INVALID_REQUEST,
     CloseSessionRequest,
     CloseSessionResponse,
     DeleteSessionRequest,
     DeleteSessionResponse,
-    ProtocolError,
 )
-
-if TYPE_CHECKING:
-    from maple_acp.edge._connection import AcpConnection
 
 logger = logging.getLogger(__name__)
 
@@ -53,10 +50,22 @@ RELEASE_GROUP_PATIENCE_S: Final = 0.1
 
 
 class SessionCloser:
-    """The ways a session ends on one connection."""
+    """The ways a session ends on one connection. ``nursery`` is the connection's (read when
+    cleanup must go on in the background); ``ending`` tells whether the connection is ending
+    (the client finished sending, or the transport ended)."""
 
-    def __init__(self, connection: AcpConnection) -> None:
-        self.connection = connection
+    def __init__(
+        self,
+        table: SessionTable,
+        runtime: AgentService,
+        *,
+        nursery: Callable[[], trio.Nursery],
+        ending: Callable[[], bool],
+    ) -> None:
+        self._table = table
+        self._runtime = runtime
+        self._nursery = nursery
+        self._ending = ending
         #: Revoked leases waiting for their release, oldest first.
         self._unreleased: deque[SessionLease] = deque()
         #: Set while no releaser drains ``_unreleased``.
@@ -64,14 +73,13 @@ class SessionCloser:
         self._drained.set()
 
     async def close(self, request: CloseSessionRequest) -> CloseSessionResponse:
-        session = self.connection.session(request.session_id)
+        session = self._table.live(request.session_id)
         await self._close(session)
         logger.info("session %s closed", session.id)
         return CloseSessionResponse()
 
     async def _close(self, session: EdgeSession) -> bool:
         """Close ``session`` under the close rules; True if its cleanup finished in time."""
-        connection = self.connection
         session.begin_close()
         deadline = trio.current_time() + CLOSE_DEADLINE_S
         finished = False
@@ -82,64 +90,62 @@ class SessionCloser:
             finished = True
         # Nothing for this session may follow the close answer.
         session.stop_updates()
-        del connection.sessions[session.id]
+        self._table.remove(session, tombstone=not finished)
         if not finished:
             logger.warning("close of session %s missed its deadline; revoking", session.id)
             session.lease.revoke("the close deadline passed")
-            connection.tombstones.add(session.id)
             # release() asks the lease's task to clean up; it goes on without us.
-            connection.nursery.start_soon(partial(session.lease.release, close=True))
+            self._nursery().start_soon(partial(session.lease.release, close=True))
         return finished
 
     async def delete(self, request: DeleteSessionRequest) -> DeleteSessionResponse:
         """Delete a task durably. A session this connection holds is closed first (the close
         rules); the runtime refuses a task another lease holds or that has a run or goal
         cycle going, and one that does not exist."""
-        connection = self.connection
         task_id = request.session_id
-        session = connection.sessions.get(task_id)
+        session = self._table.get(task_id)
         if session is not None and not session.closing:
             if session.lease.active_run is not None:
-                raise ProtocolError(INVALID_REQUEST, "the session has a run going")
+                # The runtime's delete_task refuses a running task only once its holder let
+                # go, and letting go (the close) would cancel the run: refuse before, with the
+                # runtime's kind, so that nothing is closed or deleted.
+                raise RuntimeRejection(RejectionKind.RUN_ACTIVE, "the session has a run going")
             # The close rules delete a task this connection created and never prompted.
-            untouched = session.lease.created_here and session.lease.task.provisional
+            untouched = session.lease.created_here and not session.lease.model_locked
             await self._close(session)
             try:
-                await connection.runtime.delete_task(task_id)
+                await self._runtime.delete_task(task_id)
             except RuntimeRejection as exc:
                 if not (untouched and exc.kind is RejectionKind.TASK_NOT_FOUND):
                     raise
         else:
-            await connection.runtime.delete_task(task_id)
+            await self._runtime.delete_task(task_id)
         logger.info("session %s deleted", task_id)
         return DeleteSessionResponse()
 
     def forget(self, session: EdgeSession) -> None:
         """The runtime revoked the lease on its own (sign-out, account change, drain): the
         session is gone for this connection; its cleanup goes on in the background."""
-        connection = self.connection
-        if session.closing or connection.sessions.get(session.id) is not session:
+        if session.closing or not self._table.holds(session):
             return
-        if connection.ending:
+        if self._ending():
             logger.info("session %s closed: connection ended", session.id)
         else:
             logger.info("session %s was revoked by the runtime", session.id)
         session.stop_updates()
-        del connection.sessions[session.id]
+        self._table.remove(session)
         self._unreleased.append(session.lease)
         if self._drained.is_set():
             # Marked before the releaser runs: the other leases revoked in this same pass
             # join its queue instead of starting releasers of their own.
             self._drained = trio.Event()
-            connection.nursery.start_soon(self._release_queued)
+            self._nursery().start_soon(self._release_queued)
 
     async def release_all(self) -> None:
         """The connection ended: release every lease (each already revoked), a group at a
         time; return once every release began. A slow one goes on cleaning up in its own
         task, which the connection's nursery still waits for."""
-        sessions = self.connection.sessions
-        self._unreleased.extend(session.lease for session in sessions.values())
-        sessions.clear()
+        self._unreleased.extend(session.lease for session in self._table.take_all())
         if self._drained.is_set():
             self._drained = trio.Event()
             await self._release_queued()

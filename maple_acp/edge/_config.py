@@ -17,7 +17,7 @@ import attrs
 import orjson
 
 from maple_acp._exceptions import MapleAcpError
-from maple_acp.edge._opening import MAX_SESSIONS_PER_CONNECTION
+from maple_acp.edge._sessions import MAX_SESSIONS_PER_CONNECTION
 from maple_acp.runtime import within_roots
 from maple_acp_connector.endpoint import UnsafeDirectory, ensure_private_dir
 

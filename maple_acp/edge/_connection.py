@@ -6,39 +6,43 @@ writer, one task per inbound request), and so does every session lease
 runtime where its run and MCP router live. A prompt runs as its request's task, so the
 connection keeps reading while it runs; ``session/cancel`` and ``$/cancel_request`` reach it.
 
-Each flow lives in its own module and class, sharing this connection: opening sessions
-(``_opening``), closing and deleting them (``_closing``), the prompt turn (``_turn``), the
-trust dialog (``_trust``) and goals (``_goals``). Dispatch comes from ``wire.AGENT_METHODS``:
-params are converted to the method's wire type once, here; a handler gets that typed request
-and returns the method's typed response.
+Each flow lives in its own module and class and gets only what it uses: the connection's
+:class:`~maple_acp.edge._sessions.SessionTable` (the one owner of its sessions), its
+:class:`~maple_acp.edge._client.ClientChannel` (everything sent to the client), the runtime,
+the config, and small callables. Opening sessions (``_opening``), closing and deleting them
+(``_closing``), the prompt turn (``_turn``), the trust dialog (``_trust``) and goals
+(``_goals``). Dispatch comes from the dialect chosen at ``initialize`` (``_v1`` today): its
+method table names each method's params type and the operation that serves it; params are
+converted to that type once, here; a handler gets that typed request and returns the
+dialect's answer.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
 
 import attrs
 import trio
 
+from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._closing import SessionCloser
-from maple_acp.edge._errors import protocol_error, unknown_session
+from maple_acp.edge._config import AcpServiceConfig
+from maple_acp.edge._dialect import Dialect
+from maple_acp.edge._errors import protocol_error
 from maple_acp.edge._goals import GoalFlow
 from maple_acp.edge._opening import SessionOpener
-from maple_acp.edge._projection import UPDATE_METHOD, Outbound, encode_update
-from maple_acp.edge._session import EdgeSession
+from maple_acp.edge._sessions import SessionTable
 from maple_acp.edge._trust import TrustDialog
 from maple_acp.edge._turn import PromptTurns
+from maple_acp.edge._v1 import V1
 from maple_acp.mcp import ExternalMcpError
 from maple_acp.rpc import JsonRpcPeer, method_not_found
-from maple_acp.runtime import RelayValues, RuntimeRejection
+from maple_acp.runtime import AgentService, RelayValues, RuntimeRejection
 from maple_acp.wire import (
-    AGENT_METHODS,
     BRIDGE_HELLO_METHOD,
-    GOAL_CONTROL_METHOD,
     INVALID_PARAMS,
-    STATUS_METHOD,
     BridgeHello,
     CancelNotification,
     HostStatus,
@@ -50,18 +54,23 @@ from maple_acp.wire import (
     unstructure,
 )
 
-if TYPE_CHECKING:
-    from maple_acp.edge._service import AcpService
-
 logger = logging.getLogger(__name__)
 
 #: The bound for the asynchronous cleanup after a disconnect (SPEC.md).
 DISCONNECT_CLEANUP_S: Final = 5.0
-#: Updates handed to the peer at once by :meth:`AcpConnection.send_many`: half the outbound
-#: line budget, so a batch never waits for credit it could never get in one go.
-SEND_BATCH: Final = 128
+#: The protocol versions this agent speaks, oldest first; ``initialize`` picks one.
+DIALECTS: Final[tuple[Dialect, ...]] = (V1,)
 
 Handler = Callable[[Any], Awaitable[Any]]
+
+
+def choose_dialect(requested: int) -> Dialect:
+    """The newest dialect not newer than the client asked for (else the oldest)."""
+    chosen = DIALECTS[0]
+    for dialect in DIALECTS:
+        if dialect.version <= requested:
+            chosen = dialect
+    return chosen
 
 
 def _checked_session_id(request: Any) -> Any:
@@ -74,53 +83,78 @@ def _checked_session_id(request: Any) -> Any:
 
 
 class AcpConnection:
-    """See the module docstring. Built and run by :class:`~maple_acp.edge.AcpService`."""
+    """See the module docstring. Built and run by :class:`~maple_acp.edge.AcpService`, which
+    hands it the runtime, its config, and callables for the ``initialize`` answer and the
+    host status."""
 
-    def __init__(self, service: AcpService, stream: trio.abc.Stream) -> None:
-        self.service = service
-        self.runtime = service.runtime
-        self.config = service.config
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        *,
+        runtime: AgentService,
+        config: AcpServiceConfig,
+        initialize_response: Callable[[], InitializeResponse],
+        host_status: Callable[[], HostStatus],
+    ) -> None:
+        self.runtime = runtime
+        self.config = config
+        self._initialize_response = initialize_response
+        self._host_status = host_status
         self.peer = JsonRpcPeer(
             stream,
             on_request=self._on_request,
             on_notification=self._on_notification,
-            max_line_bytes=self.config.max_line_bytes,
-            max_outbound_lines=self.config.max_outbound_lines,
-            max_outbound_bytes=self.config.max_outbound_bytes,
+            max_line_bytes=config.max_line_bytes,
+            max_outbound_lines=config.max_outbound_lines,
+            max_outbound_bytes=config.max_outbound_bytes,
             on_eof=self._input_ended,
         )
-        self.sessions: dict[str, EdgeSession] = {}
-        #: Sessions whose close missed the deadline: a late load must not republish them.
-        self.tombstones: set[str] = set()
+        self.sessions = table = SessionTable(config.max_sessions_per_connection)
+        self.client = channel = ClientChannel(self.peer)
         self.relay = RelayValues({})
-        self.elicitation_form = False
-        #: Set when the client finished sending: sessions opened after it are revoked at once.
-        self.ended = False
+        self.dialect: Dialect = DIALECTS[0]
         self._nursery: trio.Nursery | None = None
-        self.opener = SessionOpener(self)
-        self.closer = SessionCloser(self)
-        self.trust = TrustDialog(self)
-        self.turns = PromptTurns(self)
-        self.goals = GoalFlow(self)
-        handlers: dict[str, Handler] = {
+        self.closer = SessionCloser(
+            table, runtime, nursery=lambda: self.nursery, ending=lambda: self.ending
+        )
+        self.trust = TrustDialog(channel)
+        self.turns = PromptTurns(table, channel, settle_trust=self.trust.settle)
+        self.goals = GoalFlow(table, channel, pump=self.turns.pump, forget=self.closer.forget)
+        self.opener = SessionOpener(
+            table,
+            channel,
+            runtime,
+            config,
+            nursery=lambda: self.nursery,
+            relay=lambda: self.relay,
+            dialect=lambda: self.dialect,
+            watch=self.goals.pump_session_events,
+        )
+        operations: dict[str, Handler] = {
             "initialize": self._initialize,
-            "session/new": self.opener.new,
-            "session/load": self.opener.load,
-            "session/resume": self.opener.resume,
-            "session/list": self.opener.list,
-            "session/prompt": self.turns.prompt,
-            "session/close": self.closer.close,
-            "session/set_config_option": self.opener.set_config_option,
-            "session/set_mode": self.opener.set_mode,
-            GOAL_CONTROL_METHOD: self.goals.control,
-            STATUS_METHOD: self._status,
+            "new_session": self.opener.new,
+            "load_session": self.opener.load,
+            "resume_session": self.opener.resume,
+            "list_sessions": self.opener.list,
+            "prompt": self.turns.prompt,
+            "close_session": self.closer.close,
+            "set_config_option": self.opener.set_config_option,
+            "set_mode": self.opener.set_mode,
+            "goal_control": self.goals.control,
+            "status": self._status,
         }
-        if self.config.allow_session_delete:
-            handlers["session/delete"] = self.closer.delete
-        #: method -> (params type, handler, whether the params carry a session id)
-        self._requests: dict[str, tuple[Any, Handler, bool]] = {
-            method: (AGENT_METHODS[method].params, handler, _has_session_id(method))
-            for method, handler in handlers.items()
+        if config.allow_session_delete:
+            operations["delete_session"] = self.closer.delete
+        self._operations = operations
+        self._requests = self._dispatch_table(self.dialect)
+
+    def _dispatch_table(self, dialect: Dialect) -> dict[str, tuple[Any, Handler, bool]]:
+        """method -> (params type, handler, whether the params carry a session id)."""
+        operations = self._operations
+        return {
+            method: (route.params, operations[route.operation], route.has_session_id)
+            for method, route in dialect.routes.items()
+            if route.operation in operations
         }
 
     @property
@@ -156,19 +190,16 @@ class AcpConnection:
         """The client finished sending: that is a disconnect, so every capability goes now.
         Requests already read still get their answers (a cancelled prompt answers
         ``cancelled``) while the peer gives them a short grace."""
-        self.ended = True
-        self.revoke_all()
+        self.sessions.end()
 
     @property
     def ending(self) -> bool:
         """The connection is ending (the client finished sending, or the transport ended):
         its sessions end with it, none of them revoked by the runtime."""
-        return self.ended or self.peer.closed
+        return self.sessions.ended or self.peer.closed
 
     def revoke_all(self) -> None:
-        for session in self.sessions.values():
-            session.stop_updates()
-            session.lease.revoke("the connection ended")
+        self.sessions.revoke_all()
 
     async def aclose(self) -> None:
         await self.peer.aclose()
@@ -217,57 +248,23 @@ class AcpConnection:
             self.relay.dropped,
         )
 
-    def session(self, session_id: str) -> EdgeSession:
-        """This connection's live session ``session_id``, or ``-32002``."""
-        session = self.sessions.get(session_id)
-        if session is None or session.closing:
-            raise unknown_session()
-        return session
-
-    async def send(self, update: Outbound) -> None:
-        """Queue one ``session/update``: a typed notification, or a text chunk's line."""
-        if type(update) is bytes:
-            await self.peer.notify_encoded(update)
-        else:
-            await self.peer.notify(UPDATE_METHOD, unstructure(update))
-
-    async def send_many(self, updates: Iterable[Outbound]) -> None:
-        """Queue many updates in order, handed to the peer :data:`SEND_BATCH` lines at a time
-        (a history replay: one hand-off per batch instead of one per line)."""
-        batch: list[bytes] = []
-        for update in updates:
-            batch.append(update if isinstance(update, bytes) else encode_update(update))
-            if len(batch) >= SEND_BATCH:
-                await self.peer.notify_lines(batch)
-                batch = []
-        if batch:
-            await self.peer.notify_lines(batch)
-
     # -- initialize and status ---------------------------------------------------------------
 
     async def _initialize(self, request: InitializeRequest) -> InitializeResponse:
         elicitation = request.client_capabilities.elicitation
-        self.elicitation_form = elicitation is not None and elicitation.form is not None
-        return self.service.initialize_response
+        self.client.elicitation_form = elicitation is not None and elicitation.form is not None
+        dialect = choose_dialect(request.protocol_version)
+        if dialect is not self.dialect:
+            self.dialect = dialect
+            self._requests = self._dispatch_table(dialect)
+        response = self._initialize_response()
+        if response.protocol_version != dialect.version:
+            response = attrs.evolve(response, protocol_version=dialect.version)
+        return response
 
     async def _status(self, request: StatusRequest) -> HostStatus:
-        acp = self.service.status()
-        runtime = self.runtime.status()
-        return HostStatus(
-            running=acp.running,
-            endpoint=acp.endpoint,
-            connections=acp.connections,
-            sessions=acp.sessions,
-            active_runs=runtime.active_runs,
-            leases=runtime.leases,
-            signed_in=runtime.account is not None,
-        )
+        return self._host_status()
 
     @property
     def active_runs(self) -> int:
-        return sum(1 for s in self.sessions.values() if s.lease.active_run is not None)
-
-
-def _has_session_id(method: str) -> bool:
-    params = AGENT_METHODS[method].params
-    return isinstance(params, type) and any(a.name == "session_id" for a in attrs.fields(params))
+        return self.sessions.active_runs

@@ -4,22 +4,32 @@
 A goal is session state, not a prompt: a cycle's run is pumped like a prompt's, in a task of
 its own, so that a long cycle never holds back the snapshots (a pause, a clear) published
 while it runs.
+
+Resource handling: a session's event stream is read by one task in the connection's nursery
+(started when the session opens); each cycle's pump runs in a nursery of that task. Error
+handling: a closed connection ends the stream quietly; a lease the runtime revoked is handed
+to ``forget``. Cancellation: the session's update scope (a close, the connection's end)
+cancels the stream and every cycle pump.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Final
+from collections.abc import Awaitable, Callable
+from typing import Final
 
 import trio
 
+from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._session import EdgeSession, SessionClosed
+from maple_acp.edge._sessions import SessionTable
 from maple_acp.rpc import ConnectionClosed
 from maple_acp.runtime import (
     CycleStarted,
     GoalChanged,
     LeaseRevoked,
     Run,
+    RunState,
 )
 from maple_acp.wire import (
     INVALID_PARAMS,
@@ -29,9 +39,6 @@ from maple_acp.wire import (
     ProtocolError,
 )
 
-if TYPE_CHECKING:
-    from maple_acp.edge._connection import AcpConnection
-
 logger = logging.getLogger(__name__)
 
 #: The goal actions the runtime implements; only these are advertised and accepted.
@@ -39,13 +46,25 @@ GOAL_ACTIONS: Final[tuple[GoalAction, ...]] = ("set", "pause", "resume", "clear"
 
 
 class GoalFlow:
-    """Goal control and the out-of-prompt event stream of each session of one connection."""
+    """Goal control and the out-of-prompt event stream of each session of one connection.
+    ``pump`` sends a run's events (the prompt turns' pump); ``forget`` drops a session whose
+    lease the runtime revoked (the closer's)."""
 
-    def __init__(self, connection: AcpConnection) -> None:
-        self.connection = connection
+    def __init__(
+        self,
+        table: SessionTable,
+        channel: ClientChannel,
+        *,
+        pump: Callable[[EdgeSession, Run], Awaitable[RunState]],
+        forget: Callable[[EdgeSession], None],
+    ) -> None:
+        self._table = table
+        self._channel = channel
+        self._pump = pump
+        self._forget = forget
 
     async def control(self, request: GoalControlRequest) -> GoalControlResponse:
-        session = self.connection.sessions.get(request.session_id)
+        session = self._table.get(request.session_id)
         if session is None or session.closing:
             raise ProtocolError(INVALID_PARAMS, "sessionId: unknown session")
         if request.action not in GOAL_ACTIONS:
@@ -68,7 +87,7 @@ class GoalFlow:
 
     async def pump_session_events(self, session: EdgeSession) -> None:
         """Forward what happens outside any prompt until the lease ends."""
-        connection = self.connection
+        channel = self._channel
         events = session.lease.session_events()
         gone = False
         try:
@@ -77,7 +96,7 @@ class GoalFlow:
                     async with trio.open_nursery() as cycles:
                         async for event in events:
                             if isinstance(event, GoalChanged):
-                                await connection.send(session.projector.goal(event.goal))
+                                await channel.send(session.projector.goal(event.goal))
                             elif isinstance(event, CycleStarted):
                                 cycles.start_soon(self._pump_cycle, session, event.run)
                             elif isinstance(event, LeaseRevoked):
@@ -90,10 +109,10 @@ class GoalFlow:
         except SessionClosed:
             return
         if not gone:
-            connection.closer.forget(session)
+            self._forget(session)
 
     async def _pump_cycle(self, session: EdgeSession, run: Run) -> None:
         try:
-            await self.connection.turns.pump(session, run)
+            await self._pump(session, run)
         except* ConnectionClosed:
             run.cancel()

@@ -8,9 +8,15 @@ anything is created. A load or resume of a session this connection already holds
 re-attach: the request's MCP servers replace the lease's (the new set connects first), and a
 load replays the history again.
 
-A connection holds at most :data:`MAX_SESSIONS_PER_CONNECTION` sessions (the service's config
-may lower it): an open that would add one more answers ``-32600`` before anything is created
-or persisted. Opens still being set up count, so concurrent requests cannot overshoot.
+The connection's :class:`~maple_acp.edge._sessions.SessionTable` enforces the session cap
+before anything is created or persisted, and registers the new session; the connection's
+dialect shapes every answer.
+
+Resource handling: a lease is started in the connection's nursery (its MCP servers connect in
+the lease's own nursery before it is handed out). Error handling: runtime and MCP refusals
+propagate (the connection maps them to JSON-RPC errors in one place). Cancellation: an open
+cancelled while its lease is set up leaves nothing registered; a load's replay is cancelled
+by a close of the session (its update scope).
 """
 
 from __future__ import annotations
@@ -19,54 +25,39 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING
 
 import trio
 
+from maple_acp.edge._client import ClientChannel
+from maple_acp.edge._config import AcpServiceConfig
+from maple_acp.edge._dialect import Dialect
 from maple_acp.edge._errors import unknown_session
-from maple_acp.edge._projection import (
-    MODE_ID,
-    MODE_OPTION_ID,
-    MODEL_OPTION_ID,
-    config_options,
-    mode_state,
-)
 from maple_acp.edge._prompt import mcp_definitions
 from maple_acp.edge._session import EdgeSession, SessionClosed
+from maple_acp.edge._sessions import SessionTable
 from maple_acp.mcp import ValidatedServer, validate_servers
 from maple_acp.rpc import after_answer
-from maple_acp.runtime import SessionLease, canonical_directory
+from maple_acp.runtime import AgentService, RelayValues, RouterFactory, SessionLease
 from maple_acp.wire import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     ListSessionsRequest,
     ListSessionsResponse,
     LoadSessionRequest,
-    LoadSessionResponse,
     McpServer,
     NewSessionRequest,
-    NewSessionResponse,
     ProtocolError,
     ResumeSessionRequest,
-    ResumeSessionResponse,
     SessionInfo,
     SetSessionConfigOptionRequest,
-    SetSessionConfigOptionResponse,
     SetSessionModeRequest,
-    SetSessionModeResponse,
 )
 
 if TYPE_CHECKING:
-    from maple_acp.edge._connection import AcpConnection
     from maple_acp.mcp import McpRouter
 
 logger = logging.getLogger(__name__)
-
-RouterFactory = Callable[[trio.Nursery], Awaitable["McpRouter"]]
-
-#: Sessions one connection may hold (SPEC.md limits): releasing them all when the connection
-#: ends must fit the five-second cleanup bound without stalling other connections.
-MAX_SESSIONS_PER_CONNECTION: Final = 256
 
 
 def _iso8601(ms: int) -> str:
@@ -96,73 +87,64 @@ def router_factory(servers: tuple[ValidatedServer, ...]) -> RouterFactory | None
 
 class SessionOpener:
     """``session/new``, ``/load``, ``/resume``, ``/list`` and the session settings for one
-    connection."""
+    connection.
 
-    def __init__(self, connection: AcpConnection) -> None:
-        self.connection = connection
-        #: Opens admitted under the session cap whose lease is still being set up.
-        self._opening = 0
+    ``nursery``, ``relay`` and ``dialect`` are read when a session opens (the connection's
+    nursery, the bridge hello's relay values, the dialect chosen at ``initialize``);
+    ``watch`` follows a new session's out-of-prompt events until its lease ends."""
 
-    @property
-    def _roots(self) -> tuple[str, ...]:
-        """This service's own allowed roots, which the runtime applies with its own."""
-        return self.connection.config.allowed_roots
-
-    def _check_room(self) -> None:
-        """``-32600`` if one more session would exceed the connection's cap."""
-        cap = self.connection.config.max_sessions_per_connection
-        if len(self.connection.sessions) + self._opening >= cap:
-            raise ProtocolError(
-                INVALID_REQUEST, f"this connection already holds {cap} sessions; close some first"
-            )
+    def __init__(
+        self,
+        table: SessionTable,
+        channel: ClientChannel,
+        runtime: AgentService,
+        config: AcpServiceConfig,
+        *,
+        nursery: Callable[[], trio.Nursery],
+        relay: Callable[[], RelayValues],
+        dialect: Callable[[], Dialect],
+        watch: Callable[[EdgeSession], Awaitable[None]],
+    ) -> None:
+        self._table = table
+        self._channel = channel
+        self._runtime = runtime
+        #: This service's own allowed roots, which the runtime applies with its own.
+        self._roots = config.allowed_roots
+        self._nursery = nursery
+        self._relay = relay
+        self._dialect = dialect
+        self._watch = watch
 
     async def _open(self, start: Callable[..., Awaitable[None]]) -> EdgeSession:
-        connection = self.connection
-        self._check_room()
-        self._opening += 1
-        try:
-            lease: SessionLease = await connection.nursery.start(start)
-        finally:
-            # No checkpoint from here to the registration below: the slot passes from the
-            # pending count to ``sessions`` at once.
-            self._opening -= 1
-        # Registered before any other checkpoint, so a disconnect from here on revokes it.
-        session = EdgeSession(lease, connection.runtime.cached_model_choices())
-        connection.sessions[session.id] = session
-        if connection.ended:
-            # Set up after the client finished sending: revoked like every other session, and
-            # the request still gets its own answer.
-            connection.revoke_all()
-            raise ProtocolError(
-                INVALID_REQUEST, "the connection is ending: the client finished sending"
-            )
-        connection.nursery.start_soon(connection.goals.pump_session_events, session)
+        table = self._table
+        nursery = self._nursery()
+        with table.opening():
+            lease: SessionLease = await nursery.start(start)
+        # No checkpoint from the end of the opening to the registration: the slot passes from
+        # the pending count to the table at once, and a disconnect from here on revokes it.
+        session = EdgeSession(lease, self._runtime.cached_model_choices(), self._dialect())
+        table.register(session)
+        nursery.start_soon(self._watch, session)
         # The catalog listing is cached by the runtime (one bounded discovery, then warm).
         session.choices = await lease.model_choices()
         return session
 
-    def _options(self, session: EdgeSession) -> Any:
-        return config_options(session.choices, session.current_model, locked=session.model_locked)
-
-    async def new(self, request: NewSessionRequest) -> NewSessionResponse:
-        connection = self.connection
+    async def new(self, request: NewSessionRequest) -> object:
         _no_additional(request.additional_directories)
         servers = validate_servers(mcp_definitions(request.mcp_servers))
         # The runtime canonicalises the cwd, once, and applies both sets of allowed roots.
         session = await self._open(
             partial(
-                connection.runtime.serve_new_task,
+                self._runtime.serve_new_task,
                 request.cwd,
-                relay=connection.relay,
+                relay=self._relay(),
                 router_factory=router_factory(servers),
                 allowed_roots=self._roots,
             )
         )
         logger.info("session %s created", session.id)
         await self._after_answer(session)
-        return NewSessionResponse(
-            session_id=session.id, modes=mode_state(), config_options=self._options(session)
-        )
+        return session.dialect.new_answer(session.id, session.options())
 
     async def _attach(
         self,
@@ -173,22 +155,22 @@ class SessionOpener:
     ) -> EdgeSession:
         """A lease on the task ``session_id`` for this connection: a new one, or the one this
         connection holds already (a re-attach, when no prompt runs)."""
-        connection = self.connection
-        if session_id in connection.tombstones:
+        table = self._table
+        if table.is_tombstoned(session_id):
             raise ProtocolError(INVALID_REQUEST, "the session is closing")
         _no_additional(additional)
         servers = validate_servers(mcp_definitions(mcp_servers))
-        held = connection.sessions.get(session_id)
+        held = table.get(session_id)
         if held is not None and not held.closing:
             return await self._reattach(held, cwd, servers)
         if held is not None:
             raise ProtocolError(INVALID_REQUEST, "the session is closing")
         return await self._open(
             partial(
-                connection.runtime.serve_task,
+                self._runtime.serve_task,
                 session_id,
                 cwd,
-                relay=connection.relay,
+                relay=self._relay(),
                 router_factory=router_factory(servers),
                 allowed_roots=self._roots,
             )
@@ -197,35 +179,35 @@ class SessionOpener:
     async def _reattach(
         self, session: EdgeSession, cwd: str, servers: tuple[ValidatedServer, ...]
     ) -> EdgeSession:
-        # The lease holds the task already: the cwd must name its root, as on a first load.
-        if await canonical_directory(cwd) != session.lease.task.root:
-            raise ProtocolError(INVALID_PARAMS, "cwd is not the session's working directory")
+        # The lease holds the task already: the runtime's attach rule for its holder (the cwd
+        # admitted under both sets of allowed roots, and naming the task's root).
+        await self._runtime.check_root(session.lease, cwd, allowed_roots=self._roots)
         # RUN_ACTIVE (-32600) while a prompt or a goal cycle runs; if the new servers fail to
         # connect, the lease keeps its old ones and their error is the answer.
         await session.lease.replace_router(router_factory(servers))
         return session
 
-    async def load(self, request: LoadSessionRequest) -> LoadSessionResponse:
+    async def load(self, request: LoadSessionRequest) -> object:
         session = await self._attach(
             request.session_id, request.cwd, request.additional_directories, request.mcp_servers
         )
         # Replay the visible history before answering, through the live projector.
-        connection = self.connection
+        channel = self._channel
         with session.lease.operation(), session.update_scope():
-            await connection.send_many(session.projector.history(await session.lease.replay_rows()))
+            await channel.send_many(session.projector.history(await session.lease.replay_rows()))
             task = session.lease.task
             if task.title:
-                await connection.send(session.projector.title(task.title))
+                await channel.send(session.projector.title(task.title))
             goal = session.lease.goal
             if goal is not None:
-                await connection.send(session.projector.goal(goal))
+                await channel.send(session.projector.goal(goal))
         if session.stopped:
             raise unknown_session()
         logger.info("session %s loaded", session.id)
         await self._after_answer(session)
-        return LoadSessionResponse(modes=mode_state(), config_options=self._options(session))
+        return session.dialect.load_answer(session.options())
 
-    async def resume(self, request: ResumeSessionRequest) -> ResumeSessionResponse:
+    async def resume(self, request: ResumeSessionRequest) -> object:
         session = await self._attach(
             request.session_id, request.cwd, request.additional_directories, request.mcp_servers
         )
@@ -233,7 +215,7 @@ class SessionOpener:
             raise unknown_session()
         logger.info("session %s resumed", session.id)
         await self._after_answer(session, goal=True)
-        return ResumeSessionResponse(modes=mode_state(), config_options=self._options(session))
+        return session.dialect.resume_answer(session.options())
 
     async def _after_answer(self, session: EdgeSession, *, goal: bool = False) -> None:
         """Updates that follow an open answer: the session's commands (and, for a resume, its
@@ -243,21 +225,22 @@ class SessionOpener:
         snapshot = session.lease.goal if goal else None
         if not commands and snapshot is None:
             return
+        channel = self._channel
 
         async def follow() -> None:
             try:
                 with session.update_scope():
                     if commands:
-                        await self.connection.send(session.projector.commands(commands))
+                        await channel.send(session.projector.commands(commands))
                     if snapshot is not None:
-                        await self.connection.send(session.projector.goal(snapshot))
+                        await channel.send(session.projector.goal(snapshot))
             except SessionClosed:
                 pass
 
         after_answer(follow)
 
     async def list(self, request: ListSessionsRequest) -> ListSessionsResponse:
-        listing = await self.connection.runtime.list_tasks(
+        listing = await self._runtime.list_tasks(
             cwd=request.cwd, cursor=request.cursor, allowed_roots=self._roots
         )
         sessions = tuple(
@@ -271,24 +254,13 @@ class SessionOpener:
         )
         return ListSessionsResponse(sessions=sessions, next_cursor=listing.next_cursor)
 
-    async def set_mode(self, request: SetSessionModeRequest) -> SetSessionModeResponse:
-        self.connection.session(request.session_id)
-        if request.mode_id != MODE_ID:
-            raise ProtocolError(INVALID_PARAMS, f"modeId: the only mode is {MODE_ID!r}")
-        return SetSessionModeResponse()
+    async def set_mode(self, request: SetSessionModeRequest) -> object:
+        session = self._table.live(request.session_id)
+        return session.dialect.mode_answer(request.mode_id)
 
-    async def set_config_option(
-        self, request: SetSessionConfigOptionRequest
-    ) -> SetSessionConfigOptionResponse:
-        session = self.connection.session(request.session_id)
-        value = request.value
-        if request.config_id == MODEL_OPTION_ID:
-            if not isinstance(value, str):
-                raise ProtocolError(INVALID_PARAMS, "value: expected a model id")
-            await session.lease.set_model(value)
-        elif request.config_id == MODE_OPTION_ID:
-            if value != MODE_ID:
-                raise ProtocolError(INVALID_PARAMS, f"value: the only mode is {MODE_ID!r}")
-        else:
-            raise ProtocolError(INVALID_PARAMS, "configId: unknown config option")
-        return SetSessionConfigOptionResponse(config_options=self._options(session))
+    async def set_config_option(self, request: SetSessionConfigOptionRequest) -> object:
+        session = self._table.live(request.session_id)
+        model = session.dialect.requested_model(request.config_id, request.value)
+        if model is not None:
+            await session.lease.set_model(model)
+        return session.dialect.config_answer(session.options())

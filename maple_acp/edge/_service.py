@@ -19,10 +19,12 @@ from maple_acp.edge._config import (
 from maple_acp.edge._connection import AcpConnection
 from maple_acp.edge._goals import GOAL_ACTIONS
 from maple_acp.edge._listener import ConnectionGate, serve_endpoint
+from maple_acp.edge._v1 import VERSION
 from maple_acp.runtime import AgentService
 from maple_acp.wire import (
     AgentCapabilities,
     GoalCapability,
+    HostStatus,
     Implementation,
     InitializeResponse,
     McpCapabilities,
@@ -39,7 +41,7 @@ from maple_acp_connector._version import __version__
 logger = logging.getLogger(__name__)
 
 #: The only protocol version this agent speaks; any requested version is answered with it.
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = VERSION
 
 
 def initialize_response(config: AcpServiceConfig) -> InitializeResponse:
@@ -134,6 +136,20 @@ class AcpService:
             active_runs=sum(c.active_runs for c in self._connections),
         )
 
+    def host_status(self) -> HostStatus:
+        """``_maple/status``: this service's and the runtime's figures."""
+        acp = self.status()
+        runtime = self.runtime.status()
+        return HostStatus(
+            running=acp.running,
+            endpoint=acp.endpoint,
+            connections=acp.connections,
+            sessions=acp.sessions,
+            active_runs=runtime.active_runs,
+            leases=runtime.leases,
+            signed_in=runtime.account is not None,
+        )
+
     # -- serving -----------------------------------------------------------------------------
 
     async def serve_stream(self, stream: trio.abc.Stream) -> None:
@@ -142,7 +158,13 @@ class AcpService:
         Resource handling: the stream is closed when this returns; every lease the connection
         took is revoked and released (bounded) before it returns.
         """
-        connection = AcpConnection(self, stream)
+        connection = AcpConnection(
+            stream,
+            runtime=self.runtime,
+            config=self._config,
+            initialize_response=lambda: self._initialize_response,
+            host_status=self.host_status,
+        )
         self._connections.add(connection)
         try:
             await connection.run()

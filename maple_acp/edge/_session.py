@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import trio
 
-from maple_acp.edge._projection import SessionProjector
+from maple_acp.edge._dialect import Dialect
 from maple_acp.runtime import ModelChoices, SessionLease
 
 
@@ -26,10 +27,12 @@ class SessionClosed(Exception):
 
 
 class EdgeSession:
-    def __init__(self, lease: SessionLease, choices: ModelChoices) -> None:
+    def __init__(self, lease: SessionLease, choices: ModelChoices, dialect: Dialect) -> None:
         self.lease = lease
         self.id = lease.task_id
-        self.projector = SessionProjector(self.id)
+        #: The protocol version of the connection that opened the session, and its updates.
+        self.dialect = dialect
+        self.projector = dialect.projection(self.id)
         self.choices = choices
         #: Set once the close started; a second close or any new operation is refused.
         self.closing = False
@@ -46,9 +49,14 @@ class EdgeSession:
 
     @property
     def model_locked(self) -> bool:
-        # A task leaves the provisional state with its first admitted message, which is also
-        # what locks its model.
-        return not self.lease.task.provisional
+        # The runtime's rule, the one ``set_model`` applies.
+        return self.lease.model_locked
+
+    def options(self) -> Any:
+        """The session's config options as its dialect shows them."""
+        return self.dialect.config_options(
+            self.choices, self.current_model, locked=self.model_locked
+        )
 
     @property
     def current_model(self) -> str:

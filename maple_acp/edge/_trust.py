@@ -5,35 +5,35 @@ boolean (default false); decline keeps the project untrusted, cancel cancels the
 failed elicitation falls back to the chooser. Otherwise: a permission chooser with three
 options in this order — keep trust disabled, trust this project (both allow kind, so a
 client's generic auto-accept cannot decide trust silently) and cancel turn (reject kind).
+
+Resource handling: each question holds its outbound credit until answered (the client
+channel's rule). Error handling: a failed or malformed elicitation falls back to the chooser;
+a failed or malformed chooser answer cancels the turn; nothing is saved for either.
+Cancellation: a close or a cancel of the prompt ends the question (the turn's abortable
+scope) with nothing saved.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
+from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._session import EdgeSession
 from maple_acp.rpc import ConnectionClosed, OutboundFrameTooLarge
 from maple_acp.wire import (
     INVALID_PARAMS,
     BooleanPropertySchema,
     CreateElicitationRequest,
-    CreateElicitationResponse,
     ElicitationAccept,
     ElicitationDecline,
     ElicitationSchema,
     PermissionOption,
     ProtocolError,
     RequestPermissionRequest,
-    RequestPermissionResponse,
     SelectedPermissionOutcome,
     ToolCallUpdate,
-    structure_params,
-    unstructure,
 )
-
-if TYPE_CHECKING:
-    from maple_acp.edge._connection import AcpConnection
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +56,8 @@ _QUESTION: Final = (
 class TrustDialog:
     """Settles project trust for the sessions of one connection."""
 
-    def __init__(self, connection: AcpConnection) -> None:
-        self.connection = connection
+    def __init__(self, channel: ClientChannel) -> None:
+        self._channel = channel
 
     async def settle(self, session: EdgeSession) -> bool:
         """Ask when the project needs a decision and save it; False if the turn is cancelled."""
@@ -73,7 +73,7 @@ class TrustDialog:
 
     async def _ask(self, session: EdgeSession) -> bool | None:
         """The trust decision: True/False, or None to cancel the turn."""
-        if self.connection.elicitation_form:
+        if self._channel.elicitation_form:
             try:
                 return await self._elicit(session)
             except (ProtocolError, ConnectionClosed, OutboundFrameTooLarge) as exc:
@@ -91,10 +91,7 @@ class TrustDialog:
                 required=(_TRUST_FIELD,),
             ),
         )
-        result = await self.connection.peer.request(
-            "elicitation/create", unstructure(params), hold_credit=True
-        )
-        response = structure_params(result, CreateElicitationResponse)
+        response = await self._channel.elicit(params)
         if isinstance(response, ElicitationAccept):
             value = (response.content or {}).get(_TRUST_FIELD)
             if not isinstance(value, bool):
@@ -116,10 +113,7 @@ class TrustDialog:
             options=TRUST_OPTIONS,
         )
         try:
-            result = await self.connection.peer.request(
-                "session/request_permission", unstructure(params), hold_credit=True
-            )
-            response = structure_params(result, RequestPermissionResponse)
+            response = await self._channel.request_permission(params)
         except (ProtocolError, ConnectionClosed, OutboundFrameTooLarge) as exc:
             logger.info("trust chooser failed; cancelling the turn: %s", exc)
             return None

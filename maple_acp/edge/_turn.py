@@ -5,149 +5,92 @@ A prompt's path: its blocks become one text (refused blocks are ``-32602`` befor
 is looked up), the session's prompt slot is claimed, the trust dialog runs before the first
 prompt of a session, the runtime admits the message and starts a run, the pump sends every
 event of that run, and the answer (stop reason and this turn's usage) is queued only once
-every update of the run is on the wire.
+every update of the run is on the wire. Which update each event becomes, the permission
+question's shape and the answer's are the session's dialect's.
+
+Resource handling: a run's permission questions live in a nursery of the pump. Error handling:
+an oversized update ends the turn (not the connection) with a visible notice; a failed or
+malformed permission answer fails closed. Cancellation: a cancel or close reaches the prompt
+at whatever stage it is (trust question, admission, run); a cancelled request lets its run
+finish ending, bounded, so the session takes the next prompt at once.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Final
+from collections.abc import Awaitable, Callable
 
 import trio
 
+from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._closing import CLOSE_DEADLINE_S
-from maple_acp.edge._projection import Outbound, config_options
+from maple_acp.edge._dialect import FAIL_CLOSED
 from maple_acp.edge._prompt import prompt_text
 from maple_acp.edge._session import EdgeSession, SessionClosed
+from maple_acp.edge._sessions import SessionTable
 from maple_acp.rpc import ConnectionClosed, OutboundFrameTooLarge, request_arrival
 from maple_acp.runtime import (
-    CommandsChanged,
-    ContextUsage,
     PermissionRequest,
-    PlanUpdated,
     PromptClaim,
     Run,
     RunEnded,
     RunEvent,
-    RunNotice,
     RunState,
     TextChunk,
     ThoughtChunk,
-    TitleChanged,
-    ToolRow,
-    ToolState,
-    ToolStatus,
 )
-from maple_acp.runtime import StopReason as RunStopReason
-from maple_acp.runtime import Usage as RunUsage
-from maple_acp.wire import (
-    ChunkKind,
-    PermissionOption,
-    PromptRequest,
-    PromptResponse,
-    ProtocolError,
-    RequestPermissionRequest,
-    RequestPermissionResponse,
-    SelectedPermissionOutcome,
-    StopReason,
-    Usage,
-    structure_params,
-    unstructure,
-)
-
-if TYPE_CHECKING:
-    from maple_acp.edge._connection import AcpConnection
+from maple_acp.wire import PromptRequest, ProtocolError
 
 logger = logging.getLogger(__name__)
 
-#: An answer no runtime responder accepts: handing it over fails the request closed (deny, and
-#: cancel the run), which is the rule for every malformed or failed permission answer.
-_FAIL_CLOSED: Final = "fail-closed"
-#: Permission options: only these two exist (there is no "always").
-PERMISSION_OPTIONS: Final = (
-    PermissionOption(option_id="allow_once", name="Allow once", kind="allow_once"),
-    PermissionOption(option_id="reject_once", name="Reject", kind="reject_once"),
-)
-#: Our option ids, as the runtime's responder words them.
-_ANSWERS: Final = {"allow_once": "allow_once", "reject_once": "deny_once"}
-
-#: The update kind of each text event.
-_CHUNK_KINDS: Final[dict[type, ChunkKind]] = {
-    TextChunk: "agent_message_chunk",
-    ThoughtChunk: "agent_thought_chunk",
-}
-#: ACP's stop reason for a completed turn, by the backend's own (``Turn.stop_reason``).
-_COMPLETED_REASONS: Final[dict[RunStopReason, StopReason]] = {
-    RunStopReason.END_TURN: "end_turn",
-    RunStopReason.MAX_TOKENS: "max_tokens",
-    RunStopReason.MAX_TURN_REQUESTS: "max_turn_requests",
-    RunStopReason.REFUSAL: "refusal",
-}
-
-
-def prompt_answer(
-    state: RunState,
-    usage: RunUsage | None = None,
-    reason: RunStopReason = RunStopReason.END_TURN,
-) -> PromptResponse:
-    """A prompt's answer: its stop reason and exactly this turn's usage (zero for a turn that
-    was cancelled before its run began). A completed turn answers the backend's reason; a
-    failed one ``end_turn``: its failure text was already shown as agent text, and answering
-    normally keeps a client from retrying work that may have had effects."""
-    usage = usage or RunUsage()
-    if state is RunState.CANCELLED:
-        stop: StopReason = "cancelled"
-    elif state is RunState.COMPLETED:
-        stop = _COMPLETED_REASONS[reason]
-    else:
-        stop = "end_turn"
-    return PromptResponse(
-        stop_reason=stop,
-        usage=Usage(
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            total_tokens=usage.total_tokens,
-            cached_read_tokens=usage.cache_read_tokens,
-            cached_write_tokens=usage.cache_write_tokens,
-        ),
-    )
-
 
 class PromptTurns:
-    """Every prompt turn of one connection, and the pump every run's events go through."""
+    """Every prompt turn of one connection, and the pump every run's events go through.
+    ``settle_trust`` asks the trust question when a session's project needs a decision
+    (False: the turn is cancelled)."""
 
-    def __init__(self, connection: AcpConnection) -> None:
-        self.connection = connection
+    def __init__(
+        self,
+        table: SessionTable,
+        channel: ClientChannel,
+        *,
+        settle_trust: Callable[[EdgeSession], Awaitable[bool]],
+    ) -> None:
+        self._table = table
+        self._channel = channel
+        self._settle_trust = settle_trust
 
-    async def prompt(self, request: PromptRequest) -> PromptResponse:
+    async def prompt(self, request: PromptRequest) -> object:
         # The blocks first: a refused block is bad params whatever the session.
         text = prompt_text(request.prompt)
-        session = self.connection.session(request.session_id)
+        session = self._table.live(request.session_id)
+        answer = session.dialect.prompt_answer
         # The runtime's prompt slot: RUN_ACTIVE (-32600) while another prompt holds it.
         with session.lease.claim_prompt() as claim:
             try:
                 with session.update_scope():
                     return await self._turn(session, claim, text, request_arrival())
             except SessionClosed:
-                return prompt_answer(RunState.CANCELLED)
+                return answer(RunState.CANCELLED)
             # A closed session's pump is cancelled from outside; the turn ends cancelled.
-            return prompt_answer(RunState.CANCELLED)
+            return answer(RunState.CANCELLED)
 
     async def _turn(
         self, session: EdgeSession, claim: PromptClaim, text: str, arrival: int
-    ) -> PromptResponse:
+    ) -> object:
         lease = session.lease
+        answer = session.dialect.prompt_answer
         with session.abortable() as before_run:
             if session.cancelled_since(arrival):
                 before_run.cancel()
             # Before the first prompt of each session, new or loaded: a skill may have been
             # added to the project since the task was last used.
-            if not session.trust_settled and not await self.connection.trust.settle(session):
+            if not session.trust_settled and not await self._settle_trust(session):
                 # Cancel admits no user message and saves nothing.
-                return prompt_answer(RunState.CANCELLED)
+                return answer(RunState.CANCELLED)
             session.trust_settled = True
         if before_run.cancelled_caught or session.cancelled_since(arrival):
-            return prompt_answer(RunState.CANCELLED)
+            return answer(RunState.CANCELLED)
         was_locked = session.model_locked
         run = await lease.start_run(text, claim=claim)
         if session.cancelled_since(arrival):
@@ -155,8 +98,7 @@ class PromptTurns:
             run.cancel()
         try:
             if not was_locked:
-                options = config_options(session.choices, session.current_model, locked=True)
-                await self.connection.send(session.projector.config_update(options))
+                await self._channel.send(session.projector.config_update(session.options()))
             state = await self.pump(session, run)
         except BaseException:
             run.cancel()
@@ -168,8 +110,8 @@ class PromptTurns:
             raise
         outcome = await run.wait()
         # Every update of the run must be on the wire before the prompt's answer.
-        await self.connection.peer.drain()
-        return prompt_answer(state, outcome.usage, outcome.stop_reason)
+        await self._channel.drain()
+        return answer(state, outcome.usage, outcome.stop_reason)
 
     async def pump(self, session: EdgeSession, run: Run) -> RunState:
         """Send every event of ``run`` as it comes; return the run's final state.
@@ -179,13 +121,14 @@ class PromptTurns:
         chunks; any other event first sends the lines before it, so the order holds."""
         projector = session.projector
         text_line = projector.text_line
+        chunk_kinds = session.dialect.chunk_kinds
         dropped = False
         async with trio.open_nursery() as permissions:
             try:
                 async for batch in run.event_batches():
                     lines: list[bytes] = []
                     for event in batch:
-                        kind = _CHUNK_KINDS.get(type(event))
+                        kind = chunk_kinds.get(type(event))
                         if kind is not None:
                             chunk: TextChunk | ThoughtChunk = event  # type: ignore[assignment]
                             line = text_line(kind, chunk.message_id, chunk.text)
@@ -215,7 +158,7 @@ class PromptTurns:
     async def _send_lines(self, session: EdgeSession, run: Run, lines: list[bytes]) -> bool:
         """Hand finished text lines to the peer; True if one was too large (turn ended)."""
         try:
-            await self.connection.peer.notify_lines(lines)
+            await self._channel.send_lines(lines)
         except OutboundFrameTooLarge as exc:
             await self._oversize(session, run, exc)
             return True
@@ -223,25 +166,12 @@ class PromptTurns:
 
     async def _send_event(self, session: EdgeSession, run: Run, event: RunEvent) -> bool:
         """Send the update of one event other than text; True if it was too large."""
-        projector = session.projector
-        update: Outbound | None = None
-        if isinstance(event, ToolRow):
-            update = projector.tool(event.tool_id, event.tool)
-        elif isinstance(event, TitleChanged):
-            update = projector.title(event.title)
-        elif isinstance(event, PlanUpdated):
-            update = projector.plan(event.entries)
-        elif isinstance(event, ContextUsage):
-            update = projector.context_usage(event.used, event.size)
-        elif isinstance(event, CommandsChanged):
-            update = projector.commands(event.commands)
+        update = session.projector.event(event)
         try:
-            if isinstance(event, RunNotice):
-                await self.connection.send_many(
-                    projector.notice(f"{event.run_id}-notice", event.text)
-                )
+            if isinstance(update, list):
+                await self._channel.send_many(update)
             elif update is not None:
-                await self.connection.send(update)
+                await self._channel.send(update)
         except OutboundFrameTooLarge as exc:
             await self._oversize(session, run, exc)
             return True
@@ -251,34 +181,20 @@ class PromptTurns:
         # One oversized update ends the turn, not the connection.
         logger.warning("ending a turn: %s", exc)
         run.cancel()
-        await self.connection.send_many(
+        await self._channel.send_many(
             session.projector.notice(
                 f"{run.id}-oversize", "An update was too large to send; the turn was ended."
             )
         )
 
     async def _ask_permission(self, session: EdgeSession, event: PermissionRequest) -> None:
-        """Ask the client; anything but a clean ``allow_once``/``reject_once`` fails closed."""
-        request = event.request
-        pending = ToolState(
-            name=request.name,
-            status=ToolStatus.PENDING,
-            title=request.title,
-            raw_input=request.raw_input,
-        )
-        params = RequestPermissionRequest(
-            session_id=session.id,
-            tool_call=session.projector.tool_call(request.tool_id, pending),
-            options=PERMISSION_OPTIONS,
-        )
-        answer = _FAIL_CLOSED
+        """Ask the client; anything but a clean allow-once/reject-once fails closed."""
+        answer = FAIL_CLOSED
         try:
-            result = await self.connection.peer.request(
-                "session/request_permission", unstructure(params), hold_credit=True
+            response = await self._channel.request_permission(
+                session.projector.permission_request(event.request)
             )
-            outcome = structure_params(result, RequestPermissionResponse).outcome
-            if isinstance(outcome, SelectedPermissionOutcome):
-                answer = _ANSWERS.get(outcome.option_id, _FAIL_CLOSED)
+            answer = session.dialect.permission_answer(response)
         except (ProtocolError, ConnectionClosed, OutboundFrameTooLarge) as exc:
             logger.info("permission request failed closed: %s", getattr(exc, "message", exc))
         finally:

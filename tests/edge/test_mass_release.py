@@ -12,7 +12,7 @@ import trio.testing
 from edge_harness import running_service
 
 from maple_acp.edge import DISCONNECT_CLEANUP_S, AcpService, AcpServiceConfig
-from maple_acp.edge._opening import MAX_SESSIONS_PER_CONNECTION
+from maple_acp.edge._sessions import MAX_SESSIONS_PER_CONNECTION
 from maple_acp.runtime import DEFAULT_PROVISIONAL_GRACE_S
 from maple_acp.testing.client import AcpTestClient
 from maple_acp.testing.demo import DEMO_ACCOUNT, make_demo_service

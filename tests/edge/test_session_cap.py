@@ -12,7 +12,7 @@ import trio
 from edge_harness import Harness, running_service
 
 from maple_acp.edge import AcpServiceConfig, ConfigError
-from maple_acp.edge._opening import MAX_SESSIONS_PER_CONNECTION
+from maple_acp.edge._sessions import MAX_SESSIONS_PER_CONNECTION
 from maple_acp.testing.client import AcpTestClient
 from maple_acp.wire import ProtocolError
 

@@ -1,0 +1,95 @@
+"""The typed channel to the client: ``session/update`` and the client methods the agent calls.
+
+Outbound calls are driven by ``wire.CLIENT_METHODS`` as inbound dispatch is by
+``wire.AGENT_METHODS``: a typed request goes out unstructured, and the answer is structured
+with the method's result type. A malformed answer raises ``ProtocolError(-32602)``, which
+the callers (the permission question, the trust dialog) treat as a failed answer and fail
+closed on, like ``ConnectionClosed`` and ``OutboundFrameTooLarge``.
+
+Resource handling: a request holds its outbound credit until answered or the connection ends
+(SPEC.md limits); updates are charged by the peer. Cancellation: every call is a checkpoint;
+a cancelled request is withdrawn by the peer and its late answer dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Final
+
+from maple_acp.edge._projection import UPDATE_METHOD, Outbound, encode_update
+from maple_acp.rpc import JsonRpcPeer
+from maple_acp.wire import (
+    CLIENT_METHODS,
+    CreateElicitationRequest,
+    CreateElicitationResponse,
+    RequestPermissionRequest,
+    RequestPermissionResponse,
+    structure_params,
+    unstructure,
+)
+
+#: Updates handed to the peer at once by :meth:`ClientChannel.send_many`: half the outbound
+#: line budget, so a batch never waits for credit it could never get in one go.
+SEND_BATCH: Final = 128
+
+PERMISSION_METHOD: Final = "session/request_permission"
+ELICITATION_METHOD: Final = "elicitation/create"
+
+
+class ClientChannel:
+    """Everything the agent sends the client on one connection."""
+
+    def __init__(self, peer: JsonRpcPeer) -> None:
+        self._peer = peer
+        #: Whether the client advertised form elicitation at ``initialize``.
+        self.elicitation_form = False
+
+    @property
+    def closed(self) -> bool:
+        return self._peer.closed
+
+    # -- session/update ----------------------------------------------------------------------
+
+    async def send(self, update: Outbound) -> None:
+        """Queue one ``session/update``: a typed notification, or a text chunk's line."""
+        if type(update) is bytes:
+            await self._peer.notify_encoded(update)
+        else:
+            await self._peer.notify(UPDATE_METHOD, unstructure(update))
+
+    async def send_many(self, updates: Iterable[Outbound]) -> None:
+        """Queue many updates in order, handed to the peer :data:`SEND_BATCH` lines at a time
+        (a history replay: one hand-off per batch instead of one per line)."""
+        batch: list[bytes] = []
+        for update in updates:
+            batch.append(update if isinstance(update, bytes) else encode_update(update))
+            if len(batch) >= SEND_BATCH:
+                await self._peer.notify_lines(batch)
+                batch = []
+        if batch:
+            await self._peer.notify_lines(batch)
+
+    async def send_lines(self, lines: list[bytes]) -> None:
+        """Queue finished update lines together (the streaming path: one hand-off)."""
+        await self._peer.notify_lines(lines)
+
+    async def drain(self) -> None:
+        """Wait until every update queued so far is written to the transport."""
+        await self._peer.drain()
+
+    # -- client methods ----------------------------------------------------------------------
+
+    async def _call(self, method: str, request: object) -> Any:
+        spec = CLIENT_METHODS[method]
+        result = await self._peer.request(method, unstructure(request), hold_credit=True)
+        return structure_params(result, spec.result)
+
+    async def request_permission(
+        self, request: RequestPermissionRequest
+    ) -> RequestPermissionResponse:
+        response: RequestPermissionResponse = await self._call(PERMISSION_METHOD, request)
+        return response
+
+    async def elicit(self, request: CreateElicitationRequest) -> CreateElicitationResponse:
+        response: CreateElicitationResponse = await self._call(ELICITATION_METHOD, request)
+        return response

@@ -1,0 +1,236 @@
+"""ACP v1 as a dialect: the method table, the projection and the answer shapes of version 1.
+
+The projection is :mod:`maple_acp.edge._projection`'s :class:`SessionProjector` plus the
+mapping of run events to its updates; the answers are the v1 wire types. See
+:mod:`maple_acp.edge._dialect` for what a dialect is. No I/O here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Final
+
+import attrs
+
+from maple_acp.edge._dialect import FAIL_CLOSED, Route
+from maple_acp.edge._projection import (
+    MODE_ID,
+    MODE_OPTION_ID,
+    MODEL_OPTION_ID,
+    Outbound,
+    SessionProjector,
+    config_options,
+    mode_state,
+)
+from maple_acp.runtime import (
+    CommandsChanged,
+    ContextUsage,
+    ModelChoices,
+    PlanUpdated,
+    RunEvent,
+    RunNotice,
+    RunState,
+    TextChunk,
+    ThoughtChunk,
+    TitleChanged,
+    ToolRequest,
+    ToolRow,
+    ToolState,
+    ToolStatus,
+)
+from maple_acp.runtime import StopReason as RunStopReason
+from maple_acp.runtime import Usage as RunUsage
+from maple_acp.wire import (
+    AGENT_METHODS,
+    GOAL_CONTROL_METHOD,
+    INVALID_PARAMS,
+    STATUS_METHOD,
+    ChunkKind,
+    LoadSessionResponse,
+    NewSessionResponse,
+    PermissionOption,
+    PromptResponse,
+    ProtocolError,
+    RequestPermissionRequest,
+    RequestPermissionResponse,
+    ResumeSessionResponse,
+    SelectedPermissionOutcome,
+    SessionConfigOption,
+    SetSessionConfigOptionResponse,
+    SetSessionModeResponse,
+    StopReason,
+    Usage,
+)
+
+#: The protocol version this dialect speaks.
+VERSION: Final = 1
+
+#: Permission options: only these two exist (there is no "always").
+PERMISSION_OPTIONS: Final = (
+    PermissionOption(option_id="allow_once", name="Allow once", kind="allow_once"),
+    PermissionOption(option_id="reject_once", name="Reject", kind="reject_once"),
+)
+#: Our option ids, as the runtime's responder words them.
+_ANSWERS: Final = {"allow_once": "allow_once", "reject_once": "deny_once"}
+
+#: The update kind of each text event.
+_CHUNK_KINDS: Final[Mapping[type, ChunkKind]] = MappingProxyType(
+    {TextChunk: "agent_message_chunk", ThoughtChunk: "agent_thought_chunk"}
+)
+#: ACP's stop reason for a completed turn, by the backend's own (``Turn.stop_reason``).
+_COMPLETED_REASONS: Final[dict[RunStopReason, StopReason]] = {
+    RunStopReason.END_TURN: "end_turn",
+    RunStopReason.MAX_TOKENS: "max_tokens",
+    RunStopReason.MAX_TURN_REQUESTS: "max_turn_requests",
+    RunStopReason.REFUSAL: "refusal",
+}
+#: Each inbound method and the operation that serves it.
+_OPERATIONS: Final = {
+    "initialize": "initialize",
+    "session/new": "new_session",
+    "session/load": "load_session",
+    "session/resume": "resume_session",
+    "session/list": "list_sessions",
+    "session/prompt": "prompt",
+    "session/close": "close_session",
+    "session/delete": "delete_session",
+    "session/set_config_option": "set_config_option",
+    "session/set_mode": "set_mode",
+    GOAL_CONTROL_METHOD: "goal_control",
+    STATUS_METHOD: "status",
+}
+
+
+def _has_session_id(params: Any) -> bool:
+    return isinstance(params, type) and any(a.name == "session_id" for a in attrs.fields(params))
+
+
+ROUTES: Final[Mapping[str, Route]] = MappingProxyType(
+    {
+        method: Route(
+            AGENT_METHODS[method].params,
+            operation,
+            _has_session_id(AGENT_METHODS[method].params),
+        )
+        for method, operation in _OPERATIONS.items()
+    }
+)
+
+
+class V1Projection(SessionProjector):
+    """v1's updates of one session: the projector, plus which update each run event is."""
+
+    def event(self, event: RunEvent) -> Outbound | list[bytes] | None:
+        if isinstance(event, ToolRow):
+            return self.tool(event.tool_id, event.tool)
+        if isinstance(event, TitleChanged):
+            return self.title(event.title)
+        if isinstance(event, PlanUpdated):
+            return self.plan(event.entries)
+        if isinstance(event, ContextUsage):
+            return self.context_usage(event.used, event.size)
+        if isinstance(event, CommandsChanged):
+            return self.commands(event.commands)
+        if isinstance(event, RunNotice):
+            return self.notice(f"{event.run_id}-notice", event.text)
+        return None
+
+    def permission_request(self, request: ToolRequest) -> RequestPermissionRequest:
+        pending = ToolState(
+            name=request.name,
+            status=ToolStatus.PENDING,
+            title=request.title,
+            raw_input=request.raw_input,
+        )
+        return RequestPermissionRequest(
+            session_id=self.session_id,
+            tool_call=self.tool_call(request.tool_id, pending),
+            options=PERMISSION_OPTIONS,
+        )
+
+
+class V1Dialect:
+    """ACP version 1 (see the module docstring)."""
+
+    version: Final = VERSION
+    routes: Final = ROUTES
+    chunk_kinds: Final = _CHUNK_KINDS
+
+    def projection(self, session_id: str) -> V1Projection:
+        return V1Projection(session_id)
+
+    def config_options(
+        self, choices: ModelChoices, current_model: str, *, locked: bool
+    ) -> tuple[SessionConfigOption, ...]:
+        return config_options(choices, current_model, locked=locked)
+
+    def new_answer(
+        self, session_id: str, options: tuple[SessionConfigOption, ...]
+    ) -> NewSessionResponse:
+        return NewSessionResponse(session_id=session_id, modes=mode_state(), config_options=options)
+
+    def load_answer(self, options: tuple[SessionConfigOption, ...]) -> LoadSessionResponse:
+        return LoadSessionResponse(modes=mode_state(), config_options=options)
+
+    def resume_answer(self, options: tuple[SessionConfigOption, ...]) -> ResumeSessionResponse:
+        return ResumeSessionResponse(modes=mode_state(), config_options=options)
+
+    def prompt_answer(
+        self,
+        state: RunState,
+        usage: RunUsage | None = None,
+        reason: RunStopReason = RunStopReason.END_TURN,
+    ) -> PromptResponse:
+        """A completed turn answers the backend's reason; a failed one ``end_turn``: its
+        failure text was already shown as agent text, and answering normally keeps a client
+        from retrying work that may have had effects. A turn cancelled before its run began
+        has zero usage."""
+        usage = usage or RunUsage()
+        if state is RunState.CANCELLED:
+            stop: StopReason = "cancelled"
+        elif state is RunState.COMPLETED:
+            stop = _COMPLETED_REASONS[reason]
+        else:
+            stop = "end_turn"
+        return PromptResponse(
+            stop_reason=stop,
+            usage=Usage(
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                total_tokens=usage.total_tokens,
+                cached_read_tokens=usage.cache_read_tokens,
+                cached_write_tokens=usage.cache_write_tokens,
+            ),
+        )
+
+    def permission_answer(self, response: RequestPermissionResponse) -> str:
+        outcome = response.outcome
+        if isinstance(outcome, SelectedPermissionOutcome):
+            return _ANSWERS.get(outcome.option_id, FAIL_CLOSED)
+        return FAIL_CLOSED
+
+    def mode_answer(self, mode_id: str) -> SetSessionModeResponse:
+        if mode_id != MODE_ID:
+            raise ProtocolError(INVALID_PARAMS, f"modeId: the only mode is {MODE_ID!r}")
+        return SetSessionModeResponse()
+
+    def requested_model(self, config_id: str, value: object) -> str | None:
+        if config_id == MODEL_OPTION_ID:
+            if not isinstance(value, str):
+                raise ProtocolError(INVALID_PARAMS, "value: expected a model id")
+            return value
+        if config_id == MODE_OPTION_ID:
+            if value != MODE_ID:
+                raise ProtocolError(INVALID_PARAMS, f"value: the only mode is {MODE_ID!r}")
+            return None
+        raise ProtocolError(INVALID_PARAMS, "configId: unknown config option")
+
+    def config_answer(
+        self, options: tuple[SessionConfigOption, ...]
+    ) -> SetSessionConfigOptionResponse:
+        return SetSessionConfigOptionResponse(config_options=options)
+
+
+#: The one dialect there is today.
+V1: Final = V1Dialect()
