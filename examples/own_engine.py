@@ -46,7 +46,6 @@ from maple_acp.runtime import (
     ToolState,
     ToolStatus,
     Turn,
-    resolve_in_root,
     write_text_async,
 )
 from maple_acp.store import SqliteTaskStore
@@ -93,12 +92,13 @@ class LookupEngine:
             await turn.send_text("Usage: /note TEXT")
             return
         try:
-            # The shared file tools keep the path inside the project (no symlink out of it).
-            path = await trio.to_thread.run_sync(resolve_in_root, turn.root, NOTES_FILE)
+            # The shared file tools open every component from the project's directory (no
+            # symlink, no swapped directory leads out of it); a dry run reads the current text.
+            preview = await write_text_async(turn.root, NOTES_FILE, "", dry_run=True)
         except FileToolError as exc:
             await turn.send_text(f"I cannot keep notes here: {exc}")
             return
-        old = await trio.to_thread.run_sync(read_if_present, path)
+        path, old = preview.path, preview.old_text
         new = (old or "") + f"- {text}\n"
         tool_id = f"{turn.run_id}-note"
         title = f"Append to {NOTES_FILE}"
@@ -129,13 +129,6 @@ class LookupEngine:
             return
         await turn.send_tool_row(tool_id, row(ToolStatus.COMPLETED, "noted"))
         await turn.send_text(f"Noted in {NOTES_FILE}.")
-
-
-def read_if_present(path: str) -> str | None:
-    try:
-        return Path(path).read_text()
-    except FileNotFoundError:
-        return None
 
 
 async def serve(socket_path: Path, data_dir: Path) -> None:
