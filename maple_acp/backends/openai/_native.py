@@ -256,9 +256,14 @@ async def _read_file(row: _Row, turn: Turn, args: Mapping[str, Any]) -> ToolResu
     row.locations = (ToolLocation(path=read.path, line=start),)
     text = "".join(window)
     end = start - 1 + len(window)
+    cut_mid_file = read.truncated and end >= len(lines)
+    if cut_mid_file:
+        # The read stopped mid-file, maybe inside a relay value: no start of one may be left.
+        redactor = turn.tools.redactor
+        text = redactor.without_partial_value(redactor.text(text))
     if start > 1 or end < len(lines):
         text += f"\n[lines {start}-{end} of {len(lines)}; pass start_line to read on]"
-    if read.truncated and end >= len(lines):
+    if cut_mid_file:
         text += "\n[the file goes on past what a tool may read]"
     return await row.done(text)
 

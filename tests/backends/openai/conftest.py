@@ -1,6 +1,6 @@
 """Fixtures for the provider backend: a loopback OpenAI-compatible server (in its own nursery)
 and a real runtime over a real SQLite file whose backend talks to it through the real SDK.
-``project`` comes from the backends' conftest one directory up."""
+``project`` comes from tests/conftest.py."""
 
 from __future__ import annotations
 

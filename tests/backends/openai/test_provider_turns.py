@@ -23,6 +23,7 @@ from provider_support import TEST_KEY, answering, one_turn, open_lease
 
 from maple_acp.model import ItemKind, ToolStatus
 from maple_acp.runtime import (
+    MAX_READ_CHARS,
     AgentService,
     ContextUsage,
     CycleStarted,
@@ -547,6 +548,43 @@ async def test_a_relay_value_printed_by_a_tool_never_reaches_the_provider(
     told = provider.chat_requests()[1].body["messages"][-1]["content"]
     assert told == "exit code 0\ntoken=[relay:MAPLE_TOKEN]\n"
     assert all(token not in json.dumps(r.body) for r in provider.requests)
+
+
+async def test_a_file_read_cut_inside_a_relay_value_leaves_no_piece_of_it(
+    tmp_path: Path, provider: LoopbackProvider, project: Path
+) -> None:
+    from provider_support import provider_service
+
+    token = "relay-secret-5f4e3d2c1b-0a9b8c7d6e"
+    # Short lines up to the read bound, then the value across it: the last kept line is the
+    # start of the value, and reading from that line shows it.
+    head = "line\n" * (MAX_READ_CHARS // 5 - 3)
+    kept = MAX_READ_CHARS - len(head)
+    (project / "big.txt").write_text(head + "x" * 3 + token + "\n")
+    last_line = head.count("\n") + 1
+    assert 8 <= kept - 3 < len(token)
+    provider.add(
+        tool_call_reply(("c", "read_file", {"path": "big.txt", "start_line": last_line})),
+        text_reply("seen"),
+    )
+    async with (
+        provider_service(tmp_path, provider, relay_allow_list=("MAPLE_TOKEN",)) as service,
+        trio.open_nursery() as nursery,
+    ):
+        lease = await nursery.start(
+            lambda task_status: service.serve_new_task(
+                str(project), relay={"MAPLE_TOKEN": token}, task_status=task_status
+            )
+        )
+        run = await lease.start_run("read it")
+        events = await collect_events(run)
+        await lease.release(close=False)
+    told = provider.chat_requests()[1].body["messages"][-1]["content"]
+    assert told.startswith("xxx")
+    assert "the file goes on" in told
+    piece = token[:8]
+    assert all(piece not in json.dumps(r.body) for r in provider.requests)
+    assert all(piece not in (row.tool.output_text or "") for row in rows(events))
 
 
 async def test_tool_calls_without_ids_get_unique_ones(
