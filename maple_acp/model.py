@@ -1,5 +1,5 @@
 """The plain records of the library: tasks, history items, tool states, plans, usage, goals,
-commands and tool specs.
+commands, tool specs, session modes and tool categories.
 
 Plain frozen values that depend on nothing else in the package. The store persists them (and
 assigns nothing but ``seq``), the runtime hands them to backends and re-exports them, and the
@@ -86,6 +86,13 @@ class TaskRecord:
     provisional: bool = False
     #: When a released-but-unclosed provisional task may be swept; ``None`` = no grace running.
     provisional_expires_ms: int | None = None
+    #: The id of the session mode chosen for the task; ``None`` = the host's default mode.
+    mode: str | None = None
+    #: The thinking effort chosen for the task (one of the backend's levels for its model);
+    #: ``None`` = the backend's own default.
+    thought_level: str | None = None
+    #: Canonical absolute directories the task may work in besides ``root``.
+    additional_directories: tuple[str, ...] = ()
 
 
 class PlanPriority(enum.StrEnum):
@@ -252,3 +259,32 @@ class ToolSpec:
     #: A JSON schema object a provider API accepts (``type: object``, ``properties``,
     #: ``required``).
     input_schema: dict[str, Any]
+
+
+class ToolCategory(enum.StrEnum):
+    """What a tool does, as a session mode judges it."""
+
+    #: Reads only (files, listings, searches).
+    READ = "read"
+    #: Writes or edits files.
+    EDIT = "edit"
+    #: Runs commands (a shell).
+    EXECUTE = "execute"
+    #: Calls a tool of the caller's MCP servers (``external_mcp``).
+    EXTERNAL = "external"
+    #: Updates the plan shown to the user (``update_plan``).
+    PLAN = "plan"
+    #: Anything the runtime cannot place: the strict modes refuse it.
+    OTHER = "other"
+
+
+@attrs.frozen(kw_only=True)
+class SessionMode:
+    """A mode a session can be in, as a client lists it."""
+
+    #: Stable id (``ask``, ``code``, ``plan``, ``auto-edit``, or a host's own).
+    id: str
+    #: Short display name.
+    name: str
+    #: One line saying what the mode lets the agent do.
+    description: str = ""

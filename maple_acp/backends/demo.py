@@ -46,6 +46,10 @@ echoed back (consecutive lines as one message): ``/usr/bin/env is missing`` is t
 ``/mcp ID {json arguments}``
     An ``external_mcp`` call of tool ID through the session's router (always asked first); a
     clear tool error when the session has no external tools.
+
+A tool the session's mode forbids (``shell``, ``write_file`` and MCP calls in ``ask`` and
+``plan`` mode) ends its row as failed with the mode's reason, without asking; in ``auto-edit``
+mode a ``write_file`` inside the task's directory runs without asking (its diff still shown).
 ``/goal OBJECTIVE``
     Give the task an active goal.
 
@@ -97,7 +101,6 @@ from maple_acp.runtime import (
     TurnFailed,
     TurnResult,
     Usage,
-    write_text_async,
 )
 
 logger = logging.getLogger(__name__)
@@ -315,6 +318,8 @@ class DemoBackend:
         raw_input = {"command": command}
         row = _Row(turn, tool_id, "shell", title)
         await row.send(ToolStatus.PENDING, raw_input=raw_input)
+        if await row.refused():
+            return
         if not isinstance(command, str) or not command:
             await row.send(ToolStatus.FAILED, "no command given")
             return
@@ -345,11 +350,13 @@ class DemoBackend:
         raw_input = {"path": path, "content": content}
         row = _Row(turn, tool_id, "write_file", title)
         await row.send(ToolStatus.PENDING, raw_input=raw_input)
+        if await row.refused():
+            return
         if not isinstance(path, str) or not path or not isinstance(content, str):
             await row.send(ToolStatus.FAILED, "write_file takes a string path and content")
             return
         try:
-            preview = await _preview_write(turn.root, path, content)
+            preview = await _preview_write(turn, path, content)
         except FileToolError as exc:
             await row.send(ToolStatus.FAILED, str(exc))
             return
@@ -361,8 +368,8 @@ class DemoBackend:
             return
         await row.send(ToolStatus.IN_PROGRESS, diffs=(preview.diff(),))
         try:
-            change = await write_text_async(turn.root, path, content)
-        except FileToolError as exc:
+            change = await turn.tools.write_text(turn.root, path, content)
+        except (FileToolError, ToolUnavailable) as exc:
             await row.send(ToolStatus.FAILED, str(exc))
             return
         row.locations = (change.location(),)
@@ -378,6 +385,8 @@ class DemoBackend:
         raw_input = {"tool": tool_id, "arguments": arguments}
         row = _Row(turn, call_id, EXTERNAL_MCP_TOOL, title)
         await row.send(ToolStatus.PENDING, raw_input=raw_input)
+        if await row.refused():
+            return
         request = ToolRequest(
             tool_id=call_id, name=EXTERNAL_MCP_TOOL, title=title, raw_input=raw_input
         )
@@ -439,6 +448,14 @@ class _Row:
         self.title = title
         self.locations: tuple[ToolLocation, ...] = ()
 
+    async def refused(self) -> bool:
+        """End the row as failed if the session's mode forbids the tool now."""
+        refusal = self.turn.tool_refusal(self.name)
+        if refusal is None:
+            return False
+        await self.send(ToolStatus.FAILED, refusal)
+        return True
+
     async def send(
         self,
         status: ToolStatus,
@@ -463,12 +480,12 @@ class _Row:
         )
 
 
-async def _preview_write(root: str, path: str, content: str) -> FileChange:
+async def _preview_write(turn: Turn, path: str, content: str) -> FileChange:
     """What writing ``content`` to ``path`` would change, without writing: shown to the
-    caller while it decides. Raises ``FileToolError`` for a path outside ``root``."""
+    caller while it decides. Raises ``FileToolError`` for a path outside the task's root."""
     # A dry run reads the old text through the same fd walk as the write, never by a path
     # string that a swapped directory could send elsewhere.
-    planned = await write_text_async(root, path, content, dry_run=True)
+    planned = await turn.tools.write_text(turn.root, path, content, dry_run=True)
     return FileChange(path=planned.path, old_text=planned.old_text, new_text=content)
 
 

@@ -77,3 +77,41 @@ def backend_commands(backend: AgentBackend) -> Sequence[CommandInfo]:
         logger.warning("the agent backend failed to list its commands", exc_info=True)
         return ()
     return commands
+
+
+class ThoughtLevelSource(Protocol):
+    """What a backend whose models take a thinking effort also defines (optional: a backend
+    without ``thought_levels`` offers none). ``model_id`` is the task's model (``None`` when it
+    has none); the answer is the levels a caller may choose, in the order it shows them, or
+    none for a model without levels."""
+
+    def thought_levels(self, model_id: str | None) -> Sequence[str]: ...
+
+
+#: Thinking-effort levels one model may declare: a client shows them in one menu.
+MAX_THOUGHT_LEVELS = 16
+#: One level's id, at most.
+MAX_THOUGHT_LEVEL_CHARS = 64
+
+
+def backend_thought_levels(backend: AgentBackend, model_id: str | None) -> tuple[str, ...]:
+    """The levels the backend declares for ``model_id``: none if it declares none (or fails
+    to list them, or lists something that is not a short plain string)."""
+    declared = getattr(backend, "thought_levels", None)
+    if declared is None:
+        return ()
+    try:
+        levels = tuple(declared(model_id))
+    except Exception:
+        logger.warning("the agent backend failed to list its thought levels", exc_info=True)
+        return ()
+    if len(levels) > MAX_THOUGHT_LEVELS or not all(
+        isinstance(level, str)
+        and 0 < len(level) <= MAX_THOUGHT_LEVEL_CHARS
+        and level.isprintable()
+        and level == level.strip()
+        for level in levels
+    ):
+        logger.warning("the agent backend listed malformed thought levels; none are offered")
+        return ()
+    return tuple(dict.fromkeys(levels))

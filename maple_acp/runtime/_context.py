@@ -10,6 +10,7 @@ import attrs
 from maple_acp.model import CommandInfo
 from maple_acp.runtime._backend import AgentBackend
 from maple_acp.runtime._models import ModelChoices
+from maple_acp.runtime._modes import ModeSet
 from maple_acp.runtime._permissions import PermissionPolicy
 from maple_acp.store import TaskStore
 
@@ -42,3 +43,7 @@ class LeaseContext:
     unregister: Callable[[SessionLease], None]
     #: The backend's declared commands, bounded, for a new lease.
     declared_commands: Callable[[], tuple[CommandInfo, ...]]
+    #: The session modes the host offers.
+    modes: ModeSet
+    #: The thinking-effort levels the backend declares for a model (checked, maybe none).
+    thought_levels: Callable[[str | None], tuple[str, ...]]

@@ -48,6 +48,10 @@ class RejectionKind(enum.Enum):
     UNKNOWN_MODEL = "unknown_model"
     #: The task's model is locked by its first admitted message.
     MODEL_LOCKED = "model_locked"
+    #: The requested session mode is not one the host declares.
+    UNKNOWN_MODE = "unknown_mode"
+    #: The requested thinking effort is not a level the backend declares for the task's model.
+    UNKNOWN_THOUGHT_LEVEL = "unknown_thought_level"
     #: The lease was revoked or released.
     LEASE_REVOKED = "lease_revoked"
     #: Relay values break the allow-list or the size limits.

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import attrs
 
-from maple_acp.model import CommandInfo, GoalRecord, PlanEntry, ToolState, Usage
+from maple_acp.model import CommandInfo, GoalRecord, PlanEntry, SessionMode, ToolState, Usage
 
 if TYPE_CHECKING:
     from maple_acp.runtime._permissions import PermissionResponder, ToolRequest
@@ -193,4 +193,13 @@ class LeaseRevoked:
     reason: str
 
 
-SessionEvent: TypeAlias = GoalChanged | CycleStarted | LeaseRevoked
+@attrs.frozen
+class ModeChanged:
+    """The session's mode changed (``SessionLease.set_mode``); ``mode`` is the new one. It
+    applies from the next tool call, also within a running turn."""
+
+    task_id: str
+    mode: SessionMode
+
+
+SessionEvent: TypeAlias = GoalChanged | CycleStarted | LeaseRevoked | ModeChanged

@@ -19,17 +19,19 @@ from maple_acp.model import (
     GoalRecord,
     ItemKind,
     MessageRow,
+    SessionMode,
     TaskRecord,
     TimelineItem,
 )
 from maple_acp.runtime._barrier import OperationBarrier, PromptClaim
 from maple_acp.runtime._context import LeaseContext
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
-from maple_acp.runtime._events import RunKind
+from maple_acp.runtime._events import ModeChanged, RunKind
 from maple_acp.runtime._goal_driver import GoalCycleDriver
 from maple_acp.runtime._history import replay_rows_view, replay_view, title_from_history
 from maple_acp.runtime._lease_life import LeaseLifetime, ProvisionalRow, RouterFactory
 from maple_acp.runtime._models import ModelChoices
+from maple_acp.runtime._modes import ModeDeclaration
 from maple_acp.runtime._offer import offered_tools
 from maple_acp.runtime._outlet import RunHooks, RunOutlet
 from maple_acp.runtime._run import Run
@@ -92,6 +94,11 @@ class SessionLease:
         self._title_tried = False
         self._commands = context.declared_commands()
         self._run_serial = 0
+        self._mode = self._restored_mode(task)
+        #: The thinking-effort levels of the model they were last listed for.
+        self._levels: tuple[str | None, tuple[str, ...]] | None = None
+        # Every shell, MCP call and file write through the lease's tools meets the mode.
+        tools.set_gate(lambda category: self._mode.refusal(category))
         self._life = LeaseLifetime(
             context=context,
             generation=generation,
@@ -212,6 +219,97 @@ class SessionLease:
                 self._row.rewritten(record)
                 self._life.check_live()
                 return record
+
+    # -- modes and thinking effort -----------------------------------------------------------
+
+    def _restored_mode(self, task: TaskRecord) -> ModeDeclaration:
+        modes = self._context.modes
+        declared = modes.get(task.mode)
+        if declared is not None:
+            return declared
+        if task.mode is not None:
+            logger.warning(
+                "task %s was in session mode %r, which this host no longer offers; "
+                "it is in the default mode %s",
+                task.id,
+                task.mode[:64],
+                modes.default.mode.id,
+            )
+        return modes.default
+
+    @property
+    def modes(self) -> tuple[SessionMode, ...]:
+        """The session modes the host offers, in the order a client lists them."""
+        return self._context.modes.modes
+
+    @property
+    def mode(self) -> SessionMode:
+        """The session's mode: the one stored with the task (the host's default when none is,
+        or when the host no longer offers it)."""
+        return self._mode.mode
+
+    async def set_mode(self, mode_id: str) -> SessionMode:
+        """Put the session in mode ``mode_id``, stored with the task; publishes
+        ``ModeChanged`` when it changes. A running turn meets it from its next tool call.
+        ``UNKNOWN_MODE`` (nothing stored) for a mode the host does not offer."""
+        with self.operation():
+            declared = self._context.modes.get(mode_id) if isinstance(mode_id, str) else None
+            if declared is None:
+                raise RuntimeRejection(
+                    RejectionKind.UNKNOWN_MODE, "the session mode is not one this host offers"
+                )
+            async with self._admission:
+                self._life.check_live()
+                if declared is self._mode:
+                    return declared.mode
+                record = await self._context.store.set_task_mode(self.task_id, declared.mode.id)
+                if record is None:
+                    raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "the task is gone")
+                self._task = record
+                self._row.rewritten(record)
+                self._mode = declared
+                self._events.publish(ModeChanged(self.task_id, declared.mode))
+                return declared.mode
+
+    @property
+    def thought_levels(self) -> tuple[str, ...]:
+        """The thinking-effort levels the backend declares for the task's model (none when it
+        declares none)."""
+        model = self._task.model
+        if self._levels is None or self._levels[0] != model:
+            self._levels = (model, self._context.thought_levels(model))
+        return self._levels[1]
+
+    @property
+    def thought_level(self) -> str | None:
+        """The thinking effort chosen for the task, or ``None`` (the backend's own default):
+        also ``None`` when the stored level is not one of ``thought_levels`` (the model
+        changed, or the backend no longer declares it)."""
+        level = self._task.thought_level
+        return level if level is not None and level in self.thought_levels else None
+
+    async def set_thought_level(self, level: str | None) -> str | None:
+        """Choose the thinking effort sent with each of the task's model requests from now on
+        (``None``: the backend's default), stored with the task. ``UNKNOWN_THOUGHT_LEVEL``
+        (nothing stored) for a level not in ``thought_levels``."""
+        with self.operation():
+            if level is not None and (
+                not isinstance(level, str) or level not in self.thought_levels
+            ):
+                raise RuntimeRejection(
+                    RejectionKind.UNKNOWN_THOUGHT_LEVEL,
+                    "the thinking effort is not one the task's model offers",
+                )
+            async with self._admission:
+                self._life.check_live()
+                if level == self._task.thought_level:
+                    return level
+                record = await self._context.store.set_task_thought_level(self.task_id, level)
+                if record is None:
+                    raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "the task is gone")
+                self._task = record
+                self._row.rewritten(record)
+                return level
 
     # -- history -----------------------------------------------------------------------------
 
@@ -368,6 +466,9 @@ class SessionLease:
             redactor=self.tools.redactor,
             set_commands=self._set_commands,
             auto_title=self._auto_title,
+            mode=lambda: self._mode,
+            roots=(self._task.root, *self._task.additional_directories),
+            thought_level=lambda: self.thought_level,
         )
         task, skills, goal, tools = self._task, self.skills, self._goals.goal, self.tools
         offered = offered_tools(tools.router if not tools.revoked else None)

@@ -21,6 +21,7 @@ from maple_acp.runtime._events import (
     UsageUpdate,
 )
 from maple_acp.runtime._journal import RunJournal
+from maple_acp.runtime._modes import ModeDecision, ModeDeclaration
 from maple_acp.runtime._permissions import (
     PermissionBroker,
     PermissionClass,
@@ -51,6 +52,12 @@ class RunHooks:
     set_commands: Callable[[tuple[CommandInfo, ...]], None]
     #: At the end of a prompt run: the title the runtime gave an untitled task, if any.
     auto_title: Callable[[], Awaitable[str | None]]
+    #: The session's mode now (read at each decision: a change applies from the next call).
+    mode: Callable[[], ModeDeclaration]
+    #: The session's directories (the task's root first), for the mode's edit rule.
+    roots: tuple[str, ...]
+    #: The thinking effort chosen for the task now, if any.
+    thought_level: Callable[[], str | None]
 
 
 class RunOutlet:
@@ -137,7 +144,17 @@ class RunOutlet:
         self._journal.tool_emitted(tool_id, tool)
 
     async def ask_permission(self, request: ToolRequest) -> bool:
+        # The mode first, on the request as the backend made it (its real target path): what
+        # the mode forbids is never put to the host's policy or the caller.
+        mode = self.hooks.mode()
+        decision = mode.decide(request, self.hooks.roots)
         request = prepared_request(request, self.hooks.redactor)
+        if decision is ModeDecision.REFUSE:
+            self._log_decision(request, f"refused by the session's {mode.mode.id} mode")
+            return False
+        if decision is ModeDecision.ALLOW:
+            self._log_decision(request, f"allowed by the session's {mode.mode.id} mode")
+            return True
         if classify(self.hooks.policy, request) is PermissionClass.ALLOW:
             self._log_decision(request, "allowed by the host policy")
             return True

@@ -11,6 +11,8 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from maple_acp.model import ToolCategory
+
 logger = logging.getLogger(__name__)
 
 #: The one static tool through which a lease's external MCP tools are reached. Always ask-before,
@@ -39,8 +41,12 @@ class ToolRequest:
     tool_id: str
     name: str
     title: str = ""
-    #: JSON-ready arguments of the call.
+    #: JSON-ready arguments of the call (a file tool's target is its ``path`` key).
     raw_input: Any = None
+    #: What a backend's own tool does, for the session's mode; ``None`` = not placed
+    #: (``OTHER``). The tools the bundled backends share have a fixed category (see
+    #: ``maple_acp.runtime._modes``), whatever this says.
+    category: ToolCategory | None = None
 
 
 class PermissionPolicy(Protocol):

@@ -25,13 +25,14 @@ from maple_acp.runtime._admission import (
     canonical_directory,
     check_attachable,
 )
-from maple_acp.runtime._backend import AgentBackend, backend_commands
+from maple_acp.runtime._backend import AgentBackend, backend_commands, backend_thought_levels
 from maple_acp.runtime._context import LeaseContext
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
 from maple_acp.runtime._history import replay_view
 from maple_acp.runtime._lease import SessionLease
 from maple_acp.runtime._lease_life import RouterFactory
 from maple_acp.runtime._models import ModelCatalog, ModelCatalogCache, ModelChoices
+from maple_acp.runtime._modes import BUILTIN_MODES, ModeSet
 from maple_acp.runtime._offer import CommandBounds
 from maple_acp.runtime._permissions import PermissionPolicy
 from maple_acp.runtime._registry import LeaseRegistry
@@ -81,7 +82,10 @@ class AgentService(ServedInOwnNursery):
         relay_allow_list: Collection[str] = (),
         allowed_roots: Sequence[str] = (),
         tool_env_allow: Collection[str] = (),
+        modes: ModeSet = BUILTIN_MODES,
     ) -> None:
+        if not isinstance(modes, ModeSet):
+            raise ValueError("modes is a ModeSet")
         if provisional_grace_s < 0:
             raise ValueError("the provisional grace period cannot be negative")
         if not math.isfinite(provisional_grace_s) or provisional_grace_s > MAX_PROVISIONAL_GRACE_S:
@@ -97,6 +101,8 @@ class AgentService(ServedInOwnNursery):
         #: Host variables tool children inherit beyond the built-in list (``ValueError`` for a
         #: bad name or a ``MAPLE_ACP_*`` one).
         self.tool_env_allow = frozenset(check_tool_env_allow(tool_env_allow))
+        #: The session modes offered (the built-in four unless the host declared its own).
+        self.modes = modes
         self._roots = ProjectRoots(allowed_roots)
         self._models = ModelCatalogCache(catalog)
         self._fence = AdmissionFence()
@@ -117,6 +123,8 @@ class AgentService(ServedInOwnNursery):
             set_trust=self._set_trust,
             unregister=self._leases.remove,
             declared_commands=lambda: self._command_bounds.of(backend_commands(backend)),
+            modes=modes,
+            thought_levels=lambda model: backend_thought_levels(backend, model),
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -428,6 +436,12 @@ class AgentService(ServedInOwnNursery):
         items = await self.store.history(task_id)
         self._fence.check(generation)
         return replay_view(items)
+
+    def check_idle(self, task_id: str) -> None:
+        """``RUN_ACTIVE`` while the task's holder runs a prompt or a goal cycle. A caller that
+        holds the task itself asks this before letting go of it to delete it: its close
+        would cancel the run that the delete must refuse."""
+        self._leases.check_idle(task_id)
 
     async def delete_task(self, task_id: str) -> None:
         """Delete one of the account's tasks durably: its history and goal go, the project's

@@ -1,5 +1,5 @@
-"""A lease's session event stream: what happens outside any prompt (goal changes, goal
-cycles, revocation)."""
+"""A lease's session event stream: what happens outside any prompt (goal and mode changes,
+goal cycles, revocation)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,16 @@ import logging
 
 import trio
 
-from maple_acp.runtime._events import GoalChanged, SessionEvent
+from maple_acp.runtime._events import GoalChanged, ModeChanged, SessionEvent
 
 logger = logging.getLogger(__name__)
 
-#: Session events waiting for the lease holder. Goal snapshots coalesce (only the newest
-#: matters) and a goal cycle starts only when there is room, so this bound is never hit by a
-#: slow reader; it only caps memory.
+#: Snapshots that coalesce: of each kind only the newest waiting one matters.
+_SNAPSHOTS = (GoalChanged, ModeChanged)
+
+#: Session events waiting for the lease holder. Goal and mode snapshots coalesce and a goal
+#: cycle starts only when there is room, so this bound is never hit by a slow reader; it only
+#: caps memory.
 SESSION_EVENT_QUEUE = 64
 
 
@@ -31,9 +34,10 @@ class SessionEvents:
     def publish(self, event: SessionEvent) -> None:
         if self._closed:
             return
-        if isinstance(event, GoalChanged):
+        if isinstance(event, _SNAPSHOTS):
+            kind = type(event)
             self._queue = collections.deque(
-                queued for queued in self._queue if not isinstance(queued, GoalChanged)
+                queued for queued in self._queue if not isinstance(queued, kind)
             )
         elif len(self._queue) >= SESSION_EVENT_QUEUE:
             logger.warning("session event queue full; dropping %s", type(event).__name__)

@@ -1,5 +1,7 @@
-"""A lease's transient tool context: relay values, the external tool router slot, and the
-process groups of the credential-bearing children started on the lease's behalf."""
+"""A lease's transient tool context: relay values, the external tool router slot, the process
+groups of the credential-bearing children started on the lease's behalf, and the session
+mode's gate on the tools that act (shell, external MCP calls, file writes and edits): the one
+choke point that refuses what the mode forbids even to a backend that never asked."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol
 
 import attrs
@@ -17,6 +19,8 @@ import trio
 
 from maple_acp._exceptions import MapleAcpError
 from maple_acp._tool_env import tool_child_environment
+from maple_acp.model import ToolCategory
+from maple_acp.runtime._files import FileChange, edit_text_async, write_text_async
 from maple_acp.runtime._relay import RelayRedactor
 
 logger = logging.getLogger(__name__)
@@ -62,7 +66,13 @@ class ExternalToolRouter(Protocol):
 
 
 class ToolUnavailable(MapleAcpError):
-    """A tool cannot be used in this context (no router, lease revoked). The message is safe."""
+    """A tool cannot be used in this context (no router, lease revoked, the session's mode
+    forbids it). The message is safe."""
+
+
+#: The session mode's answer for a category of tool: why it may not run (one line), or
+#: ``None``. Asked at each call, so a mode change applies from the next one.
+ToolGate = Callable[[ToolCategory], "str | None"]
 
 
 @attrs.frozen(kw_only=True)
@@ -114,6 +124,7 @@ class ToolContext:
         self._router: ExternalToolRouter | None = None
         self._groups: set[int] = set()
         self._revoked = False
+        self._gate: ToolGate | None = None
 
     @property
     def revoked(self) -> bool:
@@ -170,15 +181,31 @@ class ToolContext:
             except Exception:
                 logger.warning("external tool router failed to revoke", exc_info=True)
 
+    def set_gate(self, gate: ToolGate | None) -> None:
+        """Install the session mode's gate (the lease does, once); ``None``: every tool may
+        run, as for a context no lease holds."""
+        self._gate = gate
+
+    def check_allowed(self, category: ToolCategory) -> None:
+        """Raise ``ToolUnavailable`` (with the mode's one line) if the session's mode forbids
+        ``category`` now."""
+        gate = self._gate
+        reason = gate(category) if gate is not None else None
+        if reason is not None:
+            raise ToolUnavailable(reason)
+
     def child_environment(self) -> dict[str, str]:
         """The allow-listed part of the host's environment plus this lease's relay values (and
         no other lease's): never a provider's key, never a ``MAPLE_ACP_*`` setting."""
         return tool_child_environment(os.environ, self._relay, self._env_allow)
 
     async def call_external(self, tool_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Call a tool of the caller's MCP servers. ``ToolUnavailable`` when there are none,
+        the session was revoked, or its mode forbids MCP calls."""
         router = self._router
         if self._revoked:
             raise ToolUnavailable("the session was revoked")
+        self.check_allowed(ToolCategory.EXTERNAL)
         if router is None:
             raise ToolUnavailable("no external MCP servers are connected to this session")
         return await router.call(tool_id, arguments)
@@ -186,9 +213,11 @@ class ToolContext:
     async def run_shell(self, command: str, *, cwd: str) -> ShellResult:
         """Run ``command`` with ``/bin/sh`` in a new process group whose environment is
         ``child_environment()``. Cancellation terminates the whole group (SIGTERM, then SIGKILL
-        after ``CHILD_TERM_GRACE_S``); so does ``revoke``."""
+        after ``CHILD_TERM_GRACE_S``); so does ``revoke``. ``ToolUnavailable`` when the
+        session was revoked or its mode forbids commands."""
         if self._revoked:
             raise ToolUnavailable("the session was revoked")
+        self.check_allowed(ToolCategory.EXECUTE)
         chunks: list[bytes | bytearray] = []
         kept = 0
         dropped = False
@@ -242,6 +271,28 @@ class ToolContext:
             nursery.cancel_scope.cancel()
         output, truncated = self._bounded_output(b"".join(chunks), complete=not dropped)
         return ShellResult(exit_code=process.returncode, output=output, truncated=truncated)
+
+    async def write_text(
+        self, root: str, path: str, content: str, *, dry_run: bool = False
+    ) -> FileChange:
+        """``write_text_async`` through the session: a real write (not a ``dry_run`` preview)
+        raises ``ToolUnavailable`` when the session was revoked or its mode forbids edits."""
+        if not dry_run:
+            self._check_edit()
+        return await write_text_async(root, path, content, dry_run=dry_run)
+
+    async def edit_text(
+        self, root: str, path: str, old_text: str, new_text: str, *, dry_run: bool = False
+    ) -> FileChange:
+        """``edit_text_async`` through the session, gated as ``write_text``."""
+        if not dry_run:
+            self._check_edit()
+        return await edit_text_async(root, path, old_text, new_text, dry_run=dry_run)
+
+    def _check_edit(self) -> None:
+        if self._revoked:
+            raise ToolUnavailable("the session was revoked")
+        self.check_allowed(ToolCategory.EDIT)
 
     def _bounded_output(self, data: bytes, *, complete: bool) -> tuple[str, bool]:
         """A child's output as a tool may report it: redacted (a tool may print a relay value;

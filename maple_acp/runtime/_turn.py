@@ -9,13 +9,16 @@ from maple_acp.model import (
     GoalRecord,
     ItemKind,
     PlanEntry,
+    SessionMode,
     TimelineItem,
+    ToolCategory,
     ToolSpec,
     ToolState,
     Usage,
 )
 from maple_acp.runtime._errors import bounded_text
 from maple_acp.runtime._events import ContextUsage, RunKind, RunNotice, TitleChanged
+from maple_acp.runtime._modes import tool_category
 from maple_acp.runtime._offer import bounded_commands, bounded_plan
 from maple_acp.runtime._outlet import RunOutlet
 from maple_acp.runtime._permissions import ToolRequest
@@ -67,9 +70,49 @@ class Turn:
         #: The task's visible history before this turn's user message, in order (user,
         #: assistant, thought, tool rows with their final state, plans), read once per turn.
         self.history = history
-        #: Tools the runtime offers besides the backend's own native ones: ``external_mcp``
-        #: (its exact tool ids in the schema) while the caller supplied MCP servers.
-        self.offered_tools = offered_tools
+        self._offered_tools = offered_tools
+
+    # -- the session's mode and thinking effort (read live: a change applies from the next
+    # -- tool call or model request) --------------------------------------------------------
+
+    @property
+    def offered_tools(self) -> tuple[ToolSpec, ...]:
+        """Tools the runtime offers besides the backend's own native ones: ``external_mcp``
+        (its exact tool ids in the schema) while the caller supplied MCP servers and the
+        session's mode allows MCP calls."""
+        return tuple(spec for spec in self._offered_tools if self.tool_allowed(spec.name))
+
+    @property
+    def mode(self) -> SessionMode:
+        """The session's mode now."""
+        return self._outlet.hooks.mode().mode
+
+    @property
+    def planning(self) -> bool:
+        """The session's mode asks for a plan, not for changes: say so to the model."""
+        return self._outlet.hooks.mode().policy.planning
+
+    @property
+    def roots(self) -> tuple[str, ...]:
+        """The session's directories: the task's root first."""
+        return self._outlet.hooks.roots
+
+    @property
+    def thought_level(self) -> str | None:
+        """The thinking effort chosen for the task (one of the levels the backend declared for
+        ``model``), or ``None`` for the backend's own default."""
+        return self._outlet.hooks.thought_level()
+
+    def tool_refusal(self, name: str, category: ToolCategory | None = None) -> str | None:
+        """Why the session's mode forbids a call of tool ``name`` now (one line to end its row
+        with), or ``None`` if it may be called. ``category`` places a backend's own tool; the
+        shared tools' names (``shell``, ``read_file``, ``write_file``, ``edit_file``,
+        ``update_plan``, ``external_mcp``) have a fixed one; an unplaced tool is ``OTHER``."""
+        return self._outlet.hooks.mode().refusal(tool_category(name, category))
+
+    def tool_allowed(self, name: str, category: ToolCategory | None = None) -> bool:
+        """Whether the session's mode lets the backend offer and call tool ``name`` now."""
+        return self.tool_refusal(name, category) is None
 
     def new_message_id(self) -> str:
         return self._outlet.next_id("m")
@@ -98,9 +141,12 @@ class Turn:
         await self._outlet.send_tool_row(tool_id, tool)
 
     async def ask_permission(self, request: ToolRequest) -> bool:
-        """Ask whether ``request`` may run. Allowed by the host policy: True at once. Otherwise
-        the run's caller answers; a deny, a cancellation or any invalid answer is False (the
-        invalid ones also cancel the run)."""
+        """Ask whether ``request`` may run. The session's mode decides first: a tool it
+        forbids is False at once (nobody is asked; end the row with ``tool_refusal``), one it
+        runs unasked (``auto-edit``: a write inside the session's directories) is True at once.
+        Otherwise the host policy: allowed, True at once; else the run's caller answers; a
+        deny, a cancellation or any invalid answer is False (the invalid ones also cancel the
+        run)."""
         return await self._outlet.ask_permission(request)
 
     async def report_usage(self, usage: Usage) -> None:

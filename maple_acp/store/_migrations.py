@@ -215,12 +215,28 @@ CREATE UNIQUE INDEX items_by_seq ON items (task_id, seq);
 CREATE UNIQUE INDEX items_by_run ON items (task_id, run_id, item_id)
 """
 
+#: Step 6: a task's session mode and thinking effort (NULL: the host's and the backend's
+#: defaults), and the directories it may work in besides its root, as a JSON array of
+#: canonical paths.
+_TASK_SETTINGS = """
+ALTER TABLE tasks ADD COLUMN mode TEXT;
+ALTER TABLE tasks ADD COLUMN thought_level TEXT;
+ALTER TABLE tasks ADD COLUMN additional_directories TEXT NOT NULL DEFAULT '[]'
+"""
+
 #: One schema step: a SQL script, or a function that runs inside the step's transaction (for
 #: a change of stored values that SQL cannot state exactly).
 Step = str | Callable[[sqlite3.Connection], None]
 
 #: Ordered schema steps; ``len(MIGRATIONS)`` is the version this library writes.
-MIGRATIONS: tuple[Step, ...] = (_TABLES, _INDEXES, _step_3, _ITEMS_BY_RUN, _ITEMS_WITH_ROWID)
+MIGRATIONS: tuple[Step, ...] = (
+    _TABLES,
+    _INDEXES,
+    _step_3,
+    _ITEMS_BY_RUN,
+    _ITEMS_WITH_ROWID,
+    _TASK_SETTINGS,
+)
 
 SCHEMA_VERSION = len(MIGRATIONS)
 

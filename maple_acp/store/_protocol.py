@@ -51,6 +51,14 @@ class TaskStore(Protocol):
         self, task_id: str, model: str | None, *, now_ms: int
     ) -> TaskRecord | None: ...
 
+    async def set_task_mode(self, task_id: str, mode: str | None) -> TaskRecord | None:
+        """Store the task's session mode id (``None``: the host's default). A setting, not
+        activity: ``updated_ms`` stays. Returns the new row, ``None`` if there is no task."""
+
+    async def set_task_thought_level(self, task_id: str, level: str | None) -> TaskRecord | None:
+        """Store the task's thinking effort (``None``: the backend's default), as
+        ``set_task_mode`` does."""
+
     async def set_provisional_expiry(
         self, task_id: str, expires_ms: int | None
     ) -> TaskRecord | None:

@@ -202,6 +202,12 @@ class SqliteTaskStore:
     ) -> TaskRecord | None:
         return await self._update_task(task_id, "model = ?, updated_ms = ?", (model, now_ms))
 
+    async def set_task_mode(self, task_id: str, mode: str | None) -> TaskRecord | None:
+        return await self._update_task(task_id, "mode = ?", (mode,))
+
+    async def set_task_thought_level(self, task_id: str, level: str | None) -> TaskRecord | None:
+        return await self._update_task(task_id, "thought_level = ?", (level,))
+
     async def set_provisional_expiry(
         self, task_id: str, expires_ms: int | None
     ) -> TaskRecord | None:

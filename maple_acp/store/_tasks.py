@@ -48,6 +48,9 @@ _TASK_COLUMNS = (
     "archived",
     "provisional",
     "provisional_expires_ms",
+    "mode",
+    "thought_level",
+    "additional_directories",
 )
 _TASK_SELECT = ", ".join(_TASK_COLUMNS)
 
@@ -88,7 +91,20 @@ def _task_params(task: TaskRecord) -> tuple[Any, ...]:
         int(task.archived),
         int(task.provisional),
         task.provisional_expires_ms,
+        task.mode,
+        task.thought_level,
+        orjson.dumps(list(task.additional_directories)).decode(),
     )
+
+
+def _directories(text: str) -> tuple[str, ...]:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise StoreError("a stored task's directory list is malformed") from exc
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise StoreError("a stored task's directory list is malformed")
+    return tuple(value)
 
 
 def _task_from_row(row: Sequence[Any]) -> TaskRecord:
@@ -107,6 +123,9 @@ def _task_from_row(row: Sequence[Any]) -> TaskRecord:
             archived=bool(row[10]),
             provisional=bool(row[11]),
             provisional_expires_ms=row[12],
+            mode=row[13],
+            thought_level=row[14],
+            additional_directories=_directories(row[15]),
         )
     except ValueError as exc:
         raise StoreError("a stored task row holds a value this version does not know") from exc

@@ -31,6 +31,9 @@ DOCUMENTED_SCHEMA = {
         "archived",
         "provisional",
         "provisional_expires_ms",
+        "mode",
+        "thought_level",
+        "additional_directories",
     ],
     "items": [
         "id",

@@ -149,6 +149,9 @@ _CHANGES: dict[str, object] = {
     "model": "model-z",
     "archived": True,
     "provisional_expires_ms": 123,
+    "mode": "plan",
+    "thought_level": "high",
+    "additional_directories": ("/also",),
 }
 
 

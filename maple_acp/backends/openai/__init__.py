@@ -10,15 +10,20 @@ Configuration (``config.toml``)::
     name = "ollama"
     base_url = "http://localhost:11434/v1"
     # api_key_env = "OPENAI_API_KEY" # the NAME of a variable; the key never goes in the file
-    # models = ["qwen2.5-coder"]     # optional: else discovered from GET /models
+    # models = ["qwen2.5-coder"]     # optional: else discovered from GET /models; an entry
+    #                                # may be a table: { id = "o4-mini", reasoning = true }
+    #                                # (also vision, context_window, prices = { input = 2.5,
+    #                                # output = 10.0, cache_read = 1.25, cache_write = 0.0 })
     # context_window = 32768         # optional: enables context usage and trimming
 
 A host (or ``maple-acp serve``) checks it with :func:`load_provider_config` (or
 :func:`provider_config_from_flags` for ``--provider-url``/``--model``), then
 :func:`build_backend` reads the keys from the environment once and returns the backend and the
 model catalog to hand to ``AgentService``, with :func:`provider_policy` as its permission
-policy. The ``openai`` SDK is imported only by :func:`build_backend`; without the extra it
-raises :class:`ProviderUnavailable` saying which ``pip install`` fixes it.
+policy. A model marked ``reasoning = true`` offers the thinking levels ``low``, ``medium`` and
+``high`` (``AgentBackend.thought_levels``); the task's chosen level goes with each request as
+``reasoning_effort``. The ``openai`` SDK is imported only by :func:`build_backend`; without the
+extra it raises :class:`ProviderUnavailable` saying which ``pip install`` fixes it.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from maple_acp._exceptions import MapleAcpError
 from maple_acp.backends.openai._config import (
     FLAG_PROVIDER_NAME,
     FLAG_SOURCE,
+    ModelPrices,
+    ModelSettings,
     ProviderConfig,
     ProviderConfigError,
     ProviderEntry,
@@ -46,6 +53,8 @@ if TYPE_CHECKING:
 __all__ = [
     "FLAG_PROVIDER_NAME",
     "INSTALL_HINT",
+    "ModelPrices",
+    "ModelSettings",
     "ProviderConfig",
     "ProviderConfigError",
     "ProviderEntry",

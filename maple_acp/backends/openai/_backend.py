@@ -72,6 +72,13 @@ DEFAULT_SYSTEM_PROMPT = (
     "read files, change them and run commands there; give paths relative to that directory. "
     "Be brief, and say what you changed."
 )
+PLANNING_PROMPT = (
+    "The session is in plan mode: do not change anything. Read what you need, then work out "
+    "a plan with update_plan and explain it; the user switches modes to carry it out."
+)
+#: The thinking levels of a model marked ``reasoning = true``: the values of the Chat
+#: Completions ``reasoning_effort`` every reasoning model takes.
+REASONING_EFFORTS = ("low", "medium", "high")
 GOAL_PROMPT = (
     "Keep working toward this goal: {objective}\n"
     "End your answer with one line: GOAL COMPLETE when it is achieved, GOAL BLOCKED when you "
@@ -96,8 +103,6 @@ class _Exchange:
     entry: ProviderEntry
     #: The model's id at the provider (without the provider's name).
     model: str
-    #: The tool definitions offered with every request.
-    tools: list[Any]
 
 
 @attrs.define
@@ -159,6 +164,17 @@ class ProviderBackend:
         self._backoff = tuple(backoff) or BACKOFF_S
         self._tls = TlsContext()
 
+    def thought_levels(self, model_id: str | None) -> tuple[str, ...]:
+        """``REASONING_EFFORTS`` for a configured model marked ``reasoning = true``, else
+        none."""
+        try:
+            provider_name, model = split_model_id(model_id or self._config.default_model)
+        except ValueError:
+            return ()
+        entry = self._config.provider(provider_name)
+        settings = entry.settings_for(model) if entry is not None else None
+        return REASONING_EFFORTS if settings is not None and settings.reasoning else ()
+
     async def run_turn(self, turn: Turn) -> TurnResult:
         model_id = turn.model or self._config.default_model
         try:
@@ -172,7 +188,7 @@ class ProviderBackend:
         async with open_provider_client(
             entry, self._keys.key_for(entry.name), self._timeouts, self._tls
         ) as client:
-            exchange = _Exchange(turn, client, entry, model, offered_tools(turn))
+            exchange = _Exchange(turn, client, entry, model)
             answer, stop = await self._loop(exchange, messages)
         if stop is not StopReason.END_TURN:
             logger.info("turn %s stopped: %s", turn.run_id, stop.value)
@@ -186,6 +202,8 @@ class ProviderBackend:
             system += (
                 f"\n\nProject skills (read a skill's file when the task matches it):\n{listed}"
             )
+        if turn.planning:
+            system += f"\n\n{PLANNING_PROMPT}"
         history = turn.history
         plans = [item.plan for item in history if item.kind is ItemKind.PLAN and item.plan]
         if plans:
@@ -279,7 +297,12 @@ class ProviderBackend:
         entry, model = exchange.entry, exchange.model
         # Messages and tools are plain dicts built here; the SDK's typed overloads add nothing.
         create: Any = exchange.client.chat.completions.create
-        extra: dict[str, Any] = {"tools": exchange.tools} if exchange.tools else {}
+        # Read at each request: a mode or effort chosen during the turn applies from the next.
+        tools = offered_tools(exchange.turn)
+        extra: dict[str, Any] = {"tools": tools} if tools else {}
+        effort = exchange.turn.thought_level
+        if effort is not None:
+            extra["reasoning_effort"] = effort
         try:
             stream = await create(
                 model=model,

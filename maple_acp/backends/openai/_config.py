@@ -6,6 +6,7 @@ No SDK import here: a host may validate its configuration without the ``openai``
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,6 +34,8 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _KNOWN_TOP_KEYS = ("providers", "default_model", "system_prompt")
 _KNOWN_PROVIDER_KEYS = frozenset({"name", "base_url", "api_key_env", "models", "context_window"})
+_KNOWN_MODEL_KEYS = frozenset({"id", "reasoning", "vision", "context_window", "prices"})
+_KNOWN_PRICE_KEYS = ("input", "output", "cache_read", "cache_write")
 #: Bound on the text of a configuration error (one line).
 _MAX_ERROR_CHARS = 500
 
@@ -40,6 +43,32 @@ _MAX_ERROR_CHARS = 500
 class ProviderConfigError(MapleAcpError):
     """A provider configuration that cannot be used: one line naming the file, the key and what
     is wrong. Never contains a key's value."""
+
+
+@attrs.frozen(kw_only=True)
+class ModelPrices:
+    """What a model costs, in USD per million tokens."""
+
+    input: float
+    output: float
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+
+
+@attrs.frozen(kw_only=True)
+class ModelSettings:
+    """What the configuration says about one listed model (a plain id says nothing: every
+    setting has its default)."""
+
+    #: The model's id at the provider (without the provider's name).
+    id: str
+    #: The model takes a reasoning effort: the backend offers low/medium/high thinking levels.
+    reasoning: bool = False
+    #: The model accepts images.
+    vision: bool = False
+    #: This model's context window in tokens, when known.
+    context_window: int | None = None
+    prices: ModelPrices | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -56,6 +85,16 @@ class ProviderEntry:
     models: tuple[str, ...] | None = None
     #: The context window in tokens, when known (enables context usage and trimming).
     context_window: int | None = None
+    #: The settings of each listed model, in the order of ``models``.
+    model_settings: tuple[ModelSettings, ...] = ()
+
+    def settings_for(self, model: str) -> ModelSettings | None:
+        """The configured settings of ``model`` (an id without the provider's name), ``None``
+        for a model the configuration does not list."""
+        for settings in self.model_settings:
+            if settings.id == model:
+                return settings
+        return None
 
 
 @attrs.frozen(kw_only=True)
@@ -187,6 +226,7 @@ def _provider(table: object, where: str, fail: Any) -> ProviderEntry:
         )
     models = table.get("models")
     listed: tuple[str, ...] | None = None
+    settings: tuple[ModelSettings, ...] = ()
     if models is not None:
         if not isinstance(models, Sequence) or isinstance(models, (str, bytes)):
             raise fail(f"{where}.models", "must be an array of model names")
@@ -194,29 +234,92 @@ def _provider(table: object, where: str, fail: Any) -> ProviderEntry:
             raise fail(f"{where}.models", "is empty (leave it out to discover the models)")
         if len(models) > MAX_LISTED_MODELS:
             raise fail(f"{where}.models", f"lists more than {MAX_LISTED_MODELS} models")
+        settings = tuple(
+            _model(model, f"{where}.models[{index}]", fail) for index, model in enumerate(models)
+        )
         seen: set[str] = set()
-        for index, model in enumerate(models):
-            key = f"{where}.models[{index}]"
-            if not isinstance(model, str) or not model.strip() or model != model.strip():
-                raise fail(key, "must be a non-blank model name without surrounding spaces")
-            if any(ord(char) < 32 for char in model) or len(model) > 256:
-                raise fail(key, "must be one line of at most 256 characters")
-            if model in seen:
-                raise fail(key, f"{model!r} is listed twice")
-            seen.add(model)
-        listed = tuple(models)
-    window = table.get("context_window")
-    if window is not None and (
-        not isinstance(window, int) or isinstance(window, bool) or window <= 0
-    ):
-        raise fail(f"{where}.context_window", "must be a positive number of tokens")
+        for index, listed_model in enumerate(settings):
+            if listed_model.id in seen:
+                raise fail(f"{where}.models[{index}]", f"{listed_model.id!r} is listed twice")
+            seen.add(listed_model.id)
+        listed = tuple(model.id for model in settings)
+    window = _positive_tokens(table.get("context_window"), f"{where}.context_window", fail)
     return ProviderEntry(
         name=name,
         base_url=base_url,
         api_key_env=api_key_env,
         models=listed,
         context_window=window,
+        model_settings=settings,
     )
+
+
+def _model(value: object, key: str, fail: Any) -> ModelSettings:
+    """One ``models`` entry: a model id, or a table with ``id`` and its settings."""
+    if isinstance(value, str):
+        return ModelSettings(id=_model_id(value, key, fail))
+    if not isinstance(value, Mapping):
+        raise fail(key, "must be a model name or a table such as { id = 'NAME', reasoning = true }")
+    unknown = sorted(str(name) for name in value if name not in _KNOWN_MODEL_KEYS)
+    if unknown:
+        raise fail(f"{key}.{unknown[0][:64]}", "is not a model setting")
+    if "id" not in value:
+        raise fail(f"{key}.id", "is required (the model's name at the provider)")
+    flags = {}
+    for flag in ("reasoning", "vision"):
+        flag_value = value.get(flag, False)
+        if not isinstance(flag_value, bool):
+            raise fail(f"{key}.{flag}", "must be true or false")
+        flags[flag] = flag_value
+    return ModelSettings(
+        id=_model_id(value["id"], f"{key}.id", fail),
+        reasoning=flags["reasoning"],
+        vision=flags["vision"],
+        context_window=_positive_tokens(value.get("context_window"), f"{key}.context_window", fail),
+        prices=_prices(value.get("prices"), f"{key}.prices", fail),
+    )
+
+
+def _model_id(value: object, key: str, fail: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or value != value.strip():
+        raise fail(key, "must be a non-blank model name without surrounding spaces")
+    if any(ord(char) < 32 for char in value) or len(value) > 256:
+        raise fail(key, "must be one line of at most 256 characters")
+    return value
+
+
+def _positive_tokens(value: object, key: str, fail: Any) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+        raise fail(key, "must be a positive number of tokens")
+    return value
+
+
+def _prices(value: object, key: str, fail: Any) -> ModelPrices | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise fail(key, "must be a table such as { input = 2.5, output = 10.0 }")
+    unknown = sorted(str(name) for name in value if name not in _KNOWN_PRICE_KEYS)
+    if unknown:
+        raise fail(
+            f"{key}.{unknown[0][:64]}", "is not a price (input, output, cache_read, cache_write)"
+        )
+    prices: dict[str, float] = {}
+    for name in _KNOWN_PRICE_KEYS:
+        price = value.get(name)
+        if price is None:
+            if name in ("input", "output"):
+                raise fail(f"{key}.{name}", "is required (USD per million tokens)")
+            continue
+        if (
+            not isinstance(price, (int, float))
+            or isinstance(price, bool)
+            or not math.isfinite(price)
+            or price < 0
+        ):
+            raise fail(f"{key}.{name}", "must be a number of USD per million tokens, at least 0")
+        prices[name] = float(price)
+    return ModelPrices(**prices)
 
 
 def _base_url(value: object, key: str, fail: Any) -> str:

@@ -3,7 +3,8 @@
 ``shell`` asks (by the host's policy) and runs through the lease's tool context;
 ``read_file`` needs no permission and stays inside the session root; ``write_file`` and
 ``edit_file`` ask, showing the diff they would make, then make it; ``external_mcp`` (when the
-session has MCP servers) is always asked by the runtime.
+session has MCP servers) is always asked by the runtime. The session's mode decides which of
+them the model is offered, and a call of one it forbids fails its row without asking.
 """
 
 from __future__ import annotations
@@ -25,9 +26,7 @@ from maple_acp.runtime import (
     ToolStatus,
     ToolUnavailable,
     Turn,
-    edit_text_async,
     read_text_async,
-    write_text_async,
 )
 
 #: Text of a tool's result shown in its row; the model gets its own bound.
@@ -129,9 +128,11 @@ PLAN_TOOL = _spec(
 
 
 def offered_tools(turn: Turn) -> list[Any]:
-    """The native tools plus what the turn offers (``external_mcp`` while the session has MCP
-    servers), and ``update_plan``."""
-    tools = [*NATIVE_TOOLS, PLAN_TOOL]
+    """The native tools and ``update_plan`` that the session's mode allows now, plus what the
+    turn offers (``external_mcp`` while the session has MCP servers and the mode allows it)."""
+    tools = [
+        spec for spec in (*NATIVE_TOOLS, PLAN_TOOL) if turn.tool_allowed(spec["function"]["name"])
+    ]
     for spec in turn.offered_tools:
         tools.append(
             {
@@ -166,6 +167,14 @@ class ToolResult:
 async def run_tool_call(turn: Turn, call: ToolCall, row_id: str) -> ToolResult:
     """Run one call as a tool row: pending (with its diff when it writes) -> permission ->
     in progress -> completed or failed. Never raises for the tool's own failure."""
+    # The session's mode now (it may have changed since the model was offered its tools).
+    refusal = turn.tool_refusal(call.name)
+    if refusal is not None:
+        if call.name == UPDATE_PLAN:
+            return ToolResult(content=f"error: {refusal}")
+        row = _Row(turn, row_id, call.name)
+        await row.update(ToolStatus.PENDING, raw_input={"arguments": (call.arguments or "")[:4096]})
+        return await row.fail(refusal)
     if call.name == UPDATE_PLAN:
         # A plan is shown as a plan, not as a tool row.
         return await _update_plan(turn, _parse_arguments(call.arguments))
@@ -190,7 +199,7 @@ async def run_tool_call(turn: Turn, call: ToolCall, row_id: str) -> ToolResult:
         if call.name == EXTERNAL_MCP_TOOL and _external_available(turn):
             await row.update(ToolStatus.PENDING, raw_input=raw_input)
             return await _external(row, turn, args)
-    except FileToolError as exc:
+    except (FileToolError, ToolUnavailable) as exc:
         return await row.fail(str(exc))
     await row.update(ToolStatus.PENDING, raw_input=raw_input)
     return await row.fail(f"there is no tool named {call.name[:64]!r}")
@@ -290,9 +299,12 @@ async def _change_file(row: _Row, turn: Turn, name: str, args: Mapping[str, Any]
 async def _apply_change(
     turn: Turn, name: str, path: str, args: Mapping[str, Any], *, dry_run: bool
 ) -> FileChange:
+    # Through the session's tools: a real write meets the session's mode there.
     if name == WRITE_FILE:
-        return await write_text_async(turn.root, path, _string(args, "content"), dry_run=dry_run)
-    return await edit_text_async(
+        return await turn.tools.write_text(
+            turn.root, path, _string(args, "content"), dry_run=dry_run
+        )
+    return await turn.tools.edit_text(
         turn.root, path, _string(args, "old_text"), _string(args, "new_text"), dry_run=dry_run
     )
 

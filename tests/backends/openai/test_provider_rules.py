@@ -403,6 +403,7 @@ def test_the_request_carries_system_prompt_skills_latest_plan_history_and_prompt
         history=history,
         prompt="now",
         kind=RunKind.PROMPT,
+        planning=False,
     )
     messages = backend._conversation(turn)  # type: ignore[arg-type]
     system = messages[0]["content"]
