@@ -105,11 +105,9 @@ class SessionCloser:
         task_id = request.session_id
         session = self._table.get(task_id)
         if session is not None and not session.closing:
-            if session.lease.active_run is not None:
-                # The runtime's delete_task refuses a running task only once its holder let
-                # go, and letting go (the close) would cancel the run: refuse before, with the
-                # runtime's kind, so that nothing is closed or deleted.
-                raise RuntimeRejection(RejectionKind.RUN_ACTIVE, "the session has a run going")
+            # Before the close, which would cancel the run the delete must refuse: nothing is
+            # closed or deleted while one runs (RUN_ACTIVE, -32600).
+            self._runtime.check_idle(task_id)
             # The close rules delete a task this connection created and never prompted.
             untouched = session.lease.created_here and not session.lease.model_locked
             await self._close(session)

@@ -21,12 +21,18 @@ class LeaseRegistry:
     def leases(self) -> list[SessionLease]:
         return list(self._leases.values())
 
+    def check_idle(self, task_id: str) -> None:
+        """Raises ``RUN_ACTIVE`` if the task's holder runs something (a prompt or a goal
+        cycle): the one place that rule is checked."""
+        holder = self._leases.get(task_id)
+        if holder is not None and holder.active_run is not None:
+            raise RuntimeRejection(RejectionKind.RUN_ACTIVE, "the session has a run going")
+
     def check_free(self, task_id: str) -> None:
         """Raises ``RUN_ACTIVE`` if the task's holder runs something, ``TASK_LEASED`` if any
         lease holds (or is being set up on) it."""
+        self.check_idle(task_id)
         holder = self._leases.get(task_id)
-        if holder is not None and holder.active_run is not None:
-            raise RuntimeRejection(RejectionKind.RUN_ACTIVE, "the task has an active run")
         if holder is not None or task_id in self._reserved:
             raise RuntimeRejection(RejectionKind.TASK_LEASED, "the task is held by a session")
 
