@@ -16,7 +16,8 @@ Rejections
     Every refusal is ``RuntimeRejection`` with ``.kind`` (a ``RejectionKind``) and a safe,
     bounded, one-line ``.message``. A caller maps each kind to one answer. For JSON-RPC:
     ``INVALID_CWD``, ``INVALID_RELAY``, ``INVALID_CURSOR``, ``INVALID_GOAL``, ``UNKNOWN_MODEL``,
-    ``MODEL_LOCKED``, ``MODEL_RETIRED`` are bad params; ``RUN_ACTIVE``, ``TASK_LEASED``,
+    ``MODEL_LOCKED``, ``MODEL_RETIRED``, ``UNKNOWN_MODE``, ``UNKNOWN_THOUGHT_LEVEL`` are bad
+    params; ``RUN_ACTIVE``, ``TASK_LEASED``,
     ``WRONG_POLICY``, ``GOAL_STATE``, ``TRUST_BUSY``, ``LEASE_REVOKED`` are state conflicts;
     ``TASK_NOT_FOUND``, ``WRONG_ACCOUNT``, ``ROOT_MISMATCH`` mean an unknown or not-owned task;
     ``NOT_SIGNED_IN``, ``ACCOUNT_CHANGED``, ``SHUTTING_DOWN`` mean the runtime cannot serve.
@@ -102,6 +103,26 @@ Models
     sessions). ``lease.set_model(id)`` works until the first admitted message, then raises
     ``MODEL_LOCKED`` for any other model.
 
+Modes
+    Every session is in one mode of the host's ``ModeSet`` (``AgentService(modes=...)``; by
+    default ``BUILTIN_MODES``: ``ask``, ``code`` (the default), ``plan``, ``auto-edit``).
+    ``lease.modes``, ``lease.mode``; ``await lease.set_mode(id)`` stores it with the task
+    (``UNKNOWN_MODE`` otherwise) and publishes ``ModeChanged``; a loaded task is in its stored
+    mode (the default if the host no longer offers it). The runtime enforces the mode's
+    ``ToolPolicy`` by ``ToolCategory``: ``turn.offered_tools`` and ``turn.tool_allowed`` show
+    what the backend may offer; ``turn.ask_permission`` refuses a forbidden call without asking
+    and allows unasked what the mode runs unasked (``auto-edit``: writes inside the session's
+    directories), else the host's policy applies; ``ToolContext.run_shell``,
+    ``call_external``, ``write_text`` and ``edit_text`` refuse a forbidden category
+    (``ToolUnavailable``) even to a backend that never asked. A change applies from the next
+    tool call.
+
+Thinking effort
+    A backend may declare ``thought_levels(model_id)``; ``lease.thought_levels``,
+    ``lease.thought_level`` and ``await lease.set_thought_level(level)`` (stored with the task;
+    ``UNKNOWN_THOUGHT_LEVEL`` otherwise; ``None`` restores the backend's default);
+    ``turn.thought_level`` is read at each model request.
+
 Trust
     ``await lease.trust_status()`` before the first prompt: ``decision_needed`` when the
     project has a real, non-symlinked ``.agents/skills/**/SKILL.md`` and no saved decision.
@@ -125,12 +146,14 @@ from maple_acp.model import (
     PlanEntry,
     PlanPriority,
     PlanStatus,
+    SessionMode,
     TaskPage,
     TaskPolicy,
     TaskQuery,
     TaskRecord,
     TaskSurface,
     TimelineItem,
+    ToolCategory,
     ToolLocation,
     ToolSpec,
     ToolState,
@@ -142,6 +165,7 @@ from maple_acp.runtime._backend import (
     AgentBackend,
     CommandSource,
     GoalProgress,
+    ThoughtLevelSource,
     TurnFailed,
     TurnResult,
 )
@@ -158,6 +182,7 @@ from maple_acp.runtime._events import (
     CycleStarted,
     GoalChanged,
     LeaseRevoked,
+    ModeChanged,
     PermissionRequest,
     PlanUpdated,
     RunEnded,
@@ -195,6 +220,17 @@ from maple_acp.runtime._models import (
     ModelChoices,
     ModelInfo,
     StaticModelCatalog,
+)
+from maple_acp.runtime._modes import (
+    ASK_MODE,
+    AUTO_EDIT_MODE,
+    BUILTIN_MODES,
+    BUILTIN_TOOL_CATEGORIES,
+    CODE_MODE,
+    PLAN_MODE,
+    ModeDeclaration,
+    ModeSet,
+    ToolPolicy,
 )
 from maple_acp.runtime._offer import (
     MAX_COMMANDS,
@@ -238,6 +274,11 @@ from maple_acp.runtime._trust import SkillInfo, TrustStatus, find_project_skills
 from maple_acp.runtime._turn import Turn
 
 __all__ = [
+    "ASK_MODE",
+    "AUTO_EDIT_MODE",
+    "BUILTIN_MODES",
+    "BUILTIN_TOOL_CATEGORIES",
+    "CODE_MODE",
     "DEFAULT_PROVISIONAL_GRACE_S",
     "DRAIN_BOUND_S",
     "EXTERNAL_MCP_TOOL",
@@ -255,6 +296,7 @@ __all__ = [
     "MAX_RELAY_VALUE_BYTES",
     "MODEL_CACHE_TTL_S",
     "MODEL_DISCOVERY_BOUND_S",
+    "PLAN_MODE",
     "PROVISIONAL_SWEEP_INTERVAL_S",
     "RUN_EVENT_QUEUE",
     "SESSION_EVENT_QUEUE",
@@ -278,6 +320,9 @@ __all__ = [
     "GoalStatus",
     "ItemKind",
     "LeaseRevoked",
+    "ModeChanged",
+    "ModeDeclaration",
+    "ModeSet",
     "ModelCatalog",
     "ModelChoices",
     "ModelInfo",
@@ -306,6 +351,7 @@ __all__ = [
     "SessionEvent",
     "SessionEvents",
     "SessionLease",
+    "SessionMode",
     "ShellResult",
     "SkillInfo",
     "StaticModelCatalog",
@@ -318,10 +364,13 @@ __all__ = [
     "TaskSurface",
     "TextChunk",
     "ThoughtChunk",
+    "ThoughtLevelSource",
     "TimelineItem",
     "TitleChanged",
+    "ToolCategory",
     "ToolContext",
     "ToolLocation",
+    "ToolPolicy",
     "ToolRequest",
     "ToolRow",
     "ToolSpec",
