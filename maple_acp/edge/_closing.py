@@ -39,6 +39,9 @@ from maple_acp.wire import (
 
 logger = logging.getLogger(__name__)
 
+#: Runtime answers meaning the account has no such task: a delete of it is already done.
+_ABSENT: Final = frozenset({RejectionKind.TASK_NOT_FOUND, RejectionKind.WRONG_ACCOUNT})
+
 #: One deadline for cancel + operation barrier + lease cleanup on close (SPEC.md).
 CLOSE_DEADLINE_S: Final = 5.0
 #: Leases released together when many end at once: enough to keep the whole release well
@@ -101,23 +104,23 @@ class SessionCloser:
     async def delete(self, request: DeleteSessionRequest) -> DeleteSessionResponse:
         """Delete a task durably. A session this connection holds is closed first (the close
         rules); the runtime refuses a task another lease holds or that has a run or goal
-        cycle going, and one that does not exist."""
+        cycle going. An id the account has no task for (unknown, already deleted, another
+        account's) answers ``{}`` too: the spec's idempotent delete, and no existence oracle."""
         task_id = request.session_id
         session = self._table.get(task_id)
         if session is not None and not session.closing:
             # Before the close, which would cancel the run the delete must refuse: nothing is
             # closed or deleted while one runs (RUN_ACTIVE, -32600).
             self._runtime.check_idle(task_id)
-            # The close rules delete a task this connection created and never prompted.
-            untouched = session.lease.created_here and not session.lease.model_locked
+            # The close rules may have deleted it already (created here, never prompted).
             await self._close(session)
-            try:
-                await self._runtime.delete_task(task_id)
-            except RuntimeRejection as exc:
-                if not (untouched and exc.kind is RejectionKind.TASK_NOT_FOUND):
-                    raise
-        else:
+        try:
             await self._runtime.delete_task(task_id)
+        except RuntimeRejection as exc:
+            if exc.kind not in _ABSENT:
+                raise
+            logger.info("session %s: nothing to delete", task_id)
+            return DeleteSessionResponse()
         logger.info("session %s deleted", task_id)
         return DeleteSessionResponse()
 

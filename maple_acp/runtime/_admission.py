@@ -122,15 +122,15 @@ class ProjectRoots:
 def check_attachable(task: TaskRecord | None, *, account: str, root: str) -> TaskRecord:
     """``task`` if a caller of ``account`` in ``root`` may attach to it."""
     if task is None:
-        raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such task")
+        raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such session")
     if task.account != account:
-        raise RuntimeRejection(RejectionKind.WRONG_ACCOUNT, "the task is another account's")
+        raise RuntimeRejection(RejectionKind.WRONG_ACCOUNT, "no such session")
     if task.root != root:
         raise RuntimeRejection(
-            RejectionKind.ROOT_MISMATCH, "the working directory is not the task's project root"
+            RejectionKind.ROOT_MISMATCH, "the working directory is not the session's project root"
         )
     if task.policy is not TaskPolicy.CALLER_MEDIATED:
         raise RuntimeRejection(
-            RejectionKind.WRONG_POLICY, "the task is not in the caller-mediated mode"
+            RejectionKind.WRONG_POLICY, "the session is not in the caller-mediated mode"
         )
     return task

@@ -202,7 +202,7 @@ class SessionLease:
                         return self._task
                     raise RuntimeRejection(
                         RejectionKind.MODEL_LOCKED,
-                        "the model is locked once the task has a message",
+                        "the model is locked once the session has a message",
                     )
                 choices = await self._context.model_choices(self.generation, False)
                 self._life.check_live()
@@ -214,7 +214,7 @@ class SessionLease:
                     self.task_id, model_id, now_ms=self._context.now_ms()
                 )
                 if record is None:
-                    raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "the task is gone")
+                    raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "the session is gone")
                 self._task = record
                 self._row.rewritten(record)
                 self._life.check_live()
@@ -264,7 +264,7 @@ class SessionLease:
                     return declared.mode
                 record = await self._context.store.set_task_mode(self.task_id, declared.mode.id)
                 if record is None:
-                    raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "the task is gone")
+                    raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "the session is gone")
                 self._task = record
                 self._row.rewritten(record)
                 self._mode = declared
@@ -298,7 +298,7 @@ class SessionLease:
             ):
                 raise RuntimeRejection(
                     RejectionKind.UNKNOWN_THOUGHT_LEVEL,
-                    "the thinking effort is not one the task's model offers",
+                    "the thinking effort is not one the session's model offers",
                 )
             async with self._admission:
                 self._life.check_live()
@@ -306,7 +306,7 @@ class SessionLease:
                     return level
                 record = await self._context.store.set_task_thought_level(self.task_id, level)
                 if record is None:
-                    raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "the task is gone")
+                    raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "the session is gone")
                 self._task = record
                 self._row.rewritten(record)
                 return level

@@ -34,7 +34,7 @@ class LeaseRegistry:
         self.check_idle(task_id)
         holder = self._leases.get(task_id)
         if holder is not None or task_id in self._reserved:
-            raise RuntimeRejection(RejectionKind.TASK_LEASED, "the task is held by a session")
+            raise RuntimeRejection(RejectionKind.TASK_LEASED, "the session is open elsewhere")
 
     def reserve(self, task_id: str) -> None:
         """Hold ``task_id`` for a lease being set up (``check_free`` first); the lease's

@@ -360,7 +360,7 @@ class AgentService(ServedInOwnNursery):
                 choices = await self._model_choices(generation, False)
                 if task.model not in choices:
                     raise RuntimeRejection(
-                        RejectionKind.MODEL_RETIRED, "the task's model is no longer offered"
+                        RejectionKind.MODEL_RETIRED, "the session's model is no longer offered"
                     )
             goal = await self.store.get_goal(task_id)
             self._fence.check(generation)
@@ -384,7 +384,7 @@ class AgentService(ServedInOwnNursery):
         root = await self._roots.admit(cwd, allowed_roots)
         if root != lease.task.root:
             raise RuntimeRejection(
-                RejectionKind.ROOT_MISMATCH, "the working directory is not the task's project root"
+                RejectionKind.ROOT_MISMATCH, "the working directory is not the session's project root"
             )
 
     # -- tasks -------------------------------------------------------------------------------
@@ -423,9 +423,9 @@ class AgentService(ServedInOwnNursery):
         task = await self.store.get_task(task_id)
         account = self._fence.account_of(generation)
         if task is None:
-            raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such task")
+            raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such session")
         if task.account != account:
-            raise RuntimeRejection(RejectionKind.WRONG_ACCOUNT, "the task is another account's")
+            raise RuntimeRejection(RejectionKind.WRONG_ACCOUNT, "no such session")
         return task
 
     async def task_history(self, task_id: str) -> list[TimelineItem]:
@@ -454,7 +454,7 @@ class AgentService(ServedInOwnNursery):
             task = await self.store.get_task(task_id)
             account = self._fence.account_of(generation)
             if task is None or task.account != account:
-                raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such task")
+                raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such session")
             self._leases.check_free(task_id)
             await self.store.delete_task(task_id)
         logger.info("task %s deleted", task_id)
@@ -492,7 +492,7 @@ class AgentService(ServedInOwnNursery):
                 continue
             if lease.active_run is not None or (allow_lease is None and not lease.revoked):
                 raise RuntimeRejection(
-                    RejectionKind.TRUST_BUSY, "a task of this project is running or in use"
+                    RejectionKind.TRUST_BUSY, "a session of this project is running or in use"
                 )
         await self.store.set_trust(account, root, trusted, now_ms=self.now_ms())
         self._fence.check(generation)

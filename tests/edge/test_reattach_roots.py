@@ -31,7 +31,7 @@ async def test_a_reattach_outside_the_allowed_roots_is_refused_by_the_roots_rule
         with pytest.raises(ProtocolError) as elsewhere:
             await client.resume_session(sid, str(inside))
         assert elsewhere.value.code == -32602
-        assert "not the task's project root" in elsewhere.value.message
+        assert "not the session's project root" in elsewhere.value.message
         # The session is kept, and the right cwd re-attaches.
         await client.load_session(sid, str(project))
         assert (await client.prompt(sid, "/echo still here"))["stopReason"] == "end_turn"

@@ -165,11 +165,34 @@ async def test_delete_removes_a_task_for_good(
         assert listed == [kept]
         assert (await _error(client.load_session(sid, str(project)))).code == -32002
         assert (await _error(client.resume_session(sid, str(project)))).code == -32002
-        assert (await _error(client.delete_session(sid))).code == -32002
-        assert (await _error(client.delete_session("f" * 32))).code == -32002
         client.validate(acp_schema)
     assert await deleting.runtime.store.get_task(sid) is None
     assert await deleting.runtime.store.history(sid) == []
+
+
+async def test_delete_is_idempotent_and_no_existence_oracle(
+    deleting: Harness, project: Path, acp_schema: AcpSchema
+) -> None:
+    """Unknown, already deleted and another account's ids all answer ``{}``; the other
+    account's task stays."""
+    async with deleting.connect() as client:
+        await client.initialize()
+        sid = (await client.new_session(str(project)))["sessionId"]
+        await client.prompt(sid, "/echo twice")
+        assert await client.delete_session(sid) == {}
+        assert await client.delete_session(sid) == {}
+        assert await client.delete_session("f" * 32) == {}
+        theirs = (await client.new_session(str(project)))["sessionId"]
+        await client.prompt(theirs, "/echo theirs")
+        await client.close_session(theirs)
+        client.validate(acp_schema)
+    deleting.runtime.sign_in("someone-else")
+    async with deleting.connect() as client:
+        await client.initialize()
+        assert await client.delete_session(theirs) == {}
+        assert (await _error(client.load_session(theirs, str(project)))).code == -32002
+        client.validate(acp_schema)
+    assert await deleting.runtime.store.get_task(theirs) is not None
 
 
 async def test_delete_of_a_held_session_closes_it_first_and_sends_nothing_after(
