@@ -198,42 +198,47 @@ class SessionOpener:
             task = session.lease.task
             if task.title:
                 await channel.send(session.projector.title(task.title))
-            goal = session.lease.goal
-            if goal is not None:
-                await channel.send(session.projector.goal(goal))
+            await self._announce(session)
         if session.stopped:
             raise unknown_session()
         logger.info("session %s loaded", session.id)
-        await self._after_answer(session)
         return session.dialect.load_answer(session.options())
 
     async def resume(self, request: ResumeSessionRequest) -> object:
         session = await self._attach(
             request.session_id, request.cwd, request.additional_directories, request.mcp_servers
         )
+        with session.lease.operation(), session.update_scope():
+            await self._announce(session)
         if session.stopped:
             raise unknown_session()
         logger.info("session %s resumed", session.id)
-        await self._after_answer(session, goal=True)
         return session.dialect.resume_answer(session.options())
 
-    async def _after_answer(self, session: EdgeSession, *, goal: bool = False) -> None:
-        """Updates that follow an open answer: the session's commands (and, for a resume, its
-        goal). They are sent once the answer is queued: a client must know the session id
-        before updates about it arrive."""
+    async def _announce(self, session: EdgeSession) -> None:
+        """What attaching announces (its commands, its goal), sent before a load's or a
+        resume's answer: after that answer only a later request or a running turn causes
+        updates (the conformance suite waits two seconds after a load's answer for silence)."""
+        channel = self._channel
+        goal = session.lease.goal
+        if goal is not None:
+            await channel.send(session.projector.goal(goal))
         commands = session.lease.commands
-        snapshot = session.lease.goal if goal else None
-        if not commands and snapshot is None:
+        if commands:
+            await channel.send(session.projector.commands(commands))
+
+    async def _after_answer(self, session: EdgeSession) -> None:
+        """A new session's commands, sent once its answer is queued: a client must know the
+        session id before updates about it arrive."""
+        commands = session.lease.commands
+        if not commands:
             return
         channel = self._channel
 
         async def follow() -> None:
             try:
                 with session.update_scope():
-                    if commands:
-                        await channel.send(session.projector.commands(commands))
-                    if snapshot is not None:
-                        await channel.send(session.projector.goal(snapshot))
+                    await channel.send(session.projector.commands(commands))
             except SessionClosed:
                 pass
 

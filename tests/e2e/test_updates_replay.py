@@ -50,6 +50,18 @@ def update_indexes(client: AcpTestClient, kind: str) -> list[int]:
     ]
 
 
+def updates_after(client: AcpTestClient, sid: str, index: int) -> list[Any]:
+    """The updates for ``sid`` that arrived after frame ``index``."""
+    return [
+        frame.message
+        for frame in client.frames[index + 1 :]
+        if frame.direction == "in"
+        and isinstance(frame.message, dict)
+        and frame.message.get("method") == "session/update"
+        and frame.message["params"]["sessionId"] == sid
+    ]
+
+
 async def test_reload_replays_the_plan_diffs_and_title(
     short_dir: Path, project: Path, acp_schema: AcpSchema
 ) -> None:
@@ -98,19 +110,21 @@ async def test_reload_replays_the_plan_diffs_and_title(
                 ] == ["Write the app"]
                 assert of_kind(replay, "usage_update") == []
 
-                # All of it came before the load's answer (request id 2); the commands after it.
+                # All of it came before the load's answer (request id 2), the commands too;
+                # nothing for the session follows the answer (a request that round-trips,
+                # request id 3, proves whatever the attach caused was already sent).
                 loaded_at = answer_index(client, 2)
-                for kind in ("plan", "tool_call", "session_info_update"):
+                for kind in ("plan", "tool_call", "session_info_update", COMMANDS):
+                    assert update_indexes(client, kind), kind
                     assert all(i < loaded_at for i in update_indexes(client, kind)), kind
-                await client.wait_until(lambda: bool(update_indexes(client, COMMANDS)))
-                [commands_at] = update_indexes(client, COMMANDS)
-                assert commands_at > loaded_at
+                await client.list_sessions()
+                assert updates_after(client, sid, loaded_at) == []
 
                 assert await client.close_session(sid) == {}
                 client.validate(acp_schema)
                 assert_only_protocol_lines(client)
 
-            # A resume replays nothing; the commands still follow its answer.
+            # A resume replays nothing; its commands come before its answer too.
             async with connector_client(host.socket) as third:
                 client = third.client
                 await client.initialize()
@@ -118,11 +132,12 @@ async def test_reload_replays_the_plan_diffs_and_title(
                     "session/resume",
                     {"sessionId": sid, "cwd": os.fspath(project), "mcpServers": []},
                 )
-                await client.wait_until(lambda: bool(update_indexes(client, COMMANDS)))
+                await client.list_sessions()
                 kinds = [u["sessionUpdate"] for u in client.updates(sid)]
                 assert "plan" not in kinds
                 assert "tool_call" not in kinds
-                assert update_indexes(client, COMMANDS)[0] > answer_index(client, 2)
+                assert update_indexes(client, COMMANDS)[0] < answer_index(client, 2)
+                assert updates_after(client, sid, answer_index(client, 2)) == []
                 client.validate(acp_schema)
 
 

@@ -42,9 +42,22 @@ def _update_indexes(client: AcpTestClient, kind: str) -> list[int]:
     ]
 
 
-async def test_commands_follow_every_new_load_and_resume_answer(
+def _session_updates_between(client: AcpTestClient, sid: str, start: int, end: int) -> list[Any]:
+    return [
+        m
+        for i, m in _in_frames(client)
+        if start < i < end
+        and m.get("method") == "session/update"
+        and m["params"]["sessionId"] == sid
+    ]
+
+
+async def test_commands_follow_a_new_answer_and_precede_a_load_or_resume_answer(
     harness: Harness, project: Path, acp_schema: AcpSchema
 ) -> None:
+    """A new session announces after its answer (the client has no id before it); a load or
+    a resume announces everything attach-caused (commands, goal) before its answer, and
+    nothing for the session follows it until a later request."""
     async with harness.connect(initialize=True) as client:
         sid = (await client.new_session(str(project)))["sessionId"]
         await client.wait_until(
@@ -59,20 +72,25 @@ async def test_commands_follow_every_new_load_and_resume_answer(
         assert {"echo", "plan", "context"} <= names
         assert all(c["description"] for c in commands)
         await client.prompt(sid, "/echo hello")
-        await client.load_session(sid, str(project))
-        await client.wait_until(
-            lambda: len(_update_indexes(client, "available_commands_update")) == 2
-        )
-        assert _update_indexes(client, "available_commands_update")[1] > _answer_index(
-            client, "session/load"
-        )
-        await client.resume_session(sid, str(project))
-        await client.wait_until(
-            lambda: len(_update_indexes(client, "available_commands_update")) == 3
-        )
-        assert _update_indexes(client, "available_commands_update")[2] > _answer_index(
-            client, "session/resume"
-        )
+        await client.call("_session/goal", {"sessionId": sid, "action": "set", "objective": "x"})
+        await client.call("_session/goal", {"sessionId": sid, "action": "pause"})
+        for method, attach in (
+            ("session/load", client.load_session),
+            ("session/resume", client.resume_session),
+        ):
+            before = len(client.frames)
+            await attach(sid, str(project))
+            answered = _answer_index(client, method)
+            # A request that round-trips: whatever the attach caused was queued before it.
+            await client.list_sessions()
+            listed = _answer_index(client, "session/list")
+            announced = [
+                m["params"]["update"]["sessionUpdate"]
+                for m in _session_updates_between(client, sid, before - 1, answered)
+            ]
+            assert "available_commands_update" in announced, method
+            assert "session_info_update" in announced, method  # the goal snapshot
+            assert _session_updates_between(client, sid, answered, listed) == [], method
         client.validate(acp_schema)
 
 
