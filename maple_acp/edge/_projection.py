@@ -303,6 +303,8 @@ class SessionProjector:
         return ToolCallUpdate(
             tool_call_id=tool_id,
             title=bound_text(tool.title or summary or tool.name, MAX_TITLE_CHARS),
+            # The stable name on every row, live or replayed: clients key tool rendering on it.
+            name=tool.name or None,
             kind=infer_tool_kind(tool.name),
             status=_STATUS[tool.status],
             content=tuple(content) or None,
@@ -321,6 +323,7 @@ class SessionProjector:
             ToolCall(
                 tool_call_id=call.tool_call_id,
                 title=call.title or "",
+                name=call.name,
                 kind=call.kind,
                 status=call.status,
                 content=call.content,

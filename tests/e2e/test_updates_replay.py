@@ -77,6 +77,10 @@ async def test_reload_replays_the_plan_diffs_and_title(
                 await client.prompt(sid, write)
                 await client.prompt(sid, "/plan [x] write it; [>] test it\n/context 10 100")
                 live = client.updates(sid)
+                # Every live tool row carries the tool's stable name, the first and the updates.
+                rows = [u for u in live if u["sessionUpdate"] in ("tool_call", "tool_call_update")]
+                assert len(rows) >= 2
+                assert {u.get("name") for u in rows} == {"write_file"}
                 assert [u for u in of_kind(live, "session_info_update") if "title" in u][-1][
                     "title"
                 ] == "Write the app"
@@ -99,6 +103,7 @@ async def test_reload_replays_the_plan_diffs_and_title(
                 calls = [u for u in replay if u["sessionUpdate"] == "tool_call"]
                 [call] = calls
                 assert call["status"] == "completed"
+                assert call["name"] == "write_file"
                 [diff] = [c for c in call["content"] if c["type"] == "diff"]
                 assert diff["path"] == target
                 assert diff["newText"] == "print('hi')\n"
