@@ -8,6 +8,7 @@ one JSON object per line.
 
 from __future__ import annotations
 
+import gc
 import getpass
 import json
 import logging
@@ -154,6 +155,10 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
             lifecycle = HostLifecycle(runtime, acp)
             async with trio.open_nursery() as nursery:
                 await acp.start(nursery, options.endpoint)
+                # What start-up built lives as long as the host: out of the collector's way, so
+                # the full collections that follow a mass release (thousands of objects freed
+                # at once) stay short for the other connections waiting behind them.
+                gc.freeze()
                 try:
                     yield lifecycle
                 finally:
