@@ -200,7 +200,18 @@ def _request_ids() -> st.SearchStrategy[int | str | None]:
     return st.none() | st.integers(-(2**53), 2**53) | texts()
 
 
+def _notices() -> st.SearchStrategy[wire.Notice]:
+    # The schema requires a non-empty title.
+    return st.builds(
+        wire.Notice,
+        severity=strategy_for(wire.NoticeSeverity),
+        title=texts(min_size=1),
+        description=st.none() | texts(),
+    )
+
+
 _SPECIAL: dict[Any, Any] = {
+    wire.Notice: _notices,
     wire.SetSessionConfigOptionRequest: _set_config_option_requests,
     wire.CreateElicitationRequest: _elicitation_requests,
     wire.ElicitationContentValue: _content_values,

@@ -408,6 +408,7 @@ _TAGGED_UNIONS: Final = (
             "config_option_update": u.ConfigOptionUpdate,
             "session_info_update": u.SessionInfoUpdate,
             "usage_update": u.UsageUpdate,
+            "notice": u.Notice,
         },
     ),
     _TaggedUnion(

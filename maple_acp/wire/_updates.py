@@ -11,7 +11,7 @@ import attrs
 
 from ._content import ContentBlock, Meta
 from ._session import SessionConfigOption
-from ._validators import non_negative
+from ._validators import non_empty, non_negative
 
 ToolKind = Literal[
     "read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"
@@ -169,6 +169,20 @@ class UsageUpdate:
     meta: Meta | None = None
 
 
+NoticeSeverity = Literal["info", "warning", "error"]
+
+
+@attrs.frozen(kw_only=True)
+class Notice:
+    """Information for the user that is not session history (``sessionUpdate: "notice"``);
+    sent only to a client whose ``clientCapabilities.session.notices`` is set."""
+
+    severity: NoticeSeverity
+    title: str = attrs.field(validator=non_empty)
+    description: str | None = None
+    meta: Meta | None = None
+
+
 #: Tagged on ``sessionUpdate`` with the snake_case name of each variant (not
 #: ``current_mode_update``: this agent has one mode, which never changes).
 SessionUpdate = (
@@ -182,6 +196,7 @@ SessionUpdate = (
     | ConfigOptionUpdate
     | SessionInfoUpdate
     | UsageUpdate
+    | Notice
 )
 
 

@@ -24,3 +24,9 @@ def non_negative(instance: Any, attribute: Any, value: Any) -> None:
     """Counts, sizes and line numbers are unsigned on the wire."""
     if value is not None and value < 0:
         raise WireValueError("expected a non-negative integer", field=wire_key(attribute.name))
+
+
+def non_empty(instance: Any, attribute: Any, value: Any) -> None:
+    """Texts the schema requires to be at least one character long."""
+    if value is not None and not value:
+        raise WireValueError("must not be empty", field=wire_key(attribute.name))
