@@ -43,6 +43,8 @@ class ClientChannel:
         self._peer = peer
         #: Whether the client advertised form elicitation at ``initialize``.
         self.elicitation_form = False
+        #: Whether the client advertised ``session.notices`` at ``initialize``.
+        self.notices = False
 
     @property
     def closed(self) -> bool:

@@ -253,6 +253,8 @@ class AcpConnection:
     async def _initialize(self, request: InitializeRequest) -> InitializeResponse:
         elicitation = request.client_capabilities.elicitation
         self.client.elicitation_form = elicitation is not None and elicitation.form is not None
+        session_caps = request.client_capabilities.session
+        self.client.notices = session_caps is not None and session_caps.notices is not None
         dialect = choose_dialect(request.protocol_version)
         if dialect is not self.dialect:
             self.dialect = dialect

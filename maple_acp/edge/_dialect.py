@@ -85,7 +85,9 @@ class Dialect(Protocol):
         """The update kind of each text event type (``TextChunk``, ``ThoughtChunk``)."""
         ...
 
-    def projection(self, session_id: str) -> Projection: ...
+    def projection(self, session_id: str, *, notices: bool = False) -> Projection:
+        """A session's updates; ``notices``: the client shows notice updates."""
+        ...
 
     def config_options(self, choices: ModelChoices, current_model: str, *, locked: bool) -> Any:
         """The session's config options (the model only offers itself once locked)."""

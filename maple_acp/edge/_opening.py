@@ -122,7 +122,12 @@ class SessionOpener:
             lease: SessionLease = await nursery.start(start)
         # No checkpoint from the end of the opening to the registration: the slot passes from
         # the pending count to the table at once, and a disconnect from here on revokes it.
-        session = EdgeSession(lease, self._runtime.cached_model_choices(), self._dialect())
+        session = EdgeSession(
+            lease,
+            self._runtime.cached_model_choices(),
+            self._dialect(),
+            notices=self._channel.notices,
+        )
         table.register(session)
         nursery.start_soon(self._watch, session)
         # The catalog listing is cached by the runtime (one bounded discovery, then warm).

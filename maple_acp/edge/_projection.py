@@ -51,6 +51,8 @@ from maple_acp.wire import (
     Content,
     Diff,
     GoalSnapshot,
+    Notice,
+    NoticeSeverity,
     Plan,
     SessionConfigOption,
     SessionConfigSelect,
@@ -239,8 +241,10 @@ def _diff(diff: FileDiff) -> Diff:
 class SessionProjector:
     """Builds every ``session/update`` of one session."""
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, *, notices: bool = False) -> None:
         self.session_id = session_id
+        #: The client shows ``notice`` updates (``clientCapabilities.session.notices``).
+        self.notices = notices
         self._announced: set[str] = set()
         self._templates: dict[str, TextTemplate | None] = {}
         #: The message being streamed: (message id, kind, head bytes, bytes after the text).
@@ -336,6 +340,10 @@ class SessionProjector:
     def notice(self, message_id: str, text: str) -> list[bytes]:
         """A notice about the run (overflow, failure) as visible agent text."""
         return self.text("agent_message_chunk", message_id, bound_text(text, 500))
+
+    def session_notice(self, level: NoticeSeverity, text: str) -> SessionNotification:
+        """A notice as a ``notice`` update (only for a client that shows them)."""
+        return self._wrap(Notice(severity=level, title=bound_text(text, 500)))
 
     def title(self, title: str) -> SessionNotification:
         return self._wrap(SessionInfoUpdate(title=bound_text(title, MAX_TITLE_CHARS)))

@@ -27,12 +27,20 @@ class SessionClosed(Exception):
 
 
 class EdgeSession:
-    def __init__(self, lease: SessionLease, choices: ModelChoices, dialect: Dialect) -> None:
+    def __init__(
+        self,
+        lease: SessionLease,
+        choices: ModelChoices,
+        dialect: Dialect,
+        *,
+        notices: bool = False,
+    ) -> None:
         self.lease = lease
         self.id = lease.task_id
-        #: The protocol version of the connection that opened the session, and its updates.
+        #: The protocol version of the connection that opened the session, and its updates
+        #: (``notices``: the client shows notice updates).
         self.dialect = dialect
-        self.projector = dialect.projection(self.id)
+        self.projector = dialect.projection(self.id, notices=notices)
         self.choices = choices
         #: Set once the close started; a second close or any new operation is refused.
         self.closing = False

@@ -133,6 +133,9 @@ class V1Projection(SessionProjector):
         if isinstance(event, CommandsChanged):
             return self.commands(event.commands)
         if isinstance(event, RunNotice):
+            # A terminal notice (failure, overflow) is the turn's visible answer: text for all.
+            if self.notices and not event.terminal:
+                return self.session_notice(event.level, event.text)
             return self.notice(f"{event.run_id}-notice", event.text)
         return None
 
@@ -157,8 +160,8 @@ class V1Dialect:
     routes: Final = ROUTES
     chunk_kinds: Final = _CHUNK_KINDS
 
-    def projection(self, session_id: str) -> V1Projection:
-        return V1Projection(session_id)
+    def projection(self, session_id: str, *, notices: bool = False) -> V1Projection:
+        return V1Projection(session_id, notices=notices)
 
     def config_options(
         self, choices: ModelChoices, current_model: str, *, locked: bool

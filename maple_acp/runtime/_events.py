@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 import attrs
 
@@ -136,14 +136,21 @@ class CommandsChanged:
     commands: tuple[CommandInfo, ...]
 
 
+#: How much a notice matters to the user: ``info``, ``warning`` or ``error``.
+NoticeLevel: TypeAlias = Literal["info", "warning", "error"]
+NOTICE_LEVELS: Final[tuple[NoticeLevel, ...]] = ("info", "warning", "error")
+
+
 @attrs.frozen
 class RunNotice:
-    """A message for the caller about the run itself (not agent text). ``terminal`` notices
-    come right before ``RunEnded``: the failure text of a failed run, or the overflow notice."""
+    """A message for the caller about the run itself (not agent text), with its ``level``.
+    ``terminal`` notices come right before ``RunEnded``: the failure text of a failed run, or
+    the overflow notice."""
 
     run_id: str
     text: str
     terminal: bool = False
+    level: NoticeLevel = "info"
 
 
 @attrs.frozen

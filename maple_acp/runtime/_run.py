@@ -180,9 +180,9 @@ class Run:
                     stop_reason=self._result.stop_reason if completed else StopReason.END_TURN,
                 )
                 if overflowed:
-                    tail.append(RunNotice(self.id, OVERFLOW_NOTICE, terminal=True))
+                    tail.append(RunNotice(self.id, OVERFLOW_NOTICE, terminal=True, level="error"))
                 if failure is not None:
-                    tail.append(RunNotice(self.id, failure, terminal=True))
+                    tail.append(RunNotice(self.id, failure, terminal=True, level="error"))
                 tail.append(RunEnded(self.id, self._outcome))
                 self._log_end(trio.current_time() - started_at)
                 self._queue.close(tail)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from typing import Final
 
 from maple_acp.model import (
     CommandInfo,
@@ -17,7 +19,14 @@ from maple_acp.model import (
     Usage,
 )
 from maple_acp.runtime._errors import bounded_text
-from maple_acp.runtime._events import ContextUsage, RunKind, RunNotice, TitleChanged
+from maple_acp.runtime._events import (
+    NOTICE_LEVELS,
+    ContextUsage,
+    NoticeLevel,
+    RunKind,
+    RunNotice,
+    TitleChanged,
+)
 from maple_acp.runtime._modes import tool_category
 from maple_acp.runtime._offer import bounded_commands, bounded_plan
 from maple_acp.runtime._outlet import RunOutlet
@@ -25,8 +34,16 @@ from maple_acp.runtime._permissions import ToolRequest
 from maple_acp.runtime._tools import ToolContext
 from maple_acp.runtime._trust import SkillInfo
 
+logger = logging.getLogger(__name__)
+
 #: A title a backend sets is one line of at most this many characters.
 MAX_TITLE_CHARS = 200
+#: Where each notice level lands in the log.
+_LOG_LEVELS: Final[dict[NoticeLevel, int]] = {
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 
 
 class Turn:
@@ -176,9 +193,23 @@ class Turn:
         await self._outlet.hooks.set_title(title)
         await self._outlet.send(TitleChanged(self.run_id, title))
 
-    async def notice(self, text: str) -> None:
-        text = self._outlet.hooks.redactor.text(text)
-        await self._outlet.send(RunNotice(self.run_id, bounded_text(text)))
+    async def notice(
+        self, level_or_text: str, text: str | None = None, *, level: NoticeLevel | None = None
+    ) -> None:
+        """Tell the user something about the run that is not the agent's answer (a retry, a
+        long wait, a dropped server): ``notice(level, text)`` with ``level`` one of ``info``,
+        ``warning``, ``error``; ``notice(text)`` and ``notice(text, level=...)`` work too (the
+        level defaults to ``info``). Always logged; a caller that shows notices gets it as one,
+        others as visible text."""
+        if text is None:
+            text, chosen = level_or_text, level or "info"
+        elif level_or_text in NOTICE_LEVELS and level is None:
+            chosen = level_or_text
+        else:
+            raise ValueError(f"a notice level is one of {', '.join(NOTICE_LEVELS)}")
+        text = bounded_text(self._outlet.hooks.redactor.text(text))
+        logger.log(_LOG_LEVELS[chosen], "run %s notice (%s): %s", self.run_id, chosen, text)
+        await self._outlet.send(RunNotice(self.run_id, text, level=chosen))
 
     async def set_goal(self, objective: str, *, token_budget: int | None = None) -> GoalRecord:
         """Give the task a (new) active goal, as a caller's ``set`` would."""
