@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -9,7 +10,15 @@ from typing import Any, ClassVar, TypeVar
 
 import trio
 
-from maple_acp.runtime import EXTERNAL_MCP_TOOL, RunEvent
+from maple_acp._cli_host import STORE_FILE_NAME
+from maple_acp.model import ToolState
+from maple_acp.runtime import (
+    EXTERNAL_MCP_TOOL,
+    AgentService,
+    PermissionRequest,
+    RunEvent,
+    ToolRow,
+)
 
 E = TypeVar("E")
 
@@ -65,3 +74,32 @@ class _Definition:
     name = EXTERNAL_MCP_TOOL
     description = "tools of the caller"
     input_schema: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
+
+
+async def shell_row(
+    service: AgentService, project: Path, command: str, relay: dict[str, str]
+) -> ToolState:
+    """The terminal tool row of one demo ``shell`` call (allowed) on a new lease given
+    ``relay``."""
+    async with trio.open_nursery() as nursery:
+        lease = await nursery.start(
+            lambda task_status: service.serve_new_task(
+                str(project), relay=service.accept_relay(relay), task_status=task_status
+            )
+        )
+        run = await lease.start_run("/tool shell " + json.dumps({"command": command}))
+        final: ToolState | None = None
+        async for event in run.events():
+            if isinstance(event, PermissionRequest):
+                assert event.responder.answer("allow_once")
+            if isinstance(event, ToolRow) and event.tool.status.terminal:
+                final = event.tool
+        await lease.release(close=False)
+    assert final is not None
+    return final
+
+
+def store_bytes(data: Path) -> bytes:
+    """The SQLite store's bytes in ``data``: the file, its ``-wal`` and ``-shm``."""
+    names = (STORE_FILE_NAME, f"{STORE_FILE_NAME}-wal", f"{STORE_FILE_NAME}-shm")
+    return b"".join((data / name).read_bytes() for name in names if (data / name).exists())

@@ -9,26 +9,20 @@ import secrets
 from pathlib import Path
 
 import pytest
-import trio
 from hypothesis import given
 from hypothesis import strategies as st
+from runtime_helpers import shell_row, store_bytes
 
 from maple_acp._text import CUT_DIFF, CUT_TEXT
 from maple_acp.model import FileDiff, ToolState, ToolStatus
-from maple_acp.runtime import AgentService, PermissionRequest, ToolRow
+from maple_acp.runtime import AgentService
 from maple_acp.runtime._relay import MIN_REDACTED_CHARS, RelayRedactor
 from maple_acp.runtime._tool_rows import MAX_DIFF_SIDE_CHARS, prepared_tool
 from maple_acp.runtime._tools import MAX_SHELL_OUTPUT_BYTES
-from maple_acp.testing.store import STORE_FILE_NAME
 
 #: A 32-character relay value, as a token would be.
 VALUE = secrets.token_hex(16)
 PIECE = VALUE[:MIN_REDACTED_CHARS]
-
-
-def store_bytes(data: Path) -> bytes:
-    names = (STORE_FILE_NAME, f"{STORE_FILE_NAME}-wal", f"{STORE_FILE_NAME}-shm")
-    return b"".join((data / name).read_bytes() for name in names if (data / name).exists())
 
 
 @pytest.mark.parametrize("before_cut", [MIN_REDACTED_CHARS, 9, 16, 24, len(VALUE) - 1])
@@ -42,23 +36,7 @@ async def test_a_relay_value_across_the_shell_output_cut_leaves_no_piece(
         f"head -c {filler} /dev/zero | tr '\\0' x; printf %s \"$MAPLE_TOKEN\"; "
         "head -c 100 /dev/zero | tr '\\0' y"
     )
-    final: ToolState | None = None
-    async with trio.open_nursery() as nursery:
-        lease = await nursery.start(
-            lambda task_status: service.serve_new_task(
-                str(project),
-                relay=service.accept_relay({"MAPLE_TOKEN": VALUE}),
-                task_status=task_status,
-            )
-        )
-        run = await lease.start_run("/tool shell " + json.dumps({"command": command}))
-        async for event in run.events():
-            if isinstance(event, PermissionRequest):
-                assert event.responder.answer("allow_once")
-            if isinstance(event, ToolRow) and event.tool.status.terminal:
-                final = event.tool
-        await lease.release(close=False)
-    assert final is not None
+    final = await shell_row(service, project, command, {"MAPLE_TOKEN": VALUE})
     output = final.raw_output["output"]
     assert final.raw_output["truncated"] is True
     assert output.startswith("x" * filler)

@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
+from runtime_helpers import shell_row, store_bytes
 
 from maple_acp.backends.demo import DemoBackend, demo_catalog, demo_policy
-from maple_acp.model import ToolState
-from maple_acp.runtime import AgentService, PermissionRequest, ToolRow
+from maple_acp.runtime import AgentService
 from maple_acp.testing.demo import DEMO_ACCOUNT
-from maple_acp.testing.store import STORE_FILE_NAME, temp_store
+from maple_acp.testing.store import temp_store
 
 PROVIDER_KEY = "sk-provider-" + secrets.token_hex(12)
 HOST_SETTING = "maple-setting-" + secrets.token_hex(8)
@@ -43,33 +42,6 @@ async def env_service(data: Path, **options: Any) -> AsyncIterator[AgentService]
             yield service
 
 
-async def shell_row(service: AgentService, project: Path, command: str) -> ToolState:
-    """The terminal tool row of one demo ``shell`` call, with the relay value set."""
-    async with trio.open_nursery() as nursery:
-        lease = await nursery.start(
-            lambda task_status: service.serve_new_task(
-                str(project),
-                relay=service.accept_relay({"MAPLE_TOKEN": RELAYED}),
-                task_status=task_status,
-            )
-        )
-        run = await lease.start_run("/tool shell " + json.dumps({"command": command}))
-        final: ToolState | None = None
-        async for event in run.events():
-            if isinstance(event, PermissionRequest):
-                assert event.responder.answer("allow_once")
-            if isinstance(event, ToolRow) and event.tool.status.terminal:
-                final = event.tool
-        await lease.release(close=False)
-    assert final is not None
-    return final
-
-
-def store_bytes(data: Path) -> bytes:
-    names = (STORE_FILE_NAME, f"{STORE_FILE_NAME}-wal", f"{STORE_FILE_NAME}-shm")
-    return b"".join((data / name).read_bytes() for name in names if (data / name).exists())
-
-
 async def test_shell_child_never_sees_the_provider_key(
     tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -81,7 +53,7 @@ async def test_shell_child_never_sees_the_provider_key(
     before = dict(os.environ)
     data = tmp_path / "data"
     async with env_service(data, tool_env_allow=("HOST_EXTRA",)) as service:
-        row = await shell_row(service, project, "env")
+        row = await shell_row(service, project, "env", {"MAPLE_TOKEN": RELAYED})
         stored = store_bytes(data)
     assert os.environ == before, "the host's environment was changed"
     assert row.output_text is not None
@@ -104,7 +76,9 @@ async def test_without_tool_env_allow_a_host_variable_stays_out(
 ) -> None:
     monkeypatch.setenv("HOST_EXTRA", "not-widened")
     async with env_service(tmp_path / "data") as service:
-        row = await shell_row(service, project, 'echo "extra=${HOST_EXTRA-unset}"')
+        row = await shell_row(
+            service, project, 'echo "extra=${HOST_EXTRA-unset}"', {"MAPLE_TOKEN": RELAYED}
+        )
     assert row.output_text == "extra=unset\n"
 
 
