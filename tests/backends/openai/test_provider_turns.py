@@ -523,16 +523,12 @@ async def test_the_model_shows_its_plan(
     assert results == ["plan updated", "error: every entry needs a non-blank content"]
 
 
-async def test_a_relay_value_printed_by_a_tool_never_reaches_the_provider(
-    tmp_path: Path, provider: LoopbackProvider, project: Path
-) -> None:
+async def relayed_turn(
+    tmp_path: Path, provider: LoopbackProvider, project: Path, token: str, prompt: str
+) -> list[RunEvent]:
+    """One turn of ``prompt`` on a lease given ``MAPLE_TOKEN=token``, every ask allowed."""
     from provider_support import provider_service
 
-    token = "relay-secret-5f4e3d2c1b"
-    provider.add(
-        tool_call_reply(("c", "shell", {"command": "echo token=$MAPLE_TOKEN"})),
-        text_reply("seen"),
-    )
     async with (
         provider_service(tmp_path, provider, relay_allow_list=("MAPLE_TOKEN",)) as service,
         trio.open_nursery() as nursery,
@@ -542,9 +538,21 @@ async def test_a_relay_value_printed_by_a_tool_never_reaches_the_provider(
                 str(project), relay={"MAPLE_TOKEN": token}, task_status=task_status
             )
         )
-        run = await lease.start_run("show it")
-        await answering(run, "allow_once")
+        run = await lease.start_run(prompt)
+        events = await answering(run, "allow_once")
         await lease.release(close=False)
+    return events
+
+
+async def test_a_relay_value_printed_by_a_tool_never_reaches_the_provider(
+    tmp_path: Path, provider: LoopbackProvider, project: Path
+) -> None:
+    token = "relay-secret-5f4e3d2c1b"
+    provider.add(
+        tool_call_reply(("c", "shell", {"command": "echo token=$MAPLE_TOKEN"})),
+        text_reply("seen"),
+    )
+    await relayed_turn(tmp_path, provider, project, token, "show it")
     told = provider.chat_requests()[1].body["messages"][-1]["content"]
     assert told == "exit code 0\ntoken=[relay:MAPLE_TOKEN]\n"
     assert all(token not in json.dumps(r.body) for r in provider.requests)
@@ -553,8 +561,6 @@ async def test_a_relay_value_printed_by_a_tool_never_reaches_the_provider(
 async def test_a_file_read_cut_inside_a_relay_value_leaves_no_piece_of_it(
     tmp_path: Path, provider: LoopbackProvider, project: Path
 ) -> None:
-    from provider_support import provider_service
-
     token = "relay-secret-5f4e3d2c1b-0a9b8c7d6e"
     # Short lines up to the read bound, then the value across it: the last kept line is the
     # start of the value, and reading from that line shows it.
@@ -567,18 +573,7 @@ async def test_a_file_read_cut_inside_a_relay_value_leaves_no_piece_of_it(
         tool_call_reply(("c", "read_file", {"path": "big.txt", "start_line": last_line})),
         text_reply("seen"),
     )
-    async with (
-        provider_service(tmp_path, provider, relay_allow_list=("MAPLE_TOKEN",)) as service,
-        trio.open_nursery() as nursery,
-    ):
-        lease = await nursery.start(
-            lambda task_status: service.serve_new_task(
-                str(project), relay={"MAPLE_TOKEN": token}, task_status=task_status
-            )
-        )
-        run = await lease.start_run("read it")
-        events = await collect_events(run)
-        await lease.release(close=False)
+    events = await relayed_turn(tmp_path, provider, project, token, "read it")
     told = provider.chat_requests()[1].body["messages"][-1]["content"]
     assert told.startswith("xxx")
     assert "the file goes on" in told
