@@ -368,7 +368,7 @@ class DemoBackend:
             return
         await row.send(ToolStatus.IN_PROGRESS, diffs=(preview.diff(),))
         try:
-            change = await turn.tools.write_text(turn.root, path, content)
+            change = await turn.tools.write_text(turn.roots, path, content)
         except (FileToolError, ToolUnavailable) as exc:
             await row.send(ToolStatus.FAILED, str(exc))
             return
@@ -482,10 +482,11 @@ class _Row:
 
 async def _preview_write(turn: Turn, path: str, content: str) -> FileChange:
     """What writing ``content`` to ``path`` would change, without writing: shown to the
-    caller while it decides. Raises ``FileToolError`` for a path outside the task's root."""
+    caller while it decides. Raises ``FileToolError`` for a path outside the session's
+    directories."""
     # A dry run reads the old text through the same fd walk as the write, never by a path
     # string that a swapped directory could send elsewhere.
-    planned = await turn.tools.write_text(turn.root, path, content, dry_run=True)
+    planned = await turn.tools.write_text(turn.roots, path, content, dry_run=True)
     return FileChange(path=planned.path, old_text=planned.old_text, new_text=content)
 
 

@@ -160,7 +160,11 @@ from maple_acp.model import (
     ToolStatus,
     Usage,
 )
-from maple_acp.runtime._admission import canonical_directory, within_roots
+from maple_acp.runtime._admission import (
+    MAX_ADDITIONAL_DIRECTORIES,
+    canonical_directory,
+    within_roots,
+)
 from maple_acp.runtime._backend import (
     AgentBackend,
     CommandSource,
@@ -283,6 +287,7 @@ __all__ = [
     "DRAIN_BOUND_S",
     "EXTERNAL_MCP_TOOL",
     "LEASE_CLEANUP_BOUND_S",
+    "MAX_ADDITIONAL_DIRECTORIES",
     "MAX_COMMANDS",
     "MAX_DIFF_CHARS",
     "MAX_GOAL_ITERATIONS",

@@ -5,37 +5,45 @@ callers translate the ``RuntimeRejection`` they get."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from typing import Final
 
 import trio
 
 from maple_acp.model import TaskPolicy, TaskRecord
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
 
+#: Directories a session may name besides its working directory: each one is admitted, stored
+#: with the task and looked at on every file-tool call, so the set stays small.
+MAX_ADDITIONAL_DIRECTORIES: Final = 16
 
-def _canonical_directory_sync(path: str) -> str:
+_CWD: Final = "the working directory"
+_ADDITIONAL: Final = "an additional directory"
+
+
+def _canonical_directory_sync(path: str, what: str = _CWD) -> str:
     def reject(message: str) -> RuntimeRejection:
         return RuntimeRejection(RejectionKind.INVALID_CWD, message)
 
     if not isinstance(path, str) or not path or "\x00" in path:
-        raise reject("the working directory must be a non-empty path")
+        raise reject(f"{what} must be a non-empty path")
     if not os.path.isabs(path):
-        raise reject("the working directory must be an absolute path")
+        raise reject(f"{what} must be an absolute path")
     try:
         canonical = os.path.realpath(path, strict=True)
     except OSError as exc:
-        raise reject("the working directory does not exist or is not accessible") from exc
+        raise reject(f"{what} does not exist or is not accessible") from exc
     if not os.path.isdir(canonical):
-        raise reject("the working directory is not a directory")
+        raise reject(f"{what} is not a directory")
     if not os.access(canonical, os.R_OK | os.X_OK):
-        raise reject("the working directory is not accessible")
+        raise reject(f"{what} is not accessible")
     return canonical
 
 
-async def canonical_directory(path: str) -> str:
+async def canonical_directory(path: str, what: str = _CWD) -> str:
     """The canonical form of an absolute, accessible directory (symlinks resolved). Raises
-    ``RuntimeRejection(INVALID_CWD)``."""
-    return await trio.to_thread.run_sync(_canonical_directory_sync, path)
+    ``RuntimeRejection(INVALID_CWD)``; ``what`` names the directory in its message."""
+    return await trio.to_thread.run_sync(_canonical_directory_sync, path, what)
 
 
 def within_roots(root: str, allowed_roots: Sequence[str]) -> bool:
@@ -111,24 +119,57 @@ class ProjectRoots:
         """``cwd`` canonicalised once, if it is an accessible directory inside the allowed
         roots (the service's, and the calling surface's own canonical ``caller_roots``).
         Raises ``INVALID_CWD``."""
-        root = await canonical_directory(cwd)
+        return await self._admit(cwd, caller_roots, _CWD)
+
+    async def _admit(self, path: str, caller_roots: Sequence[str], what: str) -> str:
+        root = await canonical_directory(path, what)
         if not self.admits(root, caller_roots):
             raise RuntimeRejection(
-                RejectionKind.INVALID_CWD, "the working directory is outside the allowed roots"
+                RejectionKind.INVALID_CWD, f"{what} is outside the allowed roots"
             )
         return root
 
+    async def admit_additional(
+        self, directories: Sequence[str], caller_roots: Sequence[str] = ()
+    ) -> tuple[str, ...]:
+        """A session's additional directories, each canonicalised and admitted like the working
+        directory, in the order given, a repeat named once. Raises ``INVALID_CWD`` (also for
+        more than ``MAX_ADDITIONAL_DIRECTORIES``)."""
+        if isinstance(directories, str) or len(directories) > MAX_ADDITIONAL_DIRECTORIES:
+            raise RuntimeRejection(
+                RejectionKind.INVALID_CWD,
+                f"a session names at most {MAX_ADDITIONAL_DIRECTORIES} additional directories",
+            )
+        admitted: dict[str, None] = {}
+        for directory in directories:
+            admitted[await self._admit(directory, caller_roots, _ADDITIONAL)] = None
+        return tuple(admitted)
 
-def check_attachable(task: TaskRecord | None, *, account: str, root: str) -> TaskRecord:
-    """``task`` if a caller of ``account`` in ``root`` may attach to it."""
-    if task is None:
-        raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such session")
-    if task.account != account:
-        raise RuntimeRejection(RejectionKind.WRONG_ACCOUNT, "no such session")
+
+def check_directories(task: TaskRecord, root: str, additional: Collection[str]) -> None:
+    """A caller attaching to ``task`` names its root and the same set of additional directories
+    (in any order; all canonical). Raises ``ROOT_MISMATCH``."""
     if task.root != root:
         raise RuntimeRejection(
             RejectionKind.ROOT_MISMATCH, "the working directory is not the session's project root"
         )
+    if frozenset(additional) != frozenset(task.additional_directories):
+        raise RuntimeRejection(
+            RejectionKind.ROOT_MISMATCH,
+            "the additional directories are not the ones the session was created with",
+        )
+
+
+def check_attachable(
+    task: TaskRecord | None, *, account: str, root: str, additional: Collection[str] = ()
+) -> TaskRecord:
+    """``task`` if a caller of ``account`` in ``root`` (with ``additional`` directories) may
+    attach to it."""
+    if task is None:
+        raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such session")
+    if task.account != account:
+        raise RuntimeRejection(RejectionKind.WRONG_ACCOUNT, "no such session")
+    check_directories(task, root, additional)
     if task.policy is not TaskPolicy.CALLER_MEDIATED:
         raise RuntimeRejection(
             RejectionKind.WRONG_POLICY, "the session is not in the caller-mediated mode"

@@ -1,8 +1,11 @@
-"""Native file tools a backend may offer its model: paths resolved inside the session root,
-bounded reads, and writes and edits that report what changed as a ``FileDiff``.
+"""Native file tools a backend may offer its model: paths resolved inside the session's
+directories, bounded reads, and writes and edits that report what changed as a ``FileDiff``.
 
-A path is taken relative to the root (or absolute, under the root), ``..`` is taken lexically
-and may not climb above the root, and no symlink below the root is followed: every component
+Each function takes the session's roots (``turn.roots``: the project root first, then its
+additional directories; a single root may be passed as a string). A relative path is taken
+relative to the first root; an absolute one belongs to the root whose path is its longest
+prefix, and is refused when none is. ``..`` is taken lexically and may not climb above that
+root, and no symlink below the root is followed: every component
 is opened from a directory fd of the root (``_beneath``), so a directory swapped for a symlink
 while a tool works cannot move a read, a write or an edit outside. Refusals are a
 ``FileToolError`` whose text is safe to show the model and the caller. This is the host's
@@ -26,6 +29,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Sequence
 
 import attrs
 import trio
@@ -33,6 +37,9 @@ import trio
 from maple_acp._exceptions import MapleAcpError
 from maple_acp.model import FileDiff, ToolLocation
 from maple_acp.runtime import _beneath
+
+#: The session's directories (project root first), or the one root as a string.
+Roots = str | Sequence[str]
 
 #: A file read returns at most this much text; a model asking for more gets a marked cut.
 MAX_READ_CHARS = 256 * 1024
@@ -86,7 +93,7 @@ class FileChange:
         return ToolLocation(path=self.path, line=self.line)
 
 
-def resolve_in_root(root: str, path: str) -> str:
+def resolve_in_root(root: Roots, path: str) -> str:
     """The absolute path ``path`` names inside ``root`` (below the root's real path).
 
     ``path`` is relative to ``root`` or absolute (under ``root`` as given or under its real
@@ -104,7 +111,7 @@ def resolve_in_root(root: str, path: str) -> str:
     return target.resolved
 
 
-def read_text(root: str, path: str, *, max_chars: int = MAX_READ_CHARS) -> FileRead:
+def read_text(root: Roots, path: str, *, max_chars: int = MAX_READ_CHARS) -> FileRead:
     """Read a UTF-8 text file inside ``root``, at most ``max_chars`` characters of it."""
     target = _Target.of(root, path)
     root_fd = target.open_root()
@@ -118,7 +125,7 @@ def read_text(root: str, path: str, *, max_chars: int = MAX_READ_CHARS) -> FileR
     return FileRead(path=target.resolved, text=text[:limit], truncated=len(text) > limit)
 
 
-def write_text(root: str, path: str, content: str, *, dry_run: bool = False) -> FileChange:
+def write_text(root: Roots, path: str, content: str, *, dry_run: bool = False) -> FileChange:
     """Create or replace a text file inside ``root`` (creating missing parent directories
     inside it too). ``dry_run`` checks everything and returns the change without making it,
     so a caller can show the diff before asking."""
@@ -154,7 +161,7 @@ def write_text(root: str, path: str, content: str, *, dry_run: bool = False) -> 
 
 
 def edit_text(
-    root: str, path: str, old_text: str, new_text: str, *, dry_run: bool = False
+    root: Roots, path: str, old_text: str, new_text: str, *, dry_run: bool = False
 ) -> FileChange:
     """Replace the one occurrence of ``old_text`` in an existing text file inside ``root``
     (``dry_run``: as for ``write_text``)."""
@@ -199,18 +206,18 @@ def edit_text(
     )
 
 
-async def read_text_async(root: str, path: str, *, max_chars: int = MAX_READ_CHARS) -> FileRead:
+async def read_text_async(root: Roots, path: str, *, max_chars: int = MAX_READ_CHARS) -> FileRead:
     return await trio.to_thread.run_sync(lambda: read_text(root, path, max_chars=max_chars))
 
 
 async def write_text_async(
-    root: str, path: str, content: str, *, dry_run: bool = False
+    root: Roots, path: str, content: str, *, dry_run: bool = False
 ) -> FileChange:
     return await trio.to_thread.run_sync(lambda: write_text(root, path, content, dry_run=dry_run))
 
 
 async def edit_text_async(
-    root: str, path: str, old_text: str, new_text: str, *, dry_run: bool = False
+    root: Roots, path: str, old_text: str, new_text: str, *, dry_run: bool = False
 ) -> FileChange:
     return await trio.to_thread.run_sync(
         lambda: edit_text(root, path, old_text, new_text, dry_run=dry_run)
@@ -228,28 +235,39 @@ class _Target:
     shown: str
 
     @classmethod
-    def of(cls, root: str, path: str) -> _Target:
+    def of(cls, root: Roots, path: str) -> _Target:
+        roots = (root,) if isinstance(root, str) else tuple(root)
+        if not roots:
+            raise FileToolError("the session has no directory")
         if not isinstance(path, str) or not path.strip():
             raise FileToolError("a file path is required")
         if "\x00" in path:
             raise FileToolError("a file path cannot contain NUL")
-        real_root = os.path.realpath(root)
+        outside = f"{_shown(path)} is outside the session's " + (
+            "project directory" if len(roots) == 1 else "directories"
+        )
         wanted = os.path.expanduser(path) if path.startswith("~") else path
         if os.path.isabs(wanted):
             wanted = os.path.normpath(wanted)
-            for base in (real_root, os.path.abspath(root)):
-                if _inside(base, wanted):
-                    wanted = wanted[len(base) :]
-                    break
-            else:
-                raise FileToolError(f"{_shown(path)} is outside the session's project directory")
+            # The root whose path (real, or as given) is the longest prefix: a directory nested
+            # in another is its own root, so `..` below it cannot climb into the outer one.
+            matches = [
+                (len(base), os.path.realpath(each), base)
+                for each in roots
+                for base in (os.path.realpath(each), os.path.abspath(each))
+                if _inside(base, wanted)
+            ]
+            if not matches:
+                raise FileToolError(outside)
+            _, real_root, base = max(matches, key=lambda match: match[0])
+            wanted = wanted[len(base) :]
+        else:
+            real_root = os.path.realpath(roots[0])
         names: list[str] = []
         for name in wanted.split(os.sep):
             if name == "..":
                 if not names:
-                    raise FileToolError(
-                        f"{_shown(path)} is outside the session's project directory"
-                    )
+                    raise FileToolError(outside)
                 # Lexical: no symlink is followed below the root, so this is what the kernel
                 # would do too, and no `..` ever reaches it.
                 names.pop()

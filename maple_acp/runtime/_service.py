@@ -24,6 +24,7 @@ from maple_acp.runtime._admission import (
     ProjectRoots,
     canonical_directory,
     check_attachable,
+    check_directories,
 )
 from maple_acp.runtime._backend import AgentBackend, backend_commands, backend_thought_levels
 from maple_acp.runtime._context import LeaseContext
@@ -281,6 +282,7 @@ class AgentService(ServedInOwnNursery):
         model: str | None = None,
         surface: TaskSurface = TaskSurface.EXTERNAL,
         allowed_roots: Sequence[str] = (),
+        additional_directories: Sequence[str] = (),
         task_status: trio.TaskStatus[SessionLease] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Create a task in ``cwd`` and hold a lease on it until the lease is released:
@@ -291,12 +293,15 @@ class AgentService(ServedInOwnNursery):
         cached listing: creating a task never waits for the catalog unless ``model`` is
         given). ``router_factory`` runs inside the lease's nursery before the lease is
         returned. ``allowed_roots`` are the calling surface's own (canonical) roots, applied
-        with the service's. Raises ``INVALID_CWD``, ``INVALID_RELAY``, ``UNKNOWN_MODEL`` and
-        the admission kinds before anything is created.
+        with the service's. ``additional_directories`` (at most ``MAX_ADDITIONAL_DIRECTORIES``)
+        are admitted like ``cwd`` and stored with the task: its backend sees them in
+        ``turn.roots`` and its file tools reach inside them. Raises ``INVALID_CWD``,
+        ``INVALID_RELAY``, ``UNKNOWN_MODEL`` and the admission kinds before anything is created.
         """
         generation = self._fence.admit()
         tools = self._tool_context(relay)
         root = await self._roots.admit(cwd, allowed_roots)
+        additional = await self._roots.admit_additional(additional_directories, allowed_roots)
         if model is None:
             model = self.cached_model_choices().default
         elif model not in await self._model_choices(generation, False):
@@ -313,6 +318,7 @@ class AgentService(ServedInOwnNursery):
             surface=surface,
             model=model,
             provisional=surface is TaskSurface.EXTERNAL,
+            additional_directories=additional,
         )
         await self.store.create_task(record)
         lease = self._open_lease(record, generation, created_here=True, tools=tools, goal=None)
@@ -327,6 +333,7 @@ class AgentService(ServedInOwnNursery):
         relay: Mapping[str, str] | None = None,
         router_factory: RouterFactory | None = None,
         allowed_roots: Sequence[str] = (),
+        additional_directories: Sequence[str] = (),
         task_status: trio.TaskStatus[SessionLease] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Attach a lease to an existing task and hold it until released:
@@ -334,7 +341,8 @@ class AgentService(ServedInOwnNursery):
 
         Refusals, checked in this order, each before the lease exists: ``INVALID_CWD``,
         ``INVALID_RELAY``, ``TASK_NOT_FOUND``, ``WRONG_ACCOUNT``, ``ROOT_MISMATCH`` (``cwd``
-        is not the task's canonical root), ``WRONG_POLICY`` (not caller-mediated),
+        is not the task's canonical root, or ``additional_directories`` are not the task's set,
+        in any order), ``WRONG_POLICY`` (not caller-mediated),
         ``RUN_ACTIVE``, ``TASK_LEASED``, ``MODEL_RETIRED`` (the persisted model left the
         catalog; never substituted), and the admission kinds. ``router_factory`` runs inside
         the lease's nursery after the checks and before the lease is returned; if it raises,
@@ -343,10 +351,11 @@ class AgentService(ServedInOwnNursery):
         generation = self._fence.admit()
         tools = self._tool_context(relay)
         root = await self._roots.admit(cwd, allowed_roots)
+        additional = await self._roots.admit_additional(additional_directories, allowed_roots)
         async with self._sweep_lock:
             found = await self.store.get_task(task_id)
             account = self._fence.account_of(generation)
-            task = check_attachable(found, account=account, root=root)
+            task = check_attachable(found, account=account, root=root, additional=additional)
             self._leases.reserve(task_id)
             try:
                 if task.provisional and task.provisional_expires_ms is not None:
@@ -376,16 +385,19 @@ class AgentService(ServedInOwnNursery):
         await lease.serve(router_factory, task_status=task_status)
 
     async def check_root(
-        self, lease: SessionLease, cwd: str, *, allowed_roots: Sequence[str] = ()
+        self,
+        lease: SessionLease,
+        cwd: str,
+        *,
+        allowed_roots: Sequence[str] = (),
+        additional_directories: Sequence[str] = (),
     ) -> None:
-        """The attach rule for a caller that already holds ``lease`` (a re-attach): ``cwd``
-        canonicalised and admitted like any other (``INVALID_CWD``) must be the task's root
-        (``ROOT_MISMATCH``)."""
+        """The attach rule for a caller that already holds ``lease`` (a re-attach): ``cwd`` and
+        ``additional_directories`` canonicalised and admitted like any other (``INVALID_CWD``)
+        must be the task's root and its set of additional directories (``ROOT_MISMATCH``)."""
         root = await self._roots.admit(cwd, allowed_roots)
-        if root != lease.task.root:
-            raise RuntimeRejection(
-                RejectionKind.ROOT_MISMATCH, "the working directory is not the session's project root"
-            )
+        additional = await self._roots.admit_additional(additional_directories, allowed_roots)
+        check_directories(lease.task, root, additional)
 
     # -- tasks -------------------------------------------------------------------------------
 

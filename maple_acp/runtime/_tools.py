@@ -20,7 +20,7 @@ import trio
 from maple_acp._exceptions import MapleAcpError
 from maple_acp._tool_env import tool_child_environment
 from maple_acp.model import ToolCategory
-from maple_acp.runtime._files import FileChange, edit_text_async, write_text_async
+from maple_acp.runtime._files import FileChange, Roots, edit_text_async, write_text_async
 from maple_acp.runtime._relay import RelayRedactor
 
 logger = logging.getLogger(__name__)
@@ -273,7 +273,7 @@ class ToolContext:
         return ShellResult(exit_code=process.returncode, output=output, truncated=truncated)
 
     async def write_text(
-        self, root: str, path: str, content: str, *, dry_run: bool = False
+        self, root: Roots, path: str, content: str, *, dry_run: bool = False
     ) -> FileChange:
         """``write_text_async`` through the session: a real write (not a ``dry_run`` preview)
         raises ``ToolUnavailable`` when the session was revoked or its mode forbids edits."""
@@ -282,7 +282,7 @@ class ToolContext:
         return await write_text_async(root, path, content, dry_run=dry_run)
 
     async def edit_text(
-        self, root: str, path: str, old_text: str, new_text: str, *, dry_run: bool = False
+        self, root: Roots, path: str, old_text: str, new_text: str, *, dry_run: bool = False
     ) -> FileChange:
         """``edit_text_async`` through the session, gated as ``write_text``."""
         if not dry_run:

@@ -173,3 +173,31 @@ def test_a_dry_run_reports_the_change_without_making_it(root: Path) -> None:
     assert write_text(str(root), "new/g.txt", "x", dry_run=True).old_text is None
     assert (root / "f.txt").read_text() == "a\n"
     assert not (root / "new").exists()
+
+
+def test_absolute_paths_in_any_of_the_session_directories_resolve_from_that_root(
+    root: Path, tmp_path: Path
+) -> None:
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    roots = (str(root), str(extra))
+    change = write_text(roots, f"{extra}/notes/a.txt", "hello\n")
+    assert change.path == f"{os.path.realpath(extra)}/notes/a.txt"
+    assert (extra / "notes" / "a.txt").read_text() == "hello\n"
+    assert read_text(roots, f"{extra}/notes/a.txt").text == "hello\n"
+    # Relative paths stay relative to the project root (the first one).
+    assert read_text(roots, "src/main.py").text == "print('hi')\n"
+    assert edit_text(roots, f"{extra}/notes/a.txt", "hello", "bye").new_text == "bye\n"
+    # `..` below an additional directory cannot climb out of it, and other places are refused.
+    for path in (f"{extra}/../outside.txt", "/etc/passwd", "../extra/notes/a.txt"):
+        with pytest.raises(FileToolError, match="outside the session's directories"):
+            read_text(roots, path)
+
+
+def test_a_symlink_inside_an_additional_directory_is_refused(root: Path, tmp_path: Path) -> None:
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "link").symlink_to(root.parent)
+    with pytest.raises(FileToolError, match="symlink"):
+        write_text((str(root), str(extra)), f"{extra}/link/outside.txt", "x")
+    assert (tmp_path / "outside.txt").read_text() == "secret\n"

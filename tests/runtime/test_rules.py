@@ -15,6 +15,7 @@ import trio.testing
 
 from maple_acp.backends.demo import DemoBackend, demo_catalog, demo_policy
 from maple_acp.runtime import (
+    MAX_ADDITIONAL_DIRECTORIES,
     AgentService,
     RejectionKind,
     RelayValues,
@@ -260,3 +261,56 @@ async def test_release_waits_for_operations_in_flight(
             pass
         assert caught.value.kind is RejectionKind.LEASE_REVOKED
         await lease.release(close=True)
+
+
+async def test_additional_directories_are_admitted_like_the_cwd_and_stored(
+    rooted: tuple[AgentService, Path],
+) -> None:
+    service, base = rooted
+    allowed = base / "allowed"
+    extras = [allowed / f"extra{n}" for n in range(MAX_ADDITIONAL_DIRECTORIES + 1)]
+    for extra in extras:
+        extra.mkdir()
+    project = str(allowed / "project")
+
+    def new(directories: list[str]) -> Any:
+        return lambda task_status: service.serve_new_task(
+            project, additional_directories=directories, task_status=task_status
+        )
+
+    async with trio.open_nursery() as nursery:
+        for directories in (
+            [str(e) for e in extras],  # one too many
+            ["relative/dir"],
+            [str(base / "elsewhere")],  # outside the allowed roots
+            [str(allowed / "missing")],
+        ):
+            await refused(RejectionKind.INVALID_CWD, nursery.start, new(directories))
+        wanted = [str(e) for e in extras[:MAX_ADDITIONAL_DIRECTORIES]]
+        lease: SessionLease = await nursery.start(new(wanted))
+        stored = tuple(os.path.realpath(d) for d in wanted)
+        assert lease.task.additional_directories == stored
+        task_id = lease.task_id
+        await lease.start_run("keep me")
+        await lease.drain()
+        await lease.release(close=True)
+
+        def attach(directories: list[str]) -> Any:
+            return lambda task_status: service.serve_task(
+                task_id, project, additional_directories=directories, task_status=task_status
+            )
+
+        for directories in ([], wanted[:-1], [*wanted[:-1], str(allowed / "project")]):
+            await refused(RejectionKind.ROOT_MISMATCH, nursery.start, attach(directories))
+        # The same set in another order attaches, and the runs see every directory.
+        again: SessionLease = await nursery.start(attach(list(reversed(wanted))))
+        assert again.task.additional_directories == stored
+        await refused(
+            RejectionKind.ROOT_MISMATCH,
+            service.check_root,
+            again,
+            project,
+            additional_directories=wanted[:1],
+        )
+        await service.check_root(again, project, additional_directories=wanted)
+        await again.release(close=True)

@@ -1,7 +1,7 @@
 """The tools the model sees, and how one call of them runs as a tool row.
 
 ``shell`` asks (by the host's policy) and runs through the lease's tool context;
-``read_file`` needs no permission and stays inside the session root; ``write_file`` and
+``read_file`` needs no permission and stays inside the session's directories; ``write_file`` and
 ``edit_file`` ask, showing the diff they would make, then make it; ``external_mcp`` (when the
 session has MCP servers) is always asked by the runtime. The session's mode decides which of
 them the model is offered, and a call of one it forbids fails its row without asking.
@@ -259,7 +259,7 @@ async def _read_file(row: _Row, turn: Turn, args: Mapping[str, Any]) -> ToolResu
     path = _string(args, "path")
     start = _positive(args, "start_line", 1)
     count = min(_positive(args, "max_lines", READ_LINES), READ_LINES)
-    read = await read_text_async(turn.root, path)
+    read = await read_text_async(turn.roots, path)
     lines = read.text.splitlines(keepends=True)
     window = lines[start - 1 : start - 1 + count]
     row.locations = (ToolLocation(path=read.path, line=start),)
@@ -302,10 +302,10 @@ async def _apply_change(
     # Through the session's tools: a real write meets the session's mode there.
     if name == WRITE_FILE:
         return await turn.tools.write_text(
-            turn.root, path, _string(args, "content"), dry_run=dry_run
+            turn.roots, path, _string(args, "content"), dry_run=dry_run
         )
     return await turn.tools.edit_text(
-        turn.root, path, _string(args, "old_text"), _string(args, "new_text"), dry_run=dry_run
+        turn.roots, path, _string(args, "old_text"), _string(args, "new_text"), dry_run=dry_run
     )
 
 
