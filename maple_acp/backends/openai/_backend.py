@@ -8,6 +8,7 @@ import json
 import logging
 import ssl
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, NoReturn
 
 import attrs
@@ -286,7 +287,10 @@ class ProviderBackend:
 
         try:
             return await retrying(
-                attempt, backoff=self._backoff, label=f"provider {exchange.entry.name}: "
+                attempt,
+                backoff=self._backoff,
+                label=f"provider {exchange.entry.name}: ",
+                notify=partial(exchange.turn.notice, "warning"),
             )
         except ProviderFault as fault:
             raise TurnFailed(fault.line) from None

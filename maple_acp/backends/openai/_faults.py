@@ -127,10 +127,15 @@ class RetryPlan:
 
 
 async def retrying(
-    attempt: Callable[[], Awaitable[T]], *, backoff: Sequence[float] = BACKOFF_S, label: str = ""
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    backoff: Sequence[float] = BACKOFF_S,
+    label: str = "",
+    notify: Callable[[str], Awaitable[None]] | None = None,
 ) -> T:
     """``await attempt()``, again after each retryable ``ProviderFault`` while ``RetryPlan``
-    allows; then the last fault, its line saying how many retries were made. The waits are
+    allows; then the last fault, its line saying how many retries were made. Before each wait
+    ``notify`` (the turn's warning notice) tells the user why nothing arrives. The waits are
     plain Trio sleeps: a cancel ends them at once."""
     started = trio.current_time()
     retries = 0
@@ -142,6 +147,8 @@ async def retrying(
             if wait is None:
                 raise ProviderFault(give_up_line(fault, retries)) from None
             logger.info("%s%s; retry %d in %.1f s", label, fault.line, retries + 1, wait)
+            if notify is not None:
+                await notify(f"{fault.line}; retrying in {wait:.0f} s")
             await trio.sleep(wait)
             retries += 1
 

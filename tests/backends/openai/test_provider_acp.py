@@ -151,10 +151,14 @@ async def test_a_rate_limit_then_success_over_acp(
 ) -> None:
     provider.add(error_reply(429, "slow", retry_after="0"), text_reply("eventually"))
     async with provider_acp(tmp_path, provider) as harness, harness.connect() as client:
-        await client.initialize()
+        await client.initialize(clientCapabilities={"session": {"notices": {}}})
         sid = (await client.new_session(str(project)))["sessionId"]
         assert (await client.prompt(sid, "hi"))["stopReason"] == "end_turn"
         assert client.text(sid) == "eventually"
+        # The retry was told as a warning notice, not mixed into the answer.
+        [notice] = [u for u in client.updates(sid) if u["sessionUpdate"] == "notice"]
+        assert notice["severity"] == "warning"
+        assert "retrying in 0 s" in notice["title"]
 
 
 async def test_a_reload_replays_the_conversation_and_the_next_turn_sees_it(

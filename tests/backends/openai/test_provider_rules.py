@@ -224,8 +224,15 @@ async def test_retries_wait_as_told_in_virtual_time(mock_clock: trio.testing.Moc
             raise ProviderFault("busy", retryable=True, retry_after=5 if len(calls) == 1 else None)
         return "ok"
 
-    assert await retrying(attempt) == "ok"
+    told: list[str] = []
+
+    async def notify(line: str) -> None:
+        told.append(line)
+
+    assert await retrying(attempt, notify=notify) == "ok"
     assert [round(b - a, 6) for a, b in itertools.pairwise(calls)] == [5.0, 2.0]
+    # The user is told of each wait before it starts (a warning notice, in the backend).
+    assert told == ["busy; retrying in 5 s", "busy; retrying in 2 s"]
 
 
 async def test_retries_give_up_with_one_line(mock_clock: trio.testing.MockClock) -> None:
