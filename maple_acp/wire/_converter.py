@@ -406,6 +406,7 @@ _TAGGED_UNIONS: Final = (
             "plan": u.Plan,
             "available_commands_update": u.AvailableCommandsUpdate,
             "config_option_update": u.ConfigOptionUpdate,
+            "current_mode_update": u.CurrentModeUpdate,
             "session_info_update": u.SessionInfoUpdate,
             "usage_update": u.UsageUpdate,
             "notice": u.Notice,

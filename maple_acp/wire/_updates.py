@@ -146,6 +146,14 @@ class ConfigOptionUpdate:
 
 
 @attrs.frozen(kw_only=True)
+class CurrentModeUpdate:
+    """The session's mode changed (``sessionUpdate: "current_mode_update"``)."""
+
+    current_mode_id: str
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
 class SessionInfoUpdate:
     """Title and activity of a session; ``_meta.goal`` carries the goal snapshot."""
 
@@ -183,8 +191,7 @@ class Notice:
     meta: Meta | None = None
 
 
-#: Tagged on ``sessionUpdate`` with the snake_case name of each variant (not
-#: ``current_mode_update``: this agent has one mode, which never changes).
+#: Tagged on ``sessionUpdate`` with the snake_case name of each variant.
 SessionUpdate = (
     UserMessageChunk
     | AgentMessageChunk
@@ -194,6 +201,7 @@ SessionUpdate = (
     | Plan
     | AvailableCommandsUpdate
     | ConfigOptionUpdate
+    | CurrentModeUpdate
     | SessionInfoUpdate
     | UsageUpdate
     | Notice
