@@ -15,15 +15,23 @@ refuses bad input with ``ProtocolError(-32602)``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import attrs
 
-from maple_acp.edge._projection import Outbound
+from maple_acp.edge._projection import Outbound, SessionSettings
 from maple_acp.model import CommandInfo, GoalRecord, MessageRow, TimelineItem
 from maple_acp.runtime import ModelChoices, RunEvent, RunState, StopReason, ToolRequest, Usage
 
-__all__ = ["FAIL_CLOSED", "Dialect", "Outbound", "Projection", "Route"]
+__all__ = [
+    "FAIL_CLOSED",
+    "ConfigChange",
+    "Dialect",
+    "Outbound",
+    "Projection",
+    "Route",
+    "SessionSettings",
+]
 
 #: An answer no runtime responder accepts: handing it over fails the request closed (deny, and
 #: cancel the run), which is the rule for every malformed or failed permission answer.
@@ -38,6 +46,16 @@ class Route:
     params: Any
     operation: str
     has_session_id: bool = False
+
+
+@attrs.frozen
+class ConfigChange:
+    """A well-formed config change a client asked for: which of the session's settings, and
+    its new value (``None``: the backend's default thinking effort). The runtime judges the
+    value."""
+
+    setting: Literal["model", "mode", "thought_level"]
+    value: str | None
 
 
 class Projection(Protocol):
@@ -64,6 +82,8 @@ class Projection(Protocol):
 
     def config_update(self, options: Any) -> Outbound: ...
 
+    def current_mode(self, mode_id: str) -> Outbound: ...
+
     def history(self, rows: Sequence[TimelineItem | MessageRow]) -> Iterable[Outbound]: ...
 
     def permission_request(self, request: ToolRequest) -> Any:
@@ -89,15 +109,22 @@ class Dialect(Protocol):
         """A session's updates; ``notices``: the client shows notice updates."""
         ...
 
-    def config_options(self, choices: ModelChoices, current_model: str, *, locked: bool) -> Any:
+    def config_options(
+        self,
+        choices: ModelChoices,
+        current_model: str,
+        *,
+        locked: bool,
+        settings: SessionSettings,
+    ) -> Any:
         """The session's config options (the model only offers itself once locked)."""
         ...
 
-    def new_answer(self, session_id: str, options: Any) -> object: ...
+    def new_answer(self, session_id: str, options: Any, settings: SessionSettings) -> object: ...
 
-    def load_answer(self, options: Any) -> object: ...
+    def load_answer(self, options: Any, settings: SessionSettings) -> object: ...
 
-    def resume_answer(self, options: Any) -> object: ...
+    def resume_answer(self, options: Any, settings: SessionSettings) -> object: ...
 
     def prompt_answer(
         self, state: RunState, usage: Usage | None = None, reason: StopReason = ...
@@ -110,13 +137,13 @@ class Dialect(Protocol):
         anything but a clean allow-once or reject-once)."""
         ...
 
-    def mode_answer(self, mode_id: str) -> object:
-        """``-32602`` unless ``mode_id`` is a mode of this agent; else the answer."""
+    def mode_answer(self) -> object:
+        """The answer to a mode change the runtime accepted."""
         ...
 
-    def requested_model(self, config_id: str, value: object) -> str | None:
-        """The model a config change asks for (``None``: a valid change of something else),
-        or ``-32602``."""
+    def config_change(self, config_id: str, value: object) -> ConfigChange:
+        """The setting a config change asks for, or ``-32602`` for an unknown option or a
+        malformed value."""
         ...
 
     def config_answer(self, options: Any) -> object: ...

@@ -40,7 +40,6 @@ from maple_acp.mcp import ValidatedServer, validate_servers
 from maple_acp.rpc import after_answer
 from maple_acp.runtime import AgentService, RelayValues, RouterFactory, SessionLease
 from maple_acp.wire import (
-    INVALID_PARAMS,
     INVALID_REQUEST,
     ListSessionsRequest,
     ListSessionsResponse,
@@ -62,11 +61,6 @@ logger = logging.getLogger(__name__)
 
 def _iso8601(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
-
-
-def _no_additional(directories: tuple[str, ...]) -> None:
-    if directories:
-        raise ProtocolError(INVALID_PARAMS, "additionalDirectories is not supported")
 
 
 def router_factory(servers: tuple[ValidatedServer, ...]) -> RouterFactory | None:
@@ -135,9 +129,9 @@ class SessionOpener:
         return session
 
     async def new(self, request: NewSessionRequest) -> object:
-        _no_additional(request.additional_directories)
         servers = validate_servers(mcp_definitions(request.mcp_servers))
-        # The runtime canonicalises the cwd, once, and applies both sets of allowed roots.
+        # The runtime canonicalises the cwd and the additional directories, once, and applies
+        # both sets of allowed roots to each.
         session = await self._open(
             partial(
                 self._runtime.serve_new_task,
@@ -145,11 +139,12 @@ class SessionOpener:
                 relay=self._relay(),
                 router_factory=router_factory(servers),
                 allowed_roots=self._roots,
+                additional_directories=request.additional_directories,
             )
         )
         logger.info("session %s created", session.id)
         await self._after_answer(session)
-        return session.dialect.new_answer(session.id, session.options())
+        return session.dialect.new_answer(session.id, session.options(), session.settings())
 
     async def _attach(
         self,
@@ -163,11 +158,10 @@ class SessionOpener:
         table = self._table
         if table.is_tombstoned(session_id):
             raise ProtocolError(INVALID_REQUEST, "the session is closing")
-        _no_additional(additional)
         servers = validate_servers(mcp_definitions(mcp_servers))
         held = table.get(session_id)
         if held is not None and not held.closing:
-            return await self._reattach(held, cwd, servers)
+            return await self._reattach(held, cwd, additional, servers)
         if held is not None:
             raise ProtocolError(INVALID_REQUEST, "the session is closing")
         return await self._open(
@@ -178,15 +172,23 @@ class SessionOpener:
                 relay=self._relay(),
                 router_factory=router_factory(servers),
                 allowed_roots=self._roots,
+                additional_directories=additional,
             )
         )
 
     async def _reattach(
-        self, session: EdgeSession, cwd: str, servers: tuple[ValidatedServer, ...]
+        self,
+        session: EdgeSession,
+        cwd: str,
+        additional: tuple[str, ...],
+        servers: tuple[ValidatedServer, ...],
     ) -> EdgeSession:
         # The lease holds the task already: the runtime's attach rule for its holder (the cwd
-        # admitted under both sets of allowed roots, and naming the task's root).
-        await self._runtime.check_root(session.lease, cwd, allowed_roots=self._roots)
+        # and the additional directories admitted under both sets of allowed roots, naming the
+        # task's root and its set of additional directories).
+        await self._runtime.check_root(
+            session.lease, cwd, allowed_roots=self._roots, additional_directories=additional
+        )
         # RUN_ACTIVE (-32600) while a prompt or a goal cycle runs; if the new servers fail to
         # connect, the lease keeps its old ones and their error is the answer.
         await session.lease.replace_router(router_factory(servers))
@@ -207,7 +209,7 @@ class SessionOpener:
         if session.stopped:
             raise unknown_session()
         logger.info("session %s loaded", session.id)
-        return session.dialect.load_answer(session.options())
+        return session.dialect.load_answer(session.options(), session.settings())
 
     async def resume(self, request: ResumeSessionRequest) -> object:
         session = await self._attach(
@@ -218,7 +220,7 @@ class SessionOpener:
         if session.stopped:
             raise unknown_session()
         logger.info("session %s resumed", session.id)
-        return session.dialect.resume_answer(session.options())
+        return session.dialect.resume_answer(session.options(), session.settings())
 
     async def _announce(self, session: EdgeSession) -> None:
         """What attaching announces (its commands, its goal), sent before a load's or a
@@ -259,6 +261,7 @@ class SessionOpener:
                 cwd=task.root,
                 title=task.title or None,
                 updated_at=_iso8601(task.updated_ms),
+                additional_directories=task.additional_directories or None,
             )
             for task in listing.tasks
         )
@@ -266,11 +269,21 @@ class SessionOpener:
 
     async def set_mode(self, request: SetSessionModeRequest) -> object:
         session = self._table.live(request.session_id)
-        return session.dialect.mode_answer(request.mode_id)
+        # UNKNOWN_MODE (-32602) stores nothing; a change reaches the client as the lease's
+        # ModeChanged event (the session-events pump announces it).
+        await session.lease.set_mode(request.mode_id)
+        return session.dialect.mode_answer()
 
     async def set_config_option(self, request: SetSessionConfigOptionRequest) -> object:
         session = self._table.live(request.session_id)
-        model = session.dialect.requested_model(request.config_id, request.value)
-        if model is not None:
-            await session.lease.set_model(model)
+        change = session.dialect.config_change(request.config_id, request.value)
+        lease = session.lease
+        if change.setting == "model":
+            assert change.value is not None
+            await lease.set_model(change.value)
+        elif change.setting == "mode":
+            assert change.value is not None
+            await lease.set_mode(change.value)
+        else:
+            await lease.set_thought_level(change.value)
         return session.dialect.config_answer(session.options())

@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
+import attrs
 import orjson
 
-from maple_acp import wire
+from maple_acp import model, wire
 from maple_acp._text import CUT_DIFF, truncate
 from maple_acp.edge._bounds import (
     MAX_TOOL_TEXT_CHARS,
@@ -49,6 +50,7 @@ from maple_acp.wire import (
     ChunkKind,
     ConfigOptionUpdate,
     Content,
+    CurrentModeUpdate,
     Diff,
     GoalSnapshot,
     Notice,
@@ -76,10 +78,11 @@ from maple_acp.wire import (
 
 #: The notification every update travels in.
 UPDATE_METHOD: Final = "session/update"
-#: The one session mode: every undecided tool request goes to the caller.
-MODE_ID: Final = "interactive"
 MODEL_OPTION_ID: Final = "model"
 MODE_OPTION_ID: Final = "mode"
+THOUGHT_LEVEL_OPTION_ID: Final = "thought_level"
+#: The ``thought_level`` value that leaves the effort to the backend (the runtime's ``None``).
+DEFAULT_THOUGHT_LEVEL: Final = "default"
 #: Marker appended to a diff whose text was cut before it reached the edge.
 DIFF_TRUNCATED: Final = CUT_DIFF
 #: Titles and notices are short by nature; a longer one is cut.
@@ -160,24 +163,33 @@ def text_template(session_id: str, kind: ChunkKind) -> TextTemplate | None:
     return head, middle, tail
 
 
-def mode_state() -> SessionModeState:
+@attrs.frozen(kw_only=True)
+class SessionSettings:
+    """A session's mode and thinking-effort settings as its lease has them now."""
+
+    modes: tuple[model.SessionMode, ...]
+    mode: model.SessionMode
+    thought_levels: tuple[str, ...] = ()
+    thought_level: str | None = None
+
+
+def mode_state(settings: SessionSettings) -> SessionModeState:
+    """The session's current mode and every mode the host offers."""
     return SessionModeState(
-        current_mode_id=MODE_ID,
-        available_modes=(
-            SessionMode(
-                id=MODE_ID,
-                name="Interactive",
-                description="Tool requests the host does not allow on its own ask you first.",
-            ),
+        current_mode_id=settings.mode.id,
+        available_modes=tuple(
+            SessionMode(id=mode.id, name=mode.name, description=mode.description or None)
+            for mode in settings.modes
         ),
     )
 
 
 def config_options(
-    choices: ModelChoices, current_model: str, *, locked: bool
+    choices: ModelChoices, current_model: str, *, locked: bool, settings: SessionSettings
 ) -> tuple[SessionConfigOption, ...]:
     """The session's config options: ``model`` (all choices, or only the locked model once
-    the task has history) and ``mode`` (the one interactive mode)."""
+    the task has history), ``mode`` (the host's modes) and, when the backend declares levels
+    for the model, ``thought_level`` (the levels and ``default``)."""
     if locked:
         models = [m for m in choices.models if m.id == current_model]
         if not models:
@@ -202,8 +214,38 @@ def config_options(
             id=MODE_OPTION_ID,
             name="Mode",
             category="mode",
-            current_value=MODE_ID,
-            options=(SessionConfigSelectOption(value=MODE_ID, name="Interactive"),),
+            current_value=settings.mode.id,
+            options=tuple(
+                SessionConfigSelectOption(
+                    value=mode.id, name=mode.name, description=mode.description or None
+                )
+                for mode in settings.modes
+            ),
+        ),
+        *_thought_level_option(settings),
+    )
+
+
+def _thought_level_option(settings: SessionSettings) -> tuple[SessionConfigOption, ...]:
+    if not settings.thought_levels:
+        return ()
+    return (
+        SessionConfigSelect(
+            id=THOUGHT_LEVEL_OPTION_ID,
+            name="Thinking effort",
+            category="thought_level",
+            current_value=settings.thought_level or DEFAULT_THOUGHT_LEVEL,
+            options=(
+                SessionConfigSelectOption(
+                    value=DEFAULT_THOUGHT_LEVEL,
+                    name="Default",
+                    description="The model's own default effort",
+                ),
+                *(
+                    SessionConfigSelectOption(value=level, name=level.capitalize())
+                    for level in settings.thought_levels
+                ),
+            ),
         ),
     )
 
@@ -353,6 +395,9 @@ class SessionProjector:
 
     def config_update(self, options: tuple[SessionConfigOption, ...]) -> SessionNotification:
         return self._wrap(ConfigOptionUpdate(config_options=options))
+
+    def current_mode(self, mode_id: str) -> SessionNotification:
+        return self._wrap(CurrentModeUpdate(current_mode_id=mode_id))
 
     def plan(self, entries: Sequence[PlanEntry]) -> SessionNotification:
         """The whole plan (ACP replaces the client's plan with each one)."""

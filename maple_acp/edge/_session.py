@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from maple_acp.edge._dialect import Dialect
+from maple_acp.edge._dialect import Dialect, SessionSettings
 from maple_acp.runtime import ModelChoices, SessionLease
 
 
@@ -63,7 +63,17 @@ class EdgeSession:
     def options(self) -> Any:
         """The session's config options as its dialect shows them."""
         return self.dialect.config_options(
-            self.choices, self.current_model, locked=self.model_locked
+            self.choices, self.current_model, locked=self.model_locked, settings=self.settings()
+        )
+
+    def settings(self) -> SessionSettings:
+        """The session's mode and thinking effort as its lease has them now."""
+        lease = self.lease
+        return SessionSettings(
+            modes=lease.modes,
+            mode=lease.mode,
+            thought_levels=lease.thought_levels,
+            thought_level=lease.thought_level,
         )
 
     @property

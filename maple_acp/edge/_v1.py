@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import attrs
 
-from maple_acp.edge._dialect import FAIL_CLOSED, Route
+from maple_acp.edge._dialect import FAIL_CLOSED, ConfigChange, Route
 from maple_acp.edge._projection import (
-    MODE_ID,
+    DEFAULT_THOUGHT_LEVEL,
     MODE_OPTION_ID,
     MODEL_OPTION_ID,
+    THOUGHT_LEVEL_OPTION_ID,
     Outbound,
     SessionProjector,
+    SessionSettings,
     config_options,
     mode_state,
 )
@@ -85,6 +87,14 @@ _COMPLETED_REASONS: Final[dict[RunStopReason, StopReason]] = {
     RunStopReason.MAX_TURN_REQUESTS: "max_turn_requests",
     RunStopReason.REFUSAL: "refusal",
 }
+#: The session setting each config option changes.
+_SETTINGS: Final[Mapping[str, Literal["model", "mode", "thought_level"]]] = MappingProxyType(
+    {
+        MODEL_OPTION_ID: "model",
+        MODE_OPTION_ID: "mode",
+        THOUGHT_LEVEL_OPTION_ID: "thought_level",
+    }
+)
 #: Each inbound method and the operation that serves it.
 _OPERATIONS: Final = {
     "initialize": "initialize",
@@ -164,20 +174,34 @@ class V1Dialect:
         return V1Projection(session_id, notices=notices)
 
     def config_options(
-        self, choices: ModelChoices, current_model: str, *, locked: bool
+        self,
+        choices: ModelChoices,
+        current_model: str,
+        *,
+        locked: bool,
+        settings: SessionSettings,
     ) -> tuple[SessionConfigOption, ...]:
-        return config_options(choices, current_model, locked=locked)
+        return config_options(choices, current_model, locked=locked, settings=settings)
 
     def new_answer(
-        self, session_id: str, options: tuple[SessionConfigOption, ...]
+        self,
+        session_id: str,
+        options: tuple[SessionConfigOption, ...],
+        settings: SessionSettings,
     ) -> NewSessionResponse:
-        return NewSessionResponse(session_id=session_id, modes=mode_state(), config_options=options)
+        return NewSessionResponse(
+            session_id=session_id, modes=mode_state(settings), config_options=options
+        )
 
-    def load_answer(self, options: tuple[SessionConfigOption, ...]) -> LoadSessionResponse:
-        return LoadSessionResponse(modes=mode_state(), config_options=options)
+    def load_answer(
+        self, options: tuple[SessionConfigOption, ...], settings: SessionSettings
+    ) -> LoadSessionResponse:
+        return LoadSessionResponse(modes=mode_state(settings), config_options=options)
 
-    def resume_answer(self, options: tuple[SessionConfigOption, ...]) -> ResumeSessionResponse:
-        return ResumeSessionResponse(modes=mode_state(), config_options=options)
+    def resume_answer(
+        self, options: tuple[SessionConfigOption, ...], settings: SessionSettings
+    ) -> ResumeSessionResponse:
+        return ResumeSessionResponse(modes=mode_state(settings), config_options=options)
 
     def prompt_answer(
         self,
@@ -213,21 +237,18 @@ class V1Dialect:
             return _ANSWERS.get(outcome.option_id, FAIL_CLOSED)
         return FAIL_CLOSED
 
-    def mode_answer(self, mode_id: str) -> SetSessionModeResponse:
-        if mode_id != MODE_ID:
-            raise ProtocolError(INVALID_PARAMS, f"modeId: the only mode is {MODE_ID!r}")
+    def mode_answer(self) -> SetSessionModeResponse:
         return SetSessionModeResponse()
 
-    def requested_model(self, config_id: str, value: object) -> str | None:
-        if config_id == MODEL_OPTION_ID:
-            if not isinstance(value, str):
-                raise ProtocolError(INVALID_PARAMS, "value: expected a model id")
-            return value
-        if config_id == MODE_OPTION_ID:
-            if value != MODE_ID:
-                raise ProtocolError(INVALID_PARAMS, f"value: the only mode is {MODE_ID!r}")
-            return None
-        raise ProtocolError(INVALID_PARAMS, "configId: unknown config option")
+    def config_change(self, config_id: str, value: object) -> ConfigChange:
+        setting = _SETTINGS.get(config_id)
+        if setting is None:
+            raise ProtocolError(INVALID_PARAMS, "configId: unknown config option")
+        if not isinstance(value, str):
+            raise ProtocolError(INVALID_PARAMS, f"value: expected a {config_id} value id")
+        if setting == "thought_level" and value == DEFAULT_THOUGHT_LEVEL:
+            return ConfigChange(setting, None)
+        return ConfigChange(setting, value)
 
     def config_answer(
         self, options: tuple[SessionConfigOption, ...]

@@ -82,9 +82,9 @@ async def test_close_returns_at_the_deadline_and_keeps_a_tombstone(
                         method,
                         {
                             "sessionId": sid,
-                            "modeId": "interactive",
+                            "modeId": "code",
                             "configId": "mode",
-                            "value": "interactive",
+                            "value": "code",
                         },
                     )
                 assert late.value.code == -32002

@@ -54,7 +54,7 @@ async def test_initialize_answers_version_one(
         }
         assert caps["mcpCapabilities"] == {"http": True, "sse": False}
         # Deletion is host policy: off unless the host's config allows it.
-        assert set(caps["sessionCapabilities"]) == {"list", "close", "resume"}
+        assert set(caps["sessionCapabilities"]) == {"list", "close", "resume", "additionalDirectories"}
         assert result.get("authMethods", []) == []
         assert result["agentInfo"]["name"]
         assert result["_meta"]["goal"] == {
@@ -93,13 +93,18 @@ async def test_new_session_result(harness: Harness, project: Path, acp_schema: A
     async with harness.connect() as client:
         await client.initialize()
         result = await client.new_session(str(project))
-        assert result["modes"]["currentModeId"] == "interactive"
-        assert [m["id"] for m in result["modes"]["availableModes"]] == ["interactive"]
+        assert result["modes"]["currentModeId"] == "code"
+        assert [m["id"] for m in result["modes"]["availableModes"]] == [
+            "ask",
+            "code",
+            "plan",
+            "auto-edit",
+        ]
         options = {o["id"]: o for o in result["configOptions"]}
         assert options["model"]["category"] == "model"
         assert options["model"]["currentValue"] == "demo-echo"
         assert [o["value"] for o in options["model"]["options"]] == ["demo-echo", "demo-echo-large"]
-        assert options["mode"]["currentValue"] == "interactive"
+        assert options["mode"]["currentValue"] == "code"
         client.validate(acp_schema)
 
 
@@ -108,7 +113,7 @@ async def test_new_session_refusals(harness: Harness, project: Path, tmp_path: P
         for params in (
             {"cwd": "relative/dir", "mcpServers": []},
             {"cwd": str(tmp_path / "missing"), "mcpServers": []},
-            {"cwd": str(project), "mcpServers": [], "additionalDirectories": [str(tmp_path)]},
+            {"cwd": str(project), "mcpServers": [], "additionalDirectories": ["relative/dir"]},
             {
                 "cwd": str(project),
                 "mcpServers": [{"name": "x", "command": "/bin/true", "args": [], "env": []}],
@@ -294,9 +299,7 @@ async def test_config_and_mode_refusals(harness: Harness, project: Path) -> None
         ):
             error = await _error(client.call("session/set_config_option", params))
             assert error.code == -32602, params
-        assert (
-            await client.call("session/set_mode", {"sessionId": sid, "modeId": "interactive"}) == {}
-        )
+        assert await client.call("session/set_mode", {"sessionId": sid, "modeId": "code"}) == {}
         error = await _error(client.call("session/set_mode", {"sessionId": sid, "modeId": "auto"}))
         assert error.code == -32602
         error = await _error(client.call("session/set_mode", {"sessionId": "x", "modeId": "x"}))
@@ -403,7 +406,7 @@ async def test_durable_task_survives_close_and_loads_again(
         await client.close_session(sid)
     async with harness.connect() as client:
         result = await client.load_session(sid, str(project))
-        assert result["modes"]["currentModeId"] == "interactive"
+        assert result["modes"]["currentModeId"] == "code"
         kinds = _kinds(client, sid)
         assert kinds[0] == "user_message_chunk"
         assert "agent_message_chunk" in kinds

@@ -118,7 +118,7 @@ async def test_resume_is_a_load_without_the_replay(
         await first.prompt(sid, "/echo before")
     async with harness.connect() as client:
         answer = await client.resume_session(sid, str(project))
-        assert answer["modes"]["currentModeId"] == "interactive"
+        assert answer["modes"]["currentModeId"] == "code"
         assert {o["id"] for o in answer["configOptions"]} == {"model", "mode"}
         assert _replayed(client, sid) == []
         assert (await client.prompt(sid, "/echo after"))["stopReason"] == "end_turn"
@@ -266,7 +266,7 @@ async def test_a_session_id_is_trimmed_and_a_blank_one_is_bad_params(
         assert (await client.prompt(padded, "/echo trimmed"))["stopReason"] == "end_turn"
         await client.call(
             "session/set_config_option",
-            {"sessionId": padded, "configId": "mode", "value": "interactive"},
+            {"sessionId": padded, "configId": "mode", "value": "code"},
         )
         await client.load_session(padded, str(project))
         for blank in ("", "   ", "\t\n"):
@@ -276,7 +276,7 @@ async def test_a_session_id_is_trimmed_and_a_blank_one_is_bad_params(
                 client.resume_session(blank, str(project)),
                 client.close_session(blank),
                 client.delete_session(blank),
-                client.call("session/set_mode", {"sessionId": blank, "modeId": "interactive"}),
+                client.call("session/set_mode", {"sessionId": blank, "modeId": "code"}),
                 client.call("_session/goal", {"sessionId": blank, "action": "clear"}),
             ]
             for call in calls:
