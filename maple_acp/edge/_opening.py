@@ -40,6 +40,7 @@ from maple_acp.mcp import ValidatedServer, validate_servers
 from maple_acp.rpc import after_answer
 from maple_acp.runtime import AgentService, RelayValues, RouterFactory, SessionLease
 from maple_acp.wire import (
+    INVALID_PARAMS,
     INVALID_REQUEST,
     ListSessionsRequest,
     ListSessionsResponse,
@@ -278,12 +279,14 @@ class SessionOpener:
         session = self._table.live(request.session_id)
         change = session.dialect.config_change(request.config_id, request.value)
         lease = session.lease
-        if change.setting == "model":
-            assert change.value is not None
-            await lease.set_model(change.value)
-        elif change.setting == "mode":
-            assert change.value is not None
-            await lease.set_mode(change.value)
-        else:
+        if change.setting == "thought_level":
+            # None: the backend's own default.
             await lease.set_thought_level(change.value)
+        elif change.value is None:
+            # Only the thought level has a "default" value; the dialect never gives another.
+            raise ProtocolError(INVALID_PARAMS, f"value: expected a {change.setting} id")
+        elif change.setting == "model":
+            await lease.set_model(change.value)
+        else:
+            await lease.set_mode(change.value)
         return session.dialect.config_answer(session.options())
