@@ -27,4 +27,11 @@ class McpSetupError(ExternalMcpError):
 
 
 class ExternalToolError(ExternalMcpError):
-    """One ``external_mcp`` call failed; the router stays usable unless it was revoked."""
+    """One ``external_mcp`` call failed; the router stays usable unless it was revoked.
+
+    ``notice``, when set, is one safe line the user should see about the session as a whole
+    (a server that dropped its MCP session), beside the call's own failure."""
+
+    def __init__(self, message: str, *, notice: str | None = None) -> None:
+        super().__init__(message)
+        self.notice = notice

@@ -87,6 +87,8 @@ class _Connection:
         self.setup_done = trio.Event()
         self.release = trio.Event()
         self.session_lost = False
+        #: The user was told once that this server dropped its session.
+        self.drop_told = False
         self.redirected = False
         self.http_status: int | None = None
         # Kept only to scrub server-supplied text; dropped at revocation with everything else.
@@ -277,7 +279,7 @@ class McpRouter:
             raise ExternalToolError("external MCP tool arguments must be an object")
         conn = self._connections[tool.server_index]
         if conn.session_lost:
-            raise ExternalToolError(_expired(conn))
+            raise _expired(conn)
         session = conn.session
         if session is None:
             raise ExternalToolError(f"{conn.where}: the MCP session has ended")
@@ -302,7 +304,7 @@ class McpRouter:
                 f"{conn.where}: the tool call timed out after {self._call_timeout:g} seconds"
             )
         if conn.session_lost:
-            raise ExternalToolError(_expired(conn))
+            raise _expired(conn)
         if failure is not None:
             raise ExternalToolError(_describe_call_failure(conn, failure))
         if not isinstance(result, types.CallToolResult):
@@ -521,8 +523,19 @@ def _leaf_name(exc: BaseException) -> str:
     return type(_leaf(exc)).__name__
 
 
-def _expired(conn: _Connection) -> str:
-    return f"{conn.where}: the MCP session has expired; the call was not sent again"
+def _expired(conn: _Connection) -> ExternalToolError:
+    """The failure of a call to a server that dropped our session; the first one also says so
+    to the user (the server's tools stay unavailable for the rest of the session)."""
+    notice = None
+    if not conn.drop_told:
+        conn.drop_told = True
+        notice = (
+            f"{conn.where} ended its MCP session; its tools are unavailable for the rest of "
+            "this session"
+        )
+    return ExternalToolError(
+        f"{conn.where}: the MCP session has expired; the call was not sent again", notice=notice
+    )
 
 
 def _describe_setup_failure(conn: _Connection, exc: BaseException) -> McpSetupError:

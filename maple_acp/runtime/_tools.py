@@ -11,7 +11,7 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, Protocol
 
 import attrs
@@ -57,12 +57,17 @@ class ExternalToolRouter(Protocol):
     def tool_definition(self) -> ExternalToolDefinition: ...
 
     async def call(self, tool_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Call one exact tool id. Raises an exception whose ``str`` is one safe line."""
+        """Call one exact tool id. Raises an exception whose ``str`` is one safe line; its
+        optional ``notice`` attribute is one more safe line for the user about the session."""
         ...
 
     def revoke(self) -> None:
         """Cancel in-flight calls and drop connections and credentials. Synchronous."""
         ...
+
+
+#: ``Turn.notice(level, text)``, as the tool context calls it.
+Notify = Callable[[str, str], Awaitable[None]]
 
 
 class ToolUnavailable(MapleAcpError):
@@ -122,6 +127,7 @@ class ToolContext:
         # rows through it.
         self._redactor = RelayRedactor(self._relay)
         self._router: ExternalToolRouter | None = None
+        self._notify: Notify | None = None
         self._groups: set[int] = set()
         self._revoked = False
         self._gate: ToolGate | None = None
@@ -201,14 +207,27 @@ class ToolContext:
 
     async def call_external(self, tool_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """Call a tool of the caller's MCP servers. ``ToolUnavailable`` when there are none,
-        the session was revoked, or its mode forbids MCP calls."""
+        the session was revoked, or its mode forbids MCP calls. A failure that carries a
+        ``notice`` (a server that dropped its session) is also told to the user, as a warning
+        notice of the run that made the call."""
         router = self._router
         if self._revoked:
             raise ToolUnavailable("the session was revoked")
         self.check_allowed(ToolCategory.EXTERNAL)
         if router is None:
             raise ToolUnavailable("no external MCP servers are connected to this session")
-        return await router.call(tool_id, arguments)
+        try:
+            return await router.call(tool_id, arguments)
+        except Exception as exc:
+            notice = getattr(exc, "notice", None)
+            notify = self._notify
+            if isinstance(notice, str) and notice and notify is not None:
+                await notify("warning", notice)
+            raise
+
+    def notify_through(self, notify: Notify | None) -> None:
+        """Where notices about the lease's tools go: the current run's ``Turn.notice``."""
+        self._notify = notify
 
     async def run_shell(self, command: str, *, cwd: str) -> ShellResult:
         """Run ``command`` with ``/bin/sh`` in a new process group whose environment is
@@ -313,6 +332,7 @@ class ToolContext:
         """Synchronously drop the relay values and the router, and send SIGTERM to every live
         process group started here. ``reap`` sends the SIGKILL."""
         self._revoked = True
+        self._notify = None
         self._relay.clear()
         router, self._router = self._router, None
         if router is not None:

@@ -84,6 +84,8 @@ class Turn:
         #: The task's goal when the turn started.
         self.goal = goal
         self.tools = tools
+        # A lease runs one turn at a time: its tools' notices (a dropped MCP server) go here.
+        tools.notify_through(self.notice)
         #: The task's visible history before this turn's user message, in order (user,
         #: assistant, thought, tool rows with their final state, plans), read once per turn.
         self.history = history

@@ -105,6 +105,30 @@ async def test_rejected_call_never_reaches_the_server(
         client.validate(acp_schema)
 
 
+async def test_a_server_that_drops_its_session_is_told_once_as_a_notice(
+    tmp_path: Path, project: Path, loopback: Loopback, tag: str, acp_schema: AcpSchema
+) -> None:
+    async with running_acp(tmp_path) as acp, acp.connect(initialize=False) as client:
+        await client.initialize(clientCapabilities={"session": {"notices": {}}})
+        sid = await new_session_with_loopback(client, project, loopback, tag)
+        await client.prompt(sid, '/mcp main__echo {"text": "one"}')
+        await loopback._get(f"/_drop?tag={tag}")
+        await client.prompt(sid, '/mcp main__echo {"text": "two"}\n/mcp main__echo {"text": "3"}')
+        notices = [u for u in client.updates(sid) if u["sessionUpdate"] == "notice"]
+        # Both calls fail, the user hears once that the server's tools are gone.
+        assert [(n["severity"], n["title"]) for n in notices] == [
+            (
+                "warning",
+                "MCP server #0 ('main') ended its MCP session; its tools are unavailable for the "
+                "rest of this session",
+            )
+        ]
+        finals = [updates[-1] for updates in tool_calls(client, sid).values()]
+        assert [final["status"] for final in finals] == ["completed", "failed", "failed"]
+        assert "session has expired" in shown_text(finals[1])
+        client.validate(acp_schema)
+
+
 async def test_every_call_asks(
     tmp_path: Path, project: Path, loopback: Loopback, tag: str, acp_schema: AcpSchema
 ) -> None:
