@@ -130,6 +130,14 @@ async def test_modes_are_offered_chosen_enforced_and_restored_by_a_load(
             )
             assert option(chosen, "mode") == {**mode_option, "currentValue": "auto-edit"}
             await mode_announced(client, sid, "auto-edit")
+            # The option's change is announced too, for clients that render config options.
+            await client.wait_until(
+                lambda: any(
+                    u["sessionUpdate"] == "config_option_update"
+                    and option(u, "mode") == {**mode_option, "currentValue": "auto-edit"}
+                    for u in client.updates(sid)
+                )
+            )
             await client.prompt(sid, write_file("auto.txt", "yes"))
             assert tool_rows(client, sid)[-1]["status"] == "completed"
             assert (project / "auto.txt").read_text() == "yes"
@@ -272,9 +280,12 @@ async def test_additional_directories_are_advertised_writable_and_compared_on_lo
             ):
                 await client.initialize()
                 load = {"sessionId": sid, "cwd": os.fspath(project), "mcpServers": []}
-                for other in ([a], [a, c], [a, b, c]):
-                    call = client.call("session/load", {**load, "additionalDirectories": other})
-                    assert await refusal_code(call) == -32602, other
+                for method in ("session/load", "session/resume"):
+                    for other in ([a], [a, c], [a, b, c]):
+                        call = client.call(method, {**load, "additionalDirectories": other})
+                        assert await refusal_code(call) == -32602, (method, other)
+                # Without the field a load names no extra directories: a different set.
+                assert await refusal_code(client.call("session/load", load)) == -32602
                 loaded = await client.call(
                     "session/load", {**load, "additionalDirectories": [b, a]}
                 )
