@@ -36,6 +36,9 @@ class LeaseContext:
     admits: Callable[[int], bool]
     #: The model choices of the account of a generation (``refresh`` second).
     model_choices: Callable[[int, bool], Awaitable[ModelChoices]]
+    #: The last refreshed listing for a generation's account, without waiting (``None``: no
+    #: listing yet, or the last refresh failed).
+    known_models: Callable[[int], ModelChoices | None]
     #: Save a project-trust decision for a generation's account; the lease asking is allowed
     #: to hold the project (others make it ``TRUST_BUSY``).
     set_trust: Callable[[int, str, bool | None, SessionLease], Awaitable[None]]

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 import trio
 
+from maple_acp._text import one_line
 from maple_acp.model import (
     CommandInfo,
     GoalRecord,
@@ -41,6 +42,9 @@ from maple_acp.runtime._trust import ProjectSkills, SkillInfo, TrustStatus
 from maple_acp.runtime._turn import Turn
 
 logger = logging.getLogger(__name__)
+
+#: A model id quoted in a notice is cut to this many characters.
+MAX_SHOWN_MODEL_CHARS = 200
 
 
 class SessionLease:
@@ -495,6 +499,7 @@ class SessionLease:
             hooks=hooks,
             store=context.store,
             make_turn=make_turn,
+            notices=self._model_notices(task.model),
         )
         self._active_run = run
         self._barrier.run_started()
@@ -504,6 +509,21 @@ class SessionLease:
             )
         )
         return run
+
+    def _model_notices(self, model: str | None) -> tuple[tuple[str, str], ...]:
+        """A warning when the host's latest model listing no longer offers the session's
+        (locked) model: the session keeps it, and the user should know why it may fail."""
+        known = self._context.known_models(self.generation)
+        if model is None or known is None or model in known:
+            return ()
+        shown = one_line(model, MAX_SHOWN_MODEL_CHARS)
+        return (
+            (
+                "warning",
+                f"the session's model {shown} is no longer offered by the host; "
+                "this session keeps it, but it may not answer",
+            ),
+        )
 
     def _run_ended(self, run: Run) -> None:
         if self._active_run is run:

@@ -56,8 +56,11 @@ class Run:
         hooks: RunHooks,
         store: TaskStore,
         make_turn: Callable[[RunOutlet], Turn],
+        notices: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.id = run_id
+        #: ``(level, text)`` notices the runtime itself has for the user before the turn.
+        self._notices = notices
         self.task_id = task_id
         self.kind = kind
         self._scope = trio.CancelScope()
@@ -151,6 +154,8 @@ class Run:
             with self._scope:
                 task_status.started()
                 try:
+                    for level, text in self._notices:
+                        await self._turn.notice(level, text)
                     self._result = _turn_result(await backend.run_turn(self._turn))
                     state = RunState.COMPLETED
                 except TurnFailed as exc:

@@ -121,6 +121,7 @@ class AgentService(ServedInOwnNursery):
             check_admitted=self._fence.check,
             admits=self._fence.admits,
             model_choices=self._model_choices,
+            known_models=self._known_models,
             set_trust=self._set_trust,
             unregister=self._leases.remove,
             declared_commands=lambda: self._command_bounds.of(backend_commands(backend)),
@@ -228,6 +229,12 @@ class AgentService(ServedInOwnNursery):
         account = self._fence.account_of(generation)
         cached = self._models.cached(account, generation)
         return cached if cached is not None else self._models.default_choices(account)
+
+    def _known_models(self, generation: int) -> ModelChoices | None:
+        if not self._fence.admits(generation):
+            return None
+        cached = self._models.cached(self._fence.account_of(generation), generation)
+        return cached if cached is not None and cached.refreshed else None
 
     async def _model_choices(self, generation: int, refresh: bool) -> ModelChoices:
         account = self._fence.account_of(generation)

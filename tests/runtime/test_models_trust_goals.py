@@ -19,6 +19,7 @@ from maple_acp.runtime import (
     GoalChanged,
     ModelInfo,
     RejectionKind,
+    RunNotice,
     RunState,
     RuntimeRejection,
     SessionEvents,
@@ -27,7 +28,7 @@ from maple_acp.runtime import (
 )
 from maple_acp.runtime import _trust as trust_module
 from maple_acp.runtime._models import ModelCatalogCache
-from maple_acp.testing.demo import collect_events, run_prompt
+from maple_acp.testing.demo import collect_events, demo_service, run_prompt
 
 DEFAULT = ModelInfo(id="default", name="Default")
 
@@ -123,6 +124,37 @@ async def test_model_is_locked_after_the_first_message(
         stored = await service.store.get_task(lease.task_id)
         assert stored is not None
         assert stored.model == "demo-echo-large"
+        await lease.release(close=True)
+
+
+async def test_a_model_the_host_stopped_offering_is_told_at_the_next_prompt(
+    tmp_path: Path, project: Path
+) -> None:
+    other = ModelInfo(id="other", name="Other")
+    catalog = ScriptedCatalog([[DEFAULT, other], [DEFAULT]])
+    data = tmp_path / "data"
+    data.mkdir()
+    async with demo_service(data, catalog=catalog) as service, trio.open_nursery() as nursery:
+        lease = await nursery.start(service.serve_new_task, str(project))
+        await lease.model_choices(refresh=True)
+        await lease.set_model("other")
+        first, _ = await run_prompt(lease, "hi")
+        assert not [e for e in first if isinstance(e, RunNotice)]
+        # The next listing no longer has it: the locked session keeps it, and says so.
+        await lease.model_choices(refresh=True)
+        events, _outcome = await run_prompt(lease, "again")
+        notices = [e for e in events if isinstance(e, RunNotice)]
+        assert [(n.level, n.text) for n in notices][:1] == [
+            (
+                "warning",
+                "the session's model other is no longer offered by the host; "
+                "this session keeps it, but it may not answer",
+            )
+        ]
+        assert events.index(notices[0]) < min(
+            i for i, e in enumerate(events) if not isinstance(e, RunNotice)
+        )
+        assert lease.task.model == "other"
         await lease.release(close=True)
 
 
