@@ -54,7 +54,12 @@ async def test_initialize_answers_version_one(
         }
         assert caps["mcpCapabilities"] == {"http": True, "sse": False}
         # Deletion is host policy: off unless the host's config allows it.
-        assert set(caps["sessionCapabilities"]) == {"list", "close", "resume", "additionalDirectories"}
+        assert set(caps["sessionCapabilities"]) == {
+            "list",
+            "close",
+            "resume",
+            "additionalDirectories",
+        }
         assert result.get("authMethods", []) == []
         assert result["agentInfo"]["name"]
         assert result["_meta"]["goal"] == {
