@@ -191,11 +191,12 @@ def _provider_engine(
     starts.
 
     ``--provider-url URL --model ID`` stands for a one-provider file and replaces the file's
-    providers (flags win over the file, as everywhere); the file's ``system_prompt`` still
-    applies.
+    providers (flags win over the file, as everywhere); the file's ``system_prompt`` and
+    ``max_rate_limit_wait`` still apply.
     """
     flags_given = not (url is None and model is None and key_env is None)
-    if not flags_given and not config.providers:
+    # A file that only bounds rate-limit waits configures no provider (the demo engine runs).
+    if not flags_given and not (config.providers.keys() - {"max_rate_limit_wait"}):
         return None
     if flags_given and (url is None or model is None):
         raise CliError("--provider-url and --model go together (--api-key-env is optional)")
@@ -216,6 +217,7 @@ def _provider_engine(
                 model,
                 api_key_env=key_env,
                 system_prompt=prompt if isinstance(prompt, str) else None,
+                max_rate_limit_wait=config.providers.get("max_rate_limit_wait"),
             )
         else:
             provider = load_provider_config(config.providers, f"config file {config.path}")

@@ -12,9 +12,9 @@ The config file is TOML. Its ``serve`` keys are the flags' names with underscore
 (``data_dir``, ``allowed_roots``, ``max_connections``, ...), plus ``tool_env_allow`` (file
 only: host variables tool children inherit beyond the built-in list; never a provider's key
 variable nor a ``MAPLE_ACP_*`` name). The provider keys (``[[providers]]``,
-``default_model``, ``system_prompt``) are kept as raw data here and handed to the provider
-backend, which validates them. A file that cannot be used, or a path that is not a regular
-file (read without blocking, so a FIFO never hangs ``serve``), is one
+``default_model``, ``system_prompt``, ``max_rate_limit_wait``) are kept as raw data here and
+handed to the provider backend, which validates them. A file that cannot be used, or a path
+that is not a regular file (read without blocking, so a FIFO never hangs ``serve``), is one
 :class:`ConfigFileError` line naming the file, the key and what is wrong.
 
 Directories the command line creates are made private (0700) component by component
@@ -59,8 +59,15 @@ MAX_CONNECTIONS: Final = 8
 MAX_RELAY_NAMES: Final = 16
 #: A config file is a few hundred bytes; anything this large is not one.
 MAX_CONFIG_BYTES: Final = 1024 * 1024
-#: The keys that belong to the provider backend: kept raw and handed over as they are.
-PROVIDER_KEYS: Final = frozenset({"providers", "default_model", "system_prompt"})
+#: The keys that belong to the provider backend: kept raw and handed over as they are
+#: (``max_rate_limit_wait`` is checked here too, so a bad value is refused whatever engine runs).
+PROVIDER_KEYS: Final = frozenset(
+    {"providers", "default_model", "system_prompt", "max_rate_limit_wait"}
+)
+#: How long a turn waits out a provider's rate limit that resets later than the retry bound.
+DEFAULT_MAX_RATE_LIMIT_WAIT_S: Final = 900.0
+#: A provider's ``Retry-After`` beyond a day is not believed, so no longer wait is needed.
+MAX_RATE_LIMIT_WAIT_S: Final = 86_400
 
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PRIVATE_MODE: Final = 0o700
@@ -204,6 +211,20 @@ def _seconds(value: Any) -> float:
     return float(value)
 
 
+def check_rate_limit_wait(value: Any) -> float:
+    """``max_rate_limit_wait`` in seconds (0: never wait past the retry bound), or
+    ``ValueError`` saying what is wrong with it."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= MAX_RATE_LIMIT_WAIT_S  # also refuses NaN and infinity
+    ):
+        raise ValueError(
+            f"must be a number of seconds from 0 to {MAX_RATE_LIMIT_WAIT_S}, not {value!r}"
+        )
+    return float(value)
+
+
 def check_relay_names(names: Any) -> tuple[str, ...]:
     """The relay allow-list as given, or ``ValueError`` saying what is wrong with it."""
     if not isinstance(names, list | tuple):
@@ -260,6 +281,11 @@ def parse_config(text: str, path: Path) -> ConfigFile:
     providers: dict[str, Any] = {}
     for key, value in document.items():
         if key in PROVIDER_KEYS:
+            if key == "max_rate_limit_wait":
+                try:
+                    check_rate_limit_wait(value)
+                except ValueError as exc:
+                    raise ConfigFileError(path, key, str(exc)) from None
             providers[key] = value
             continue
         check = SERVE_KEYS.get(key)

@@ -145,7 +145,9 @@ class ProviderBackend:
 
     Error handling: provider faults end the turn with ``TurnFailed`` and one safe line (never
     the key or the provider's own error text). Rate limits, server errors and lost connections
-    before any of the answer was forwarded are retried (``_faults``); nothing else is.
+    before any of the answer was forwarded are retried (``_faults``); nothing else is. A rate
+    limit resetting past the retry bound is waited out up to the configuration's
+    ``max_rate_limit_wait``, inside the run's scope, so a cancel ends the wait at once.
     """
 
     def __init__(
@@ -291,6 +293,7 @@ class ProviderBackend:
                 backoff=self._backoff,
                 label=f"provider {exchange.entry.name}: ",
                 notify=partial(exchange.turn.notice, "warning"),
+                max_rate_limit_wait=self._config.max_rate_limit_wait,
             )
         except ProviderFault as fault:
             raise TurnFailed(fault.line) from None

@@ -1,5 +1,6 @@
-"""The provider configuration: ``[[providers]]``, ``default_model`` and ``system_prompt`` as read
-from ``config.toml`` (or built from ``serve --provider-url``), checked once, into plain values.
+"""The provider configuration: ``[[providers]]``, ``default_model``, ``system_prompt`` and
+``max_rate_limit_wait`` as read from ``config.toml`` (or built from ``serve --provider-url``),
+checked once, into plain values.
 
 No SDK import here: a host may validate its configuration without the ``openai`` extra.
 """
@@ -15,6 +16,7 @@ from urllib.parse import urlsplit
 import attrs
 
 from maple_acp._exceptions import MapleAcpError
+from maple_acp.config import DEFAULT_MAX_RATE_LIMIT_WAIT_S, check_rate_limit_wait
 
 #: Names become the first part of every model id a client sees; keep them short and plain.
 MAX_PROVIDER_NAME_CHARS = 64
@@ -32,7 +34,6 @@ FLAG_SOURCE = "the command line"
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_KNOWN_TOP_KEYS = ("providers", "default_model", "system_prompt")
 _KNOWN_PROVIDER_KEYS = frozenset({"name", "base_url", "api_key_env", "models", "context_window"})
 _KNOWN_MODEL_KEYS = frozenset({"id", "reasoning", "vision", "context_window", "prices"})
 _KNOWN_PRICE_KEYS = ("input", "output", "cache_read", "cache_write")
@@ -103,6 +104,8 @@ class ProviderConfig:
     #: A ``provider/model`` id.
     default_model: str
     system_prompt: str | None = None
+    #: Seconds a turn waits out a rate limit that resets past the retry bound (0: never).
+    max_rate_limit_wait: float = DEFAULT_MAX_RATE_LIMIT_WAIT_S
     #: Where the configuration came from (a file path, or the command line), for errors.
     source: str = "configuration"
 
@@ -154,10 +157,16 @@ def load_provider_config(raw: Mapping[str, Any], source: str) -> ProviderConfig:
         if not system_prompt.strip():
             system_prompt = None
     default = _default_model(raw.get("default_model"), providers, fail)
+    max_wait = raw.get("max_rate_limit_wait", DEFAULT_MAX_RATE_LIMIT_WAIT_S)
+    try:
+        max_wait = check_rate_limit_wait(max_wait)
+    except ValueError as exc:
+        raise fail("max_rate_limit_wait", str(exc)) from None
     return ProviderConfig(
         providers=tuple(providers),
         default_model=default,
         system_prompt=system_prompt,
+        max_rate_limit_wait=max_wait,
         source=source,
     )
 
@@ -169,6 +178,7 @@ def provider_config_from_flags(
     api_key_env: str | None = None,
     context_window: int | None = None,
     system_prompt: str | None = None,
+    max_rate_limit_wait: float | None = None,
 ) -> ProviderConfig:
     """The configuration of ``serve --provider-url URL --model ID [--api-key-env NAME]``: one
     provider named ``provider`` offering exactly ``ID`` (clients see ``provider/ID``)."""
@@ -186,6 +196,8 @@ def provider_config_from_flags(
     }
     if system_prompt is not None:
         raw["system_prompt"] = system_prompt
+    if max_rate_limit_wait is not None:
+        raw["max_rate_limit_wait"] = max_rate_limit_wait
     try:
         return load_provider_config(raw, FLAG_SOURCE)
     except ProviderConfigError as exc:

@@ -1,9 +1,17 @@
 """What a provider fault means for a turn: retry it (and after how long), or end the turn with
 one safe line. Plain functions of status codes and headers, so the rules are tested without a
-server. No line ever carries the provider's own error text: it may quote the key."""
+server. No line ever carries the provider's own error text: it may quote the key.
+
+A rate limit (HTTP 429, or an overloaded provider) whose reset is further off than the retry
+bound is waited out when it resets within ``max_rate_limit_wait``, after a notice naming the
+retry time; later than that, the turn fails with one line naming the reset time.
+
+Cancellation: every wait is a plain ``trio.sleep`` in the caller's scope (the run's), so a
+cancel ends a wait of any length at once."""
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import logging
 import time
@@ -23,6 +31,9 @@ MAX_RETRIES = 3
 RETRY_BUDGET_S = 30.0
 #: Backoff before retry 1, 2, 3 when the provider gives no ``Retry-After``.
 BACKOFF_S = (1.0, 2.0, 4.0)
+#: Statuses and error codes that mean "busy, come back later" like a 429 (Anthropic's).
+OVERLOADED_STATUS = 529
+OVERLOADED_CODES = frozenset({"overloaded_error", "overloaded"})
 
 MALFORMED_STREAM = "the provider sent a malformed stream"
 BROKEN_STREAM = "the provider's stream broke off before the answer ended"
@@ -32,11 +43,26 @@ class ProviderFault(Exception):
     """A request that failed. ``line`` is one safe sentence; ``retryable`` says whether the
     same request may be sent again; ``retry_after`` is the provider's own wait, if it gave one."""
 
-    def __init__(self, line: str, *, retryable: bool = False, retry_after: float | None = None):
+    def __init__(
+        self,
+        line: str,
+        *,
+        retryable: bool = False,
+        retry_after: float | None = None,
+        rate_limited: bool = False,
+    ):
         super().__init__(line)
         self.line = line
         self.retryable = retryable
         self.retry_after = retry_after
+        #: A rate limit or an overload: a reset past the retry bound may be waited out.
+        self.rate_limited = rate_limited
+
+    def resets_late(self) -> bool:
+        """A rate limit whose provider-given reset is past the retry bound."""
+        return (
+            self.rate_limited and self.retry_after is not None and self.retry_after > RETRY_BUDGET_S
+        )
 
 
 def status_fault(
@@ -55,6 +81,14 @@ def status_fault(
             "the provider is limiting the rate of requests (HTTP 429)",
             retryable=True,
             retry_after=retry_after_seconds(headers, now=now),
+            rate_limited=True,
+        )
+    if status == OVERLOADED_STATUS or (status >= 500 and code in OVERLOADED_CODES):
+        return ProviderFault(
+            f"the provider is overloaded (HTTP {status})",
+            retryable=True,
+            retry_after=retry_after_seconds(headers, now=now),
+            rate_limited=True,
         )
     if status >= 500:
         return ProviderFault(
@@ -126,40 +160,85 @@ class RetryPlan:
         return delay
 
 
+def rate_limit_wait(
+    fault: ProviderFault, retries_done: int, waited: float, max_wait: float
+) -> float | None:
+    """The wait for a rate limit that resets past the retry bound: its reset, when that fits in
+    what ``max_wait`` leaves after the ``waited`` seconds already spent on such waits; else
+    ``None``. The retry count bounds these waits as it bounds the short ones."""
+    if not fault.resets_late() or retries_done >= MAX_RETRIES:
+        return None
+    delay = fault.retry_after
+    if delay is None or waited + delay > max_wait:
+        return None
+    return delay
+
+
 async def retrying(
     attempt: Callable[[], Awaitable[T]],
     *,
     backoff: Sequence[float] = BACKOFF_S,
     label: str = "",
     notify: Callable[[str], Awaitable[None]] | None = None,
+    max_rate_limit_wait: float = 0.0,
 ) -> T:
     """``await attempt()``, again after each retryable ``ProviderFault`` while ``RetryPlan``
-    allows; then the last fault, its line saying how many retries were made. Before each wait
-    ``notify`` (the turn's warning notice) tells the user why nothing arrives. The waits are
-    plain Trio sleeps: a cancel ends them at once."""
+    allows (or, for a rate limit resetting later, while ``rate_limit_wait`` allows); then the
+    last fault, its line saying how many retries were made (and when a late limit resets).
+    Before each wait ``notify`` (the turn's warning notice) tells the user why nothing arrives.
+    The waits are plain Trio sleeps: a cancel ends them at once."""
     started = trio.current_time()
     retries = 0
+    waited_for_limits = 0.0
     while True:
         try:
             return await attempt()
         except ProviderFault as fault:
             wait = RetryPlan(fault, retries, trio.current_time() - started, backoff).wait()
+            late = wait is None and fault.resets_late()
+            if late:
+                wait = rate_limit_wait(fault, retries, waited_for_limits, max_rate_limit_wait)
             if wait is None:
-                raise ProviderFault(give_up_line(fault, retries)) from None
+                raise ProviderFault(give_up_line(fault, retries, max_rate_limit_wait)) from None
             logger.info("%s%s; retry %d in %.1f s", label, fault.line, retries + 1, wait)
             if notify is not None:
-                await notify(f"{fault.line}; retrying in {wait:.0f} s")
+                when = f"at {utc_clock(wait)} UTC (in {wait:.0f} s)" if late else f"in {wait:.0f} s"
+                await notify(f"{fault.line}; retrying {when}")
             await trio.sleep(wait)
             retries += 1
+            if late:
+                waited_for_limits += wait
+                # The retry bound is for bursts of short waits; after the reset it starts over.
+                started = trio.current_time()
 
 
-def give_up_line(fault: ProviderFault, retries_done: int) -> str:
+def utc_clock(seconds_from_now: float) -> str:
+    """The wall-clock time (``HH:MM:SS``, UTC) ``seconds_from_now`` seconds from now."""
+    moment = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=seconds_from_now)
+    return moment.strftime("%H:%M:%S")
+
+
+def give_up_line(fault: ProviderFault, retries_done: int, max_rate_limit_wait: float = 0.0) -> str:
     if not fault.retryable:
         return fault.line
+    if fault.resets_late() and fault.retry_after is not None:
+        done = "not retried" if retries_done == 0 else f"gave up after {_retries(retries_done)}"
+        beyond = (
+            ""
+            if retries_done >= MAX_RETRIES
+            else f", past max_rate_limit_wait ({max_rate_limit_wait:.0f} s)"
+        )
+        return (
+            f"{fault.line}; {done}: the limit resets at {utc_clock(fault.retry_after)} UTC "
+            f"(in {fault.retry_after:.0f} s){beyond}"
+        )
     if retries_done == 0:
         return f"{fault.line}; not retried (its wait exceeds {RETRY_BUDGET_S:.0f} s)"
-    plural = "retry" if retries_done == 1 else "retries"
-    return f"{fault.line}; gave up after {retries_done} {plural}"
+    return f"{fault.line}; gave up after {_retries(retries_done)}"
+
+
+def _retries(count: int) -> str:
+    return f"{count} retry" if count == 1 else f"{count} retries"
 
 
 def _error_code(body: object) -> str | None:

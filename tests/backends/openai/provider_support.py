@@ -39,6 +39,7 @@ async def provider_service(
     *,
     context_window: int | None = None,
     relay_allow_list: tuple[str, ...] = (),
+    max_rate_limit_wait: float | None = None,
     **backend_options: Any,
 ) -> AsyncIterator[AgentService]:
     """A signed-in ``AgentService`` with the provider backend (model ``provider/test-model``,
@@ -48,6 +49,7 @@ async def provider_service(
         "test-model",
         api_key_env="TEST_PROVIDER_KEY",
         context_window=context_window,
+        max_rate_limit_wait=max_rate_limit_wait,
     )
     backend, catalog = build_backend(config, {"TEST_PROVIDER_KEY": TEST_KEY}, **backend_options)
     data = tmp_path / "data"
