@@ -64,6 +64,8 @@ class RejectionKind(enum.Enum):
     GOAL_STATE = "goal_state"
     #: A project-trust change while that project's tasks run or are leased.
     TRUST_BUSY = "trust_busy"
+    #: A fork names a message the source task does not have.
+    UNKNOWN_MESSAGE = "unknown_message"
 
 
 class RuntimeRejection(MapleAcpError):

@@ -41,7 +41,7 @@ from maple_acp.runtime._relay import RelayValues, validate_relay_values
 from maple_acp.runtime._replies import ServiceStatus, TaskListing
 from maple_acp.runtime._self_serving import ServedInOwnNursery
 from maple_acp.runtime._tools import ToolContext
-from maple_acp.store import InvalidCursor, TaskStore
+from maple_acp.store import ForkSourceMissing, InvalidCursor, TaskStore
 
 logger = logging.getLogger(__name__)
 
@@ -389,6 +389,72 @@ class AgentService(ServedInOwnNursery):
             self._leases.unreserve(task_id)
             raise
         lease = self._open_lease(task, generation, created_here=False, tools=tools, goal=goal)
+        await lease.serve(router_factory, task_status=task_status)
+
+    async def fork_task(
+        self,
+        task_id: str,
+        *,
+        cwd: str,
+        up_to: str | None = None,
+        relay: Mapping[str, str] | None = None,
+        router_factory: RouterFactory | None = None,
+        allowed_roots: Sequence[str] = (),
+        task_status: trio.TaskStatus[SessionLease] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Create a task with a copy of ``task_id``'s history (all of it, or up to and
+        including the message ``up_to``) and hold a lease on it until released, like
+        ``serve_new_task``: ``lease = await nursery.start(partial(service.fork_task, ...))``.
+
+        The fork has the source's root, additional directories, model, mode and thinking
+        level; it is provisional (hidden from lists, swept if never prompted) and belongs to
+        the signed-in account. The caller must be able to load the source: ``INVALID_CWD``,
+        ``INVALID_RELAY``, ``TASK_NOT_FOUND`` / ``WRONG_ACCOUNT``, ``ROOT_MISMATCH`` (``cwd``
+        is not the source's root, or its directories are outside the allowed roots),
+        ``WRONG_POLICY``. The source may be leased, even by the caller (its history is only
+        read), but not running: ``RUN_ACTIVE`` while a run writes its journal, so a fork never
+        holds half a turn whose tool rows would stay unfinished in it. ``UNKNOWN_MESSAGE`` for
+        an ``up_to`` the source does not have. Nothing is created when any of these is raised.
+        """
+        generation = self._fence.admit()
+        tools = self._tool_context(relay)
+        root = await self._roots.admit(cwd, allowed_roots)
+        source = await self._own_task(generation, task_id)
+        additional = await self._roots.admit_additional(
+            source.additional_directories, allowed_roots
+        )
+        check_directories(source, root, additional)
+        if source.policy is not TaskPolicy.CALLER_MEDIATED:
+            raise RuntimeRejection(RejectionKind.WRONG_POLICY, "the session is not the caller's")
+        now = self.now_ms()
+        record = TaskRecord(
+            id=uuid.uuid4().hex,
+            account=source.account,
+            root=source.root,
+            created_ms=now,
+            updated_ms=now,
+            policy=TaskPolicy.CALLER_MEDIATED,
+            surface=TaskSurface.EXTERNAL,
+            model=source.model,
+            provisional=True,
+            mode=source.mode,
+            thought_level=source.thought_level,
+            additional_directories=source.additional_directories,
+        )
+        # Checked right before the copy with no await between, and the store runs its work
+        # one call at a time in arrival order: a run that starts after this check writes its
+        # journal after the copy, so the fork holds whole turns only.
+        self._leases.check_idle(task_id)
+        try:
+            await self.store.fork_task(task_id, record, up_to=up_to)
+        except ForkSourceMissing as exc:
+            if exc.message:
+                raise RuntimeRejection(
+                    RejectionKind.UNKNOWN_MESSAGE, "the session has no such message"
+                ) from None
+            raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such session") from None
+        lease = self._open_lease(record, generation, created_here=True, tools=tools, goal=None)
+        # serve() cleans up (and deletes the untouched row) if the lease is never handed out.
         await lease.serve(router_factory, task_status=task_status)
 
     async def check_root(

@@ -5,12 +5,13 @@ home, :mod:`maple_acp.model`; this face does not repeat them.
 """
 
 from maple_acp.store._lock import DataDirectoryLocked
-from maple_acp.store._protocol import InvalidCursor, StoreError, TaskStore
+from maple_acp.store._protocol import ForkSourceMissing, InvalidCursor, StoreError, TaskStore
 from maple_acp.store._sqlite import MAX_PAGE, SqliteTaskStore
 
 __all__ = [
     "MAX_PAGE",
     "DataDirectoryLocked",
+    "ForkSourceMissing",
     "InvalidCursor",
     "SqliteTaskStore",
     "StoreError",

@@ -362,6 +362,36 @@ def read_replay(conn: sqlite3.Connection, task_id: str) -> list[TimelineItem | M
     return rows
 
 
+_COPY_COLUMNS = ", ".join(_ITEM_COLUMNS)
+_LAST_SEQ_OF_ITEM = "SELECT MAX(seq) FROM items WHERE task_id = ? AND item_id = ?"
+_COPY_ITEMS = (
+    f"INSERT INTO items (task_id, {_COPY_COLUMNS}) "
+    f"SELECT ?, {_COPY_COLUMNS} FROM items WHERE task_id = ? AND seq <= ? ORDER BY seq"
+)
+_NOTE_FORK = (
+    "INSERT INTO forks (task_id, copied_seq) "
+    "SELECT ?, COALESCE(MAX(seq), 0) FROM items WHERE task_id = ?"
+)
+
+
+def copy_items_locked(
+    conn: sqlite3.Connection, source_id: str, target_id: str, up_to: str | None
+) -> int | None:
+    """Copy ``source_id``'s rows (every one, or those up to and including the last row of the
+    item ``up_to``) to ``target_id``, keeping their ``seq``, inside an open write transaction.
+    Returns how many were copied, or ``None`` when no row carries ``up_to``. The copied rows
+    are noted in ``forks`` so that they do not count as the new task's own."""
+    if up_to is None:
+        last = (1 << 62,)
+    else:
+        last = conn.execute(_LAST_SEQ_OF_ITEM, (source_id, up_to)).fetchone()
+        if last is None or last[0] is None:
+            return None
+    copied = conn.execute(_COPY_ITEMS, (target_id, source_id, last[0])).rowcount
+    conn.execute(_NOTE_FORK, (target_id, target_id))
+    return copied
+
+
 def count_items(conn: sqlite3.Connection, task_id: str) -> int:
     row = conn.execute("SELECT COUNT(*) FROM items WHERE task_id = ?", (task_id,))
     return int(row.fetchone()[0])

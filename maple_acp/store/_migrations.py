@@ -224,6 +224,15 @@ ALTER TABLE tasks ADD COLUMN thought_level TEXT;
 ALTER TABLE tasks ADD COLUMN additional_directories TEXT NOT NULL DEFAULT '[]'
 """
 
+#: Step 7: a forked task's copied history. Its rows up to ``copied_seq`` came with the fork,
+#: so they do not make the task "touched": an unprompted fork is swept like any provisional.
+_FORKS = """
+CREATE TABLE forks (
+    task_id TEXT PRIMARY KEY NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    copied_seq INTEGER NOT NULL
+)
+"""
+
 #: One schema step: a SQL script, or a function that runs inside the step's transaction (for
 #: a change of stored values that SQL cannot state exactly).
 Step = str | Callable[[sqlite3.Connection], None]
@@ -236,6 +245,7 @@ MIGRATIONS: tuple[Step, ...] = (
     _ITEMS_BY_RUN,
     _ITEMS_WITH_ROWID,
     _TASK_SETTINGS,
+    _FORKS,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -30,6 +30,15 @@ class InvalidCursor(StoreError):
     """A list cursor that this store did not issue (or for another query)."""
 
 
+class ForkSourceMissing(StoreError):
+    """A fork's source task, or the message its copy ends at, is not stored. ``message`` is
+    true when the task exists but the message id does not."""
+
+    def __init__(self, *, message: bool) -> None:
+        super().__init__("no such message" if message else "no such task")
+        self.message = message
+
+
 class TaskStore(Protocol):
     # -- tasks -------------------------------------------------------------------------------
     async def create_task(self, task: TaskRecord) -> None:
@@ -105,6 +114,12 @@ class TaskStore(Protocol):
         several times cheaper."""
 
     async def item_count(self, task_id: str) -> int: ...
+
+    async def fork_task(self, source_id: str, task: TaskRecord, *, up_to: str | None) -> int:
+        """Insert ``task`` with a copy of ``source_id``'s items (all of them, or up to and
+        including the last row of the message ``up_to``), in one transaction. Returns how many
+        items were copied. Raises ``ForkSourceMissing`` (nothing written) when the source or
+        the message is not stored, ``StoreError`` if ``task``'s id exists."""
 
     # -- usage -------------------------------------------------------------------------------
     async def record_usage(self, task_id: str, run_id: str, usage: Usage) -> None:

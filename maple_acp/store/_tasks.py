@@ -297,11 +297,15 @@ def delete_task(conn: sqlite3.Connection, task_id: str) -> bool:
 #: One statement: the comparison of every column, the provisional flag and the absence of
 #: items are evaluated by the same write that deletes, so nothing can slip between. IS (not =)
 #: so that NULL columns compare equal to a NULL in the snapshot.
+#: No row of the task's own: rows a fork copied (``forks.copied_seq``) do not count.
+_UNTOUCHED = (
+    "NOT EXISTS (SELECT 1 FROM items WHERE items.task_id = tasks.id AND items.seq > "
+    "IFNULL((SELECT copied_seq FROM forks WHERE forks.task_id = tasks.id), 0))"
+)
 _DELETE_IF_UNCHANGED = (
     "DELETE FROM tasks WHERE id = ? AND "
     + " AND ".join(f"{name} IS ?" for name in _TASK_COLUMNS[1:])
-    + " AND provisional = 1 "
-    "AND NOT EXISTS (SELECT 1 FROM items WHERE items.task_id = tasks.id)"
+    + f" AND provisional = 1 AND {_UNTOUCHED}"
 )
 
 
@@ -313,7 +317,7 @@ def delete_task_if_unchanged(conn: sqlite3.Connection, snapshot: TaskRecord) -> 
 
 _SWEEP = (
     "DELETE FROM tasks WHERE provisional = 1 AND surface = ? AND user_renamed = 0 "
-    "AND NOT EXISTS (SELECT 1 FROM items WHERE items.task_id = tasks.id) "
+    f"AND {_UNTOUCHED} "
     "AND (provisional_expires_ms <= ? "
     "OR (? AND provisional_expires_ms IS NULL)) RETURNING id"
 )

@@ -27,7 +27,7 @@ from maple_acp.testing.store import STORE_FILE_NAME, task_record, temp_store
 #: Generous: the child only has to import trio and write a few transactions.
 WRITER_TIMEOUT_S = 30
 #: Every table with a task_id column, and so every place a deleted task could linger.
-TASK_TABLES = ("items", "usage", "goals")
+TASK_TABLES = ("items", "usage", "goals", "forks")
 
 
 async def fill(store: SqliteTaskStore, task_id: str, *, archived: bool = False) -> None:

@@ -75,6 +75,7 @@ DOCUMENTED_SCHEMA = {
         "token_budget",
         "tokens_used",
     ],
+    "forks": ["task_id", "copied_seq"],
 }
 
 
