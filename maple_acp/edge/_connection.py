@@ -31,6 +31,7 @@ from maple_acp.edge._closing import SessionCloser
 from maple_acp.edge._config import AcpServiceConfig
 from maple_acp.edge._dialect import Dialect
 from maple_acp.edge._errors import protocol_error
+from maple_acp.edge._forking import SessionForker
 from maple_acp.edge._goals import GoalFlow
 from maple_acp.edge._opening import SessionOpener
 from maple_acp.edge._sessions import SessionTable
@@ -134,6 +135,9 @@ class AcpConnection:
             "initialize": self._initialize,
             "new_session": self.opener.new,
             "load_session": self.opener.load,
+            "fork_session": SessionForker(
+                self.opener, runtime, config.allowed_roots, relay=lambda: self.relay
+            ).fork,
             "resume_session": self.opener.resume,
             "list_sessions": self.opener.list,
             "prompt": self.turns.prompt,

@@ -129,6 +129,15 @@ class SessionOpener:
         session.choices = await lease.model_choices()
         return session
 
+    async def open(self, start: Callable[..., Awaitable[None]]) -> EdgeSession:
+        """A session on the lease ``start`` serves (a runtime ``serve_*`` or ``fork_task``
+        call), registered in the table: for the flows of other modules (``session/fork``)."""
+        return await self._open(start)
+
+    async def after_new(self, session: EdgeSession) -> None:
+        """What a session created by this connection announces once its answer is queued."""
+        await self._after_answer(session)
+
     async def new(self, request: NewSessionRequest) -> object:
         servers = validate_servers(mcp_definitions(request.mcp_servers))
         # The runtime canonicalises the cwd and the additional directories, once, and applies

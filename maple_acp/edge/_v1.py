@@ -49,6 +49,7 @@ from maple_acp.wire import (
     INVALID_PARAMS,
     STATUS_METHOD,
     ChunkKind,
+    ForkSessionResponse,
     LoadSessionResponse,
     NewSessionResponse,
     PermissionOption,
@@ -100,6 +101,7 @@ _OPERATIONS: Final = {
     "initialize": "initialize",
     "session/new": "new_session",
     "session/load": "load_session",
+    "session/fork": "fork_session",
     "session/resume": "resume_session",
     "session/list": "list_sessions",
     "session/prompt": "prompt",
@@ -197,6 +199,16 @@ class V1Dialect:
         self, options: tuple[SessionConfigOption, ...], settings: SessionSettings
     ) -> LoadSessionResponse:
         return LoadSessionResponse(modes=mode_state(settings), config_options=options)
+
+    def fork_answer(
+        self,
+        session_id: str,
+        options: tuple[SessionConfigOption, ...],
+        settings: SessionSettings,
+    ) -> ForkSessionResponse:
+        return ForkSessionResponse(
+            session_id=session_id, modes=mode_state(settings), config_options=options
+        )
 
     def resume_answer(
         self, options: tuple[SessionConfigOption, ...], settings: SessionSettings

@@ -400,6 +400,7 @@ class AgentService(ServedInOwnNursery):
         relay: Mapping[str, str] | None = None,
         router_factory: RouterFactory | None = None,
         allowed_roots: Sequence[str] = (),
+        additional_directories: Sequence[str] | None = None,
         task_status: trio.TaskStatus[SessionLease] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Create a task with a copy of ``task_id``'s history (all of it, or up to and
@@ -410,7 +411,8 @@ class AgentService(ServedInOwnNursery):
         level; it is provisional (hidden from lists, swept if never prompted) and belongs to
         the signed-in account. The caller must be able to load the source: ``INVALID_CWD``,
         ``INVALID_RELAY``, ``TASK_NOT_FOUND`` / ``WRONG_ACCOUNT``, ``ROOT_MISMATCH`` (``cwd``
-        is not the source's root, or its directories are outside the allowed roots),
+        is not the source's root, ``additional_directories``, when given, are not its set, or
+        its directories are outside the allowed roots),
         ``WRONG_POLICY``. The source may be leased, even by the caller (its history is only
         read), but not running: ``RUN_ACTIVE`` while a run writes its journal, so a fork never
         holds half a turn whose tool rows would stay unfinished in it. ``UNKNOWN_MESSAGE`` for
@@ -420,8 +422,9 @@ class AgentService(ServedInOwnNursery):
         tools = self._tool_context(relay)
         root = await self._roots.admit(cwd, allowed_roots)
         source = await self._own_task(generation, task_id)
+        named = source.additional_directories
         additional = await self._roots.admit_additional(
-            source.additional_directories, allowed_roots
+            named if additional_directories is None else additional_directories, allowed_roots
         )
         check_directories(source, root, additional)
         if source.policy is not TaskPolicy.CALLER_MEDIATED:

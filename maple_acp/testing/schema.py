@@ -19,6 +19,7 @@ RESULT_DEFINITIONS: Final[Mapping[str, str]] = {
     "initialize": "InitializeResponse",
     "session/new": "NewSessionResponse",
     "session/load": "LoadSessionResponse",
+    "session/fork": "ForkSessionResponse",
     "session/resume": "ResumeSessionResponse",
     "session/delete": "DeleteSessionResponse",
     "session/list": "ListSessionsResponse",
@@ -29,7 +30,7 @@ RESULT_DEFINITIONS: Final[Mapping[str, str]] = {
 }
 #: Definitions that live only in the unstable schema, or stable ones we extend from it
 #: (``PromptResponse.usage``).
-UNSTABLE_RESULTS: Final = frozenset({"session/prompt"})
+UNSTABLE_RESULTS: Final = frozenset({"session/prompt", "session/fork"})
 #: Requests and notifications an agent sends to a client, by schema definition.
 OUTBOUND_DEFINITIONS: Final[Mapping[str, str]] = {
     "session/update": "SessionNotification",

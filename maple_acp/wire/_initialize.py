@@ -136,6 +136,13 @@ class SessionResumeCapabilities:
 
 
 @attrs.frozen(kw_only=True)
+class SessionForkCapabilities:
+    """``session/fork`` is served (unstable schema)."""
+
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
 class SessionAdditionalDirectoriesCapabilities:
     meta: Meta | None = None
 
@@ -147,6 +154,7 @@ class SessionCapabilities:
     delete: SessionDeleteCapabilities | None = None
     resume: SessionResumeCapabilities | None = None
     additional_directories: SessionAdditionalDirectoriesCapabilities | None = None
+    fork: SessionForkCapabilities | None = None
     meta: Meta | None = None
 
 

@@ -39,6 +39,7 @@ AGENT_METHODS: Final = _table(
     MethodSpec(method="initialize", params=ini.InitializeRequest, result=ini.InitializeResponse),
     MethodSpec(method="session/new", params=s.NewSessionRequest, result=s.NewSessionResponse),
     MethodSpec(method="session/load", params=s.LoadSessionRequest, result=s.LoadSessionResponse),
+    MethodSpec(method="session/fork", params=s.ForkSessionRequest, result=s.ForkSessionResponse),
     MethodSpec(
         method="session/resume", params=s.ResumeSessionRequest, result=s.ResumeSessionResponse
     ),

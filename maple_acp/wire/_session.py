@@ -146,6 +146,28 @@ class ResumeSessionResponse:
 
 
 @attrs.frozen(kw_only=True)
+class ForkSessionRequest:
+    """``session/fork`` (unstable schema). A ``systemPrompt`` is refused: clients send one
+    only to an agent that advertises ``sessionCapabilities.systemPrompt``, which this one does
+    not. The message a fork's history ends at goes in ``_meta.messageId``."""
+
+    session_id: str
+    cwd: str
+    additional_directories: tuple[str, ...] = ()
+    mcp_servers: tuple[McpServer, ...] = ()
+    system_prompt: dict[str, Any] | None = None
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ForkSessionResponse:
+    session_id: str
+    modes: SessionModeState | None = None
+    config_options: tuple[SessionConfigOption, ...] | None = None
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
 class DeleteSessionRequest:
     session_id: str
     meta: Meta | None = None

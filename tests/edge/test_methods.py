@@ -59,6 +59,7 @@ async def test_initialize_answers_version_one(
             "close",
             "resume",
             "additionalDirectories",
+            "fork",
         }
         assert result.get("authMethods", []) == []
         assert result["agentInfo"]["name"]
@@ -72,7 +73,7 @@ async def test_initialize_answers_version_one(
 
 @pytest.mark.parametrize(
     "method",
-    ["session/fork", "session/delete", "authenticate", "logout", "_other/x"],
+    ["session/delete", "authenticate", "logout", "_other/x"],
 )
 async def test_unsupported_methods_are_not_found(harness: Harness, method: str) -> None:
     async with harness.connect() as client:

@@ -229,6 +229,7 @@ def test_method_tables_cover_the_protocol_surface() -> None:
         "initialize",
         "session/new",
         "session/load",
+        "session/fork",
         "session/resume",
         "session/delete",
         "session/list",

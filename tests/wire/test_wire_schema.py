@@ -70,6 +70,8 @@ PARAMS_DEFS = {
     "elicitation/create": "CreateElicitationRequest",
     "$/cancel_request": "CancelRequestNotification",
 }
+#: Methods only the unstable schema defines: (params, result).
+UNSTABLE_DEFS_BY_METHOD = {"session/fork": ("ForkSessionRequest", "ForkSessionResponse")}
 RESULT_DEFS = {
     "initialize": "InitializeResponse",
     "session/new": "NewSessionResponse",
@@ -95,6 +97,8 @@ def test_every_agent_result_validates(call: tuple[str, Any]) -> None:
         validate(data, "PromptResponse")
     elif method in RESULT_DEFS:
         validate(data, RESULT_DEFS[method])
+    elif method in UNSTABLE_DEFS_BY_METHOD:
+        validate(data, UNSTABLE_DEFS_BY_METHOD[method][1], unstable=True)
     else:
         assert method in {"_session/goal", "_maple/status"}
         assert isinstance(data, dict)
@@ -118,6 +122,9 @@ def test_agent_requests_a_client_would_send_validate(call: tuple[str, Any]) -> N
     method, params = call
     if method in PARAMS_DEFS:
         validate(emitted(params, wire.AGENT_METHODS[method].params), PARAMS_DEFS[method])
+    elif method in UNSTABLE_DEFS_BY_METHOD:
+        data = emitted(params, wire.AGENT_METHODS[method].params)
+        validate(data, UNSTABLE_DEFS_BY_METHOD[method][0], unstable=True)
 
 
 @given(acp_st.client_results())
@@ -227,6 +234,8 @@ EXTRA_KEYS = {
     "BooleanPropertySchema": {"type"},
     "SessionConfigSelect": {"type"},
     "SetSessionConfigOptionRequest": {"type", "value"},
+    # ``fork`` is the unstable schema's (checked against it by the edge's initialize test).
+    "SessionCapabilities": {"fork"},
 }
 #: Our own extensions, which the ACP schema does not define.
 EXTENSIONS = {
@@ -251,6 +260,11 @@ def test_fields_match_the_schema_key_for_key(cls: type) -> None:
         **STABLE_DEFS,
         "Usage": UNSTABLE_DEFS["Usage"],
         "PromptResponse": UNSTABLE_DEFS["PromptResponse"],
+        # ``session/fork`` is served as the unstable schema defines it.
+        **{
+            name: UNSTABLE_DEFS[name]
+            for name in ("ForkSessionRequest", "ForkSessionResponse", "SessionForkCapabilities")
+        },
     }
     schema_keys: set[str] = set()
     required: set[str] = set()
