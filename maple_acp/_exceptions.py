@@ -13,6 +13,7 @@ one clause and still tell the layers apart::
      +-- FileToolError           a native file tool refused a path or a file (maple_acp.runtime)
      +-- StoreError              maple_acp.store: the task store could not do what was asked
      |    +-- InvalidCursor      a list cursor that is not one the store issued
+     |    +-- ForkSourceMissing  a fork's source task, or the message it names, is not stored
      |    +-- DataDirectoryLocked
      |                           another host holds the store's data directory (its lock
      |                           file); names the directory and the holder's PID
