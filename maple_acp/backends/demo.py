@@ -1,5 +1,7 @@
 """The deterministic demo backend: its "model" reads the prompt as a tiny script.
 
+One concern, kept whole although past 500 lines: the script's grammar and each directive.
+
 So that the service runs on a machine with no model provider, this backend answers every turn
 from the prompt text alone. A line that starts with ``/`` and a name (letters, digits, ``_``,
 ``-``) followed by a space or the line's end is a directive; any other line is agent text,

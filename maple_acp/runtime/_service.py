@@ -1,4 +1,9 @@
-"""``AgentService``: the transport-neutral runtime facade."""
+"""``AgentService``: the transport-neutral runtime facade.
+
+One concern, kept whole although long: the service's public face (opening, attaching, forking,
+listing and deleting tasks, models, trust, relay values, status). How a lease lives is in
+``_lease`` and ``_lease_life``, admission in ``_admission``, the model cache in ``_models``.
+"""
 
 from __future__ import annotations
 
