@@ -342,3 +342,27 @@ def assert_only_protocol_lines(client: AcpTestClient) -> None:
         assert isinstance(message, dict), frame.raw[:200]
         assert message.get("jsonrpc") == "2.0", frame.raw[:200]
         assert "method" in message or "result" in message or "error" in message, message
+
+
+def answer_index(client: AcpTestClient, request_id: int) -> int:
+    """Where the answer to request ``request_id`` sits among the client's frames."""
+    return next(
+        i
+        for i, frame in enumerate(client.frames)
+        if frame.direction == "in"
+        and isinstance(frame.message, dict)
+        and frame.message.get("id") == request_id
+        and "method" not in frame.message
+    )
+
+
+def updates_after(client: AcpTestClient, sid: str, index: int) -> list[Any]:
+    """The updates for ``sid`` that arrived after frame ``index``."""
+    return [
+        frame.message
+        for frame in client.frames[index + 1 :]
+        if frame.direction == "in"
+        and isinstance(frame.message, dict)
+        and frame.message.get("method") == "session/update"
+        and frame.message["params"]["sessionId"] == sid
+    ]

@@ -21,10 +21,12 @@ from maple_acp.wire import ProtocolError
 from .host_processes import (
     DEADLINE,
     Connector,
+    answer_index,
     assert_only_protocol_lines,
     connector_client,
     home_env,
     running_host,
+    updates_after,
 )
 
 BUILT_IN_MODES = ["ask", "code", "plan", "auto-edit"]
@@ -44,32 +46,14 @@ def option(answer: dict[str, Any], config_id: str) -> dict[str, Any] | None:
     return next((o for o in answer["configOptions"] if o["id"] == config_id), None)
 
 
-def answer_index(client: AcpTestClient, method: str) -> int:
+def latest_answer_index(client: AcpTestClient, method: str) -> int:
     """Where the answer to the latest ``method`` request sits among the client's frames."""
     request_id = [
         m["id"]
         for m in client.outbound()
         if isinstance(m, dict) and m.get("method") == method and "id" in m
     ][-1]
-    return next(
-        i
-        for i, frame in enumerate(client.frames)
-        if frame.direction == "in"
-        and isinstance(frame.message, dict)
-        and frame.message.get("id") == request_id
-        and "method" not in frame.message
-    )
-
-
-def updates_after(client: AcpTestClient, sid: str, index: int) -> list[Any]:
-    return [
-        frame.message
-        for frame in client.frames[index + 1 :]
-        if frame.direction == "in"
-        and isinstance(frame.message, dict)
-        and frame.message.get("method") == "session/update"
-        and frame.message["params"]["sessionId"] == sid
-    ]
+    return answer_index(client, request_id)
 
 
 async def refusal_code(call: Any) -> int:
@@ -161,7 +145,7 @@ async def test_modes_are_offered_chosen_enforced_and_restored_by_a_load(
             assert loaded_option["currentValue"] == "auto-edit"
             # Nothing for the session follows the load's answer: a round trip after it proves
             # whatever the attach caused had already arrived.
-            loaded_at = answer_index(client, "session/load")
+            loaded_at = latest_answer_index(client, "session/load")
             await client.list_sessions()
             assert updates_after(client, sid, loaded_at) == []
 

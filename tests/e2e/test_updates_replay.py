@@ -14,6 +14,7 @@ from maple_acp.testing.client import AcpTestClient
 from maple_acp.testing.schema import AcpSchema
 
 from .conftest import DEADLINE, assert_only_protocol_lines, connector_client, running_host
+from .host_processes import answer_index, updates_after
 
 COMMANDS = "available_commands_update"
 #: An agent message longer than one update carries (19,999 characters).
@@ -28,17 +29,6 @@ def titles(updates: list[dict[str, Any]]) -> list[str]:
     return [u["title"] for u in of_kind(updates, "session_info_update") if "title" in u]
 
 
-def answer_index(client: AcpTestClient, request_id: int) -> int:
-    return next(
-        i
-        for i, frame in enumerate(client.frames)
-        if frame.direction == "in"
-        and isinstance(frame.message, dict)
-        and frame.message.get("id") == request_id
-        and "method" not in frame.message
-    )
-
-
 def update_indexes(client: AcpTestClient, kind: str) -> list[int]:
     return [
         i
@@ -47,18 +37,6 @@ def update_indexes(client: AcpTestClient, kind: str) -> list[int]:
         and isinstance(frame.message, dict)
         and frame.message.get("method") == "session/update"
         and frame.message["params"]["update"]["sessionUpdate"] == kind
-    ]
-
-
-def updates_after(client: AcpTestClient, sid: str, index: int) -> list[Any]:
-    """The updates for ``sid`` that arrived after frame ``index``."""
-    return [
-        frame.message
-        for frame in client.frames[index + 1 :]
-        if frame.direction == "in"
-        and isinstance(frame.message, dict)
-        and frame.message.get("method") == "session/update"
-        and frame.message["params"]["sessionId"] == sid
     ]
 
 
