@@ -1,12 +1,16 @@
-"""Shared test configuration: the ACP schema (its fixture, and its requirement under CI),
-Hypothesis profiles, and the fixtures most directories share (a project directory, a serving
-demo runtime over a real SQLite file)."""
+"""Shared test configuration: the user's environment kept out of every test (one session-wide
+fixture), the ACP schema (found or fetched at start, never skipped), Hypothesis profiles, and
+the fixtures most directories share (a project directory, a serving demo runtime over a real
+SQLite file)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
+from typing import Final
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -56,6 +60,45 @@ def pytest_configure(config: pytest.Config) -> None:
     problem = schema_problem(os.environ)
     if problem is not None:
         raise pytest.UsageError(problem)
+
+
+#: The user's base directories a test must never read or write: each gets a private stand-in.
+USER_DIRS: Final[Mapping[str, str]] = {
+    "HOME": "home",
+    "XDG_CONFIG_HOME": "home/.config",
+    "XDG_DATA_HOME": "home/.local/share",
+    "XDG_STATE_HOME": "home/.local/state",
+    "XDG_CACHE_HOME": "home/.cache",
+    "XDG_RUNTIME_DIR": "run",
+}
+
+
+def isolated_environment(base: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` as a fresh account under ``base`` would have it: its own home and XDG base
+    directories (created 0700), and no ``MAPLE_ACP_*`` setting from outside."""
+    isolated = {key: value for key, value in env.items() if not key.startswith("MAPLE_ACP_")}
+    for name, relative in USER_DIRS.items():
+        directory = base / relative
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        isolated[name] = os.fspath(directory)
+    return isolated
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_user() -> Iterator[Path]:
+    """Every test, and every process a test starts (they inherit ``os.environ``), runs as a
+    fresh account: a config file, data directory, socket or ``MAPLE_ACP_*`` variable of the
+    user running the suite changes nothing. The home is a short path: sockets live under it."""
+    base = Path(tempfile.mkdtemp(prefix="macp-user-"))
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(isolated_environment(base, saved))
+    try:
+        yield base / USER_DIRS["HOME"]
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
