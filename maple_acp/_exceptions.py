@@ -41,6 +41,7 @@ one clause and still tell the layers apart::
      +-- ProviderUnavailable     maple_acp.backends.openai: the optional extra is not installed
      +-- HostUnavailable         the command line's client found no host on the socket
      +-- AcpCallError            the command line's client got an error answer
+     +-- SchemaUnavailable       maple_acp.testing: the ACP schema is absent and not fetchable
 
 Not part of the tree, on purpose, each for its reason:
 

@@ -10,14 +10,15 @@ import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from maple_acp.runtime import AgentService
 from maple_acp.testing.demo import demo_service
-from maple_acp.testing.schema import AcpSchema, find_schema_dir
+from maple_acp.testing.schema import AcpSchema
+from maple_acp.testing.schema_source import SCHEMA_ENV, SchemaUnavailable, resolve_schema_dir
 
 # The default suite replays the same examples on every run, so a CI verdict depends on the
 # code and not on the draw; the "long" profile (nox -s long) explores with fresh randomness.
@@ -35,31 +36,22 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
-#: Values of ``CI`` that mean "this is a CI run" (CI services set ``CI=true``).
-_CI_VALUES = frozenset({"1", "true", "yes"})
 
-
-def schema_problem(env: Mapping[str, str]) -> str | None:
-    """Why a CI run cannot check frames against the ACP schema, or ``None`` if it can."""
-    if env.get("CI", "").strip().lower() not in _CI_VALUES:
-        return None
-    explicit = env.get("ACP_SCHEMA_DIR")
-    if explicit and not (Path(explicit) / "schema.json").is_file():
-        return f"CI is set but ACP_SCHEMA_DIR={explicit} holds no schema.json"
-    if find_schema_dir() is None:
-        return (
-            "CI is set but the ACP schema was not found: set ACP_SCHEMA_DIR to the directory "
-            "holding schema.json (acp-schema/v1)"
-        )
-    return None
+def require_schema(env: Mapping[str, str], **where: Any) -> Path:
+    """The ACP schema directory, found or fetched (:mod:`maple_acp.testing.schema_source`),
+    or a usage error of one line naming ``ACP_SCHEMA_DIR``: a run that skipped the schema
+    tests would pass without checking a single frame, so there is no skipping."""
+    try:
+        return resolve_schema_dir(env, **where)
+    except SchemaUnavailable as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under CI a missing ACP schema stops the run: locally the schema tests skip with a
-    reason, but a CI run that skipped them would pass without checking a single frame."""
-    problem = schema_problem(os.environ)
-    if problem is not None:
-        raise pytest.UsageError(problem)
+    """Decide the schema before collecting (and before the user's environment is swapped out:
+    the cache is the user's), and pass it on through ``ACP_SCHEMA_DIR`` to every module and
+    process that looks."""
+    os.environ[SCHEMA_ENV] = os.fspath(require_schema(os.environ))
 
 
 #: The user's base directories a test must never read or write: each gets a private stand-in.
@@ -103,10 +95,7 @@ def isolated_user() -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def acp_schema() -> AcpSchema:
-    directory = find_schema_dir()
-    if directory is None:
-        pytest.skip("ACP schema not found: set ACP_SCHEMA_DIR to the acp-schema/v1 directory")
-    return AcpSchema(directory)
+    return AcpSchema(Path(os.environ[SCHEMA_ENV]))
 
 
 @pytest.fixture

@@ -1,8 +1,9 @@
 """Validate frames an ACP agent emits against the official ACP v1 JSON Schema.
 
-Needs ``jsonschema`` (a test dependency). The schema directory comes from ``ACP_SCHEMA_DIR``
-or an explicit path; :func:`find_schema_dir` returns ``None`` when it is absent so tests can
-skip with a clear reason instead of failing.
+Needs ``jsonschema`` (a test dependency). The schema directory comes from an explicit path,
+``ACP_SCHEMA_DIR``, ``../shared/acp-schema/v1`` or the cached package
+(:mod:`maple_acp.testing.schema_source`, which the test suite uses to fetch it once);
+:func:`find_schema_dir` never downloads and returns ``None`` when none holds it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import Any, Final
 
 import orjson
+
+from maple_acp.testing.schema_source import cached_schema_dir, shared_schema_dir
 
 #: What each agent-side method answers with, by schema definition.
 RESULT_DEFINITIONS: Final[Mapping[str, str]] = {
@@ -51,7 +54,8 @@ def find_schema_dir(explicit: str | os.PathLike[str] | None = None) -> Path | No
     env = os.environ.get("ACP_SCHEMA_DIR")
     if env:
         candidates.append(Path(env))
-    candidates.append(Path(__file__).resolve().parents[2].parent / "shared" / "acp-schema" / "v1")
+    candidates.append(shared_schema_dir())
+    candidates.append(cached_schema_dir(os.environ))
     for candidate in candidates:
         if (candidate / "schema.json").is_file():
             return candidate

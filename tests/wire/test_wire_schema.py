@@ -17,17 +17,8 @@ from maple_acp import wire
 from maple_acp.testing import strategies as acp_st
 from maple_acp.wire._naming import wire_key
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SCHEMA_DIR = Path(
-    os.environ.get("ACP_SCHEMA_DIR") or REPO_ROOT.parent / "shared" / "acp-schema" / "v1"
-)
-
-if not (SCHEMA_DIR / "schema.json").is_file():
-    pytest.skip(
-        f"ACP schema not found at {SCHEMA_DIR} (set ACP_SCHEMA_DIR to the directory holding "
-        "schema.json and schema.unstable.json)",
-        allow_module_level=True,
-    )
+# tests/conftest.py found (or fetched) the schema before collection and set the variable.
+SCHEMA_DIR = Path(os.environ["ACP_SCHEMA_DIR"])
 
 STABLE_DEFS: dict[str, Any] = json.loads((SCHEMA_DIR / "schema.json").read_text())["$defs"]
 UNSTABLE_DEFS: dict[str, Any] = json.loads((SCHEMA_DIR / "schema.unstable.json").read_text())[
