@@ -22,7 +22,6 @@ from maple_acp.wire import (
     CLIENT_METHODS,
     CreateElicitationRequest,
     CreateElicitationResponse,
-    RequestPermissionRequest,
     RequestPermissionResponse,
     structure_params,
     unstructure,
@@ -86,9 +85,8 @@ class ClientChannel:
         result = await self._peer.request(method, unstructure(request), hold_credit=True)
         return structure_params(result, spec.result)
 
-    async def request_permission(
-        self, request: RequestPermissionRequest
-    ) -> RequestPermissionResponse:
+    async def request_permission(self, request: object) -> RequestPermissionResponse:
+        """Ask a permission question (its shape is the session's dialect's)."""
         response: RequestPermissionResponse = await self._call(PERMISSION_METHOD, request)
         return response
 

@@ -96,14 +96,24 @@ def _check_max_line(_: object, __: attrs.Attribute[int], value: int) -> None:
         raise ConfigError(f"max line bytes must be between 1024 and {MAX_LINE_BYTES_LIMIT}")
 
 
+#: The newest ACP version this service can speak (v2 is the 2.0.0-alpha.12 draft).
+MAX_PROTOCOL_VERSION: Final = 2
+
+
+def _check_protocol_max(_: object, __: attrs.Attribute[int], value: int) -> None:
+    if type(value) is not int or not 1 <= value <= MAX_PROTOCOL_VERSION:
+        raise ConfigError(f"protocol max must be between 1 and {MAX_PROTOCOL_VERSION}")
+
+
 @attrs.frozen(kw_only=True)
 class AcpServiceConfig:
     """How an :class:`~maple_acp.edge.AcpService` admits connections and sessions.
 
-    ``allowed_roots`` is admission policy for session working directories, not a sandbox: an
-    empty tuple admits any absolute directory the host can access. ``allow_session_delete``
-    advertises and serves ``session/delete`` (off unless the host opts in). Roots are canonicalised
-    (symlinks resolved) when the config is built.
+        ``allowed_roots`` is admission policy for session working directories, not a sandbox: an
+        empty tuple admits any absolute directory the host can access. ``allow_session_delete``
+        advertises and serves ``session/delete`` (off unless the host opts in); ``protocol_max``
+    lets a client that asks for ACP v2 have it (1 unless the host opts in). Roots are canonicalised
+        (symlinks resolved) when the config is built.
     """
 
     allowed_roots: tuple[str, ...] = attrs.field(default=(), converter=_roots_converter)
@@ -125,6 +135,9 @@ class AcpServiceConfig:
     agent_title: str = "Maple ACP"
     #: Whether clients may delete tasks (``session/delete``); a host opts in.
     allow_session_delete: bool = False
+    #: The newest protocol version a client may get: 1 unless the host opts in to 2 (the v2
+    #: draft); a client asking for less, or for something else, gets 1.
+    protocol_max: int = attrs.field(default=1, validator=_check_protocol_max)
 
     def admits(self, canonical_dir: str) -> bool:
         """Whether a canonical directory lies under an allowed root (or any, if none set)."""

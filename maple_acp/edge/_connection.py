@@ -11,7 +11,8 @@ Each flow lives in its own module and class and gets only what it uses: the conn
 :class:`~maple_acp.edge._client.ClientChannel` (everything sent to the client), the runtime,
 the config, and small callables. Opening sessions (``_opening``), closing and deleting them
 (``_closing``), the prompt turn (``_turn``), the trust dialog (``_trust``) and goals
-(``_goals``). Dispatch comes from the dialect chosen at ``initialize`` (``_v1`` today): its
+(``_goals``). Dispatch comes from the dialect chosen at ``initialize`` (``_v1``, or ``_v2``
+when the client asks for 2 and the host allows it; one version for the connection's life): its
 method table names each method's params type and the operation that serves it; params are
 converted to that type once, here; a handler gets that typed request and returns the
 dialect's answer.
@@ -38,12 +39,14 @@ from maple_acp.edge._sessions import SessionTable
 from maple_acp.edge._trust import TrustDialog
 from maple_acp.edge._turn import PromptTurns
 from maple_acp.edge._v1 import V1
+from maple_acp.edge._v2 import V2
 from maple_acp.mcp import ExternalMcpError
 from maple_acp.rpc import JsonRpcPeer, method_not_found
 from maple_acp.runtime import AgentService, RelayValues, RuntimeRejection
 from maple_acp.wire import (
     BRIDGE_HELLO_METHOD,
     INVALID_PARAMS,
+    RESOURCE_NOT_FOUND,
     BridgeHello,
     CancelNotification,
     HostStatus,
@@ -60,18 +63,29 @@ logger = logging.getLogger(__name__)
 #: The bound for the asynchronous cleanup after a disconnect (SPEC.md).
 DISCONNECT_CLEANUP_S: Final = 5.0
 #: The protocol versions this agent speaks, oldest first; ``initialize`` picks one.
-DIALECTS: Final[tuple[Dialect, ...]] = (V1,)
+DIALECTS: Final[tuple[Dialect, ...]] = (V1, V2)
 
 Handler = Callable[[Any], Awaitable[Any]]
 
 
-def choose_dialect(requested: int) -> Dialect:
-    """The newest dialect not newer than the client asked for (else the oldest)."""
+def choose_dialect(requested: object, maximum: int) -> Dialect:
+    """The newest dialect not newer than the client asked for nor than the host allows
+    (else the oldest: any other request, even a malformed one, is answered with version 1)."""
     chosen = DIALECTS[0]
+    if type(requested) is not int:
+        return chosen
     for dialect in DIALECTS:
-        if dialect.version <= requested:
+        if dialect.version <= min(requested, maximum):
             chosen = dialect
     return chosen
+
+
+def _with_session(error: ProtocolError, request: Any, has_session: bool) -> ProtocolError:
+    """An unknown-session error names the session it was about (``SessionNotFoundErrorData``),
+    so a client can tell which of its sessions is gone."""
+    if error.code != RESOURCE_NOT_FOUND or error.data is not None or not has_session:
+        return error
+    return ProtocolError(error.code, error.message, {"sessionId": request.session_id})
 
 
 def _checked_session_id(request: Any) -> Any:
@@ -114,12 +128,15 @@ class AcpConnection:
         self.client = channel = ClientChannel(self.peer)
         self.relay = RelayValues({})
         self.dialect: Dialect = DIALECTS[0]
+        self._initialized = False
         self._nursery: trio.Nursery | None = None
         self.closer = SessionCloser(
             table, runtime, nursery=lambda: self.nursery, ending=lambda: self.ending
         )
         self.trust = TrustDialog(channel)
-        self.turns = PromptTurns(table, channel, settle_trust=self.trust.settle)
+        self.turns = PromptTurns(
+            table, channel, settle_trust=self.trust.settle, nursery=lambda: self.nursery
+        )
         self.goals = GoalFlow(table, channel, pump=self.turns.pump, forget=self.closer.forget)
         self.opener = SessionOpener(
             table,
@@ -211,6 +228,10 @@ class AcpConnection:
     # -- dispatch ----------------------------------------------------------------------------
 
     async def _on_request(self, method: str, params: Any) -> Any:
+        if method == "initialize" and not self._initialized:
+            # The version decides the params' shape, so it is chosen from the raw request.
+            requested = params.get("protocolVersion") if isinstance(params, dict) else None
+            self._use(choose_dialect(requested, self.config.protocol_max))
         entry = self._requests.get(method)
         if entry is None:
             raise method_not_found(method)
@@ -221,8 +242,15 @@ class AcpConnection:
         try:
             response = await handler(request)
         except (RuntimeRejection, ExternalMcpError) as exc:
-            raise protocol_error(exc) from None
+            raise _with_session(protocol_error(exc), request, has_session) from None
+        except ProtocolError as exc:
+            raise _with_session(exc, request, has_session) from None
         return unstructure(response)
+
+    def _use(self, dialect: Dialect) -> None:
+        if dialect is not self.dialect:
+            self.dialect = dialect
+            self._requests = self._dispatch_table(dialect)
 
     async def _on_notification(self, method: str, params: Any) -> None:
         if method == "session/cancel":
@@ -254,19 +282,12 @@ class AcpConnection:
 
     # -- initialize and status ---------------------------------------------------------------
 
-    async def _initialize(self, request: InitializeRequest) -> InitializeResponse:
-        elicitation = request.client_capabilities.elicitation
-        self.client.elicitation_form = elicitation is not None and elicitation.form is not None
-        session_caps = request.client_capabilities.session
-        self.client.notices = session_caps is not None and session_caps.notices is not None
-        dialect = choose_dialect(request.protocol_version)
-        if dialect is not self.dialect:
-            self.dialect = dialect
-            self._requests = self._dispatch_table(dialect)
-        response = self._initialize_response()
-        if response.protocol_version != dialect.version:
-            response = attrs.evolve(response, protocol_version=dialect.version)
-        return response
+    async def _initialize(self, request: InitializeRequest) -> object:
+        # A later initialize keeps the version: one connection speaks one for its life.
+        self._initialized = True
+        dialect = self.dialect
+        self.client.elicitation_form, self.client.notices = dialect.client_features(request)
+        return dialect.initialize_answer(self._initialize_response())
 
     async def _status(self, request: StatusRequest) -> HostStatus:
         return self._host_status()

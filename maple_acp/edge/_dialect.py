@@ -6,7 +6,7 @@ operation that serves it), the projection of runtime events and stored history i
 answer, modes and config options, the permission question). The flows (``_opening``,
 ``_closing``, ``_turn``, ``_trust``, ``_goals``) call these and never build a
 version-specific shape themselves, so a second version is a second dialect, not version checks
-in the flows. ``_v1`` is the one there is today.
+in the flows. ``_v1`` and ``_v2`` are the two there are.
 
 Nothing here does I/O: resource handling, errors and cancellation are the flows'. A dialect
 refuses bad input with ``ProtocolError(-32602)``.
@@ -22,11 +22,13 @@ import attrs
 from maple_acp.edge._projection import Outbound, SessionSettings
 from maple_acp.model import CommandInfo, GoalRecord, MessageRow, TimelineItem
 from maple_acp.runtime import ModelChoices, RunEvent, RunState, StopReason, ToolRequest, Usage
+from maple_acp.wire import InitializeResponse
 
 __all__ = [
     "FAIL_CLOSED",
     "ConfigChange",
     "Dialect",
+    "NoTurnFrames",
     "Outbound",
     "Projection",
     "Route",
@@ -82,13 +84,61 @@ class Projection(Protocol):
 
     def config_update(self, options: Any) -> Outbound: ...
 
-    def current_mode(self, mode_id: str) -> Outbound: ...
+    def mode_change(self, mode_id: str, options: Any) -> list[Outbound]:
+        """What a change of the session's mode announces (its config options with it)."""
+        ...
 
     def history(self, rows: Sequence[TimelineItem | MessageRow]) -> Iterable[Outbound]: ...
 
     def permission_request(self, request: ToolRequest) -> Any:
         """The client method's request that asks about ``request`` (the channel sends it)."""
         ...
+
+    def question(self, question_id: str, title: str, options: Sequence[Any]) -> Any:
+        """A permission request that is a question of the agent's own (no tool call)."""
+        ...
+
+    # The turn's frame. Each returns the updates to send (none in a version without them).
+
+    def accepted(self, message_id: str, text: str) -> list[Outbound]:
+        """A prompt's user message was inserted as ``message_id``."""
+        ...
+
+    def run_started(self) -> list[Outbound]: ...
+
+    def run_ended(self, state: RunState, reason: StopReason) -> list[Outbound]:
+        """The last updates of a run, after every other one."""
+        ...
+
+    def permission_waiting(self) -> list[Outbound]: ...
+
+    def permission_settled(self) -> list[Outbound]: ...
+
+    def attached(self, running: bool) -> list[Outbound]:
+        """The current state, sent by a resume before its answer."""
+        ...
+
+
+class NoTurnFrames:
+    """For a version whose turn is framed by its answer alone: no frame updates."""
+
+    def accepted(self, message_id: str, text: str) -> list[Outbound]:
+        return []
+
+    def run_started(self) -> list[Outbound]:
+        return []
+
+    def run_ended(self, state: RunState, reason: StopReason) -> list[Outbound]:
+        return []
+
+    def permission_waiting(self) -> list[Outbound]:
+        return []
+
+    def permission_settled(self) -> list[Outbound]:
+        return []
+
+    def attached(self, running: bool) -> list[Outbound]:
+        return []
 
 
 class Dialect(Protocol):
@@ -99,6 +149,12 @@ class Dialect(Protocol):
 
     @property
     def routes(self) -> Mapping[str, Route]: ...
+
+    @property
+    def answers_on_acceptance(self) -> bool:
+        """A prompt is answered once its message is inserted (:meth:`acceptance_answer`);
+        the turn goes on and ends in updates. Otherwise the answer ends the turn."""
+        ...
 
     @property
     def chunk_kinds(self) -> Mapping[type, Any]:
@@ -120,6 +176,20 @@ class Dialect(Protocol):
         """The session's config options (the model only offers itself once locked)."""
         ...
 
+    def client_features(self, request: Any) -> tuple[bool, bool]:
+        """From the ``initialize`` request: (form elicitation, notice updates) the client
+        takes."""
+        ...
+
+    def initialize_answer(self, answer: InitializeResponse) -> object:
+        """This version's ``initialize`` answer, from the host's (version 1) one."""
+        ...
+
+    def replay_requested(self, request: Any) -> bool:
+        """Whether a ``session/resume`` asks for the history (``-32602`` for a cursor this
+        agent cannot serve)."""
+        ...
+
     def new_answer(self, session_id: str, options: Any, settings: SessionSettings) -> object: ...
 
     def load_answer(self, options: Any, settings: SessionSettings) -> object: ...
@@ -132,6 +202,11 @@ class Dialect(Protocol):
         self, state: RunState, usage: Usage | None = None, reason: StopReason = ...
     ) -> object:
         """A prompt's answer: stop reason and exactly this turn's usage."""
+        ...
+
+    def acceptance_answer(self, message_id: str) -> object:
+        """The prompt's answer once its message is inserted (see
+        :attr:`answers_on_acceptance`)."""
         ...
 
     def permission_answer(self, response: Any) -> str:

@@ -99,13 +99,8 @@ class GoalFlow:
                             if isinstance(event, GoalChanged):
                                 await channel.send(session.projector.goal(event.goal))
                             elif isinstance(event, ModeChanged):
-                                # The mode option's currentValue changes with it: a client
-                                # that shows config options rather than modes stays right.
                                 await channel.send_many(
-                                    (
-                                        session.projector.current_mode(event.mode.id),
-                                        session.projector.config_update(session.options()),
-                                    )
+                                    session.projector.mode_change(event.mode.id, session.options())
                                 )
                             elif isinstance(event, CycleStarted):
                                 cycles.start_soon(self._pump_cycle, session, event.run)

@@ -6,7 +6,7 @@ relay values, task ownership) are the runtime's; this module asks the runtime fo
 shapes the answer. MCP definitions are validated before
 anything is created. A load or resume of a session this connection already holds is a
 re-attach: the request's MCP servers replace the lease's (the new set connects first), and a
-load replays the history again.
+load (or a resume whose dialect asks for it: v2's ``replayFrom``) replays the history again.
 
 The connection's :class:`~maple_acp.edge._sessions.SessionTable` enforces the session cap
 before anything is created or persisted, and registers the new session; the connection's
@@ -208,13 +208,8 @@ class SessionOpener:
         session = await self._attach(
             request.session_id, request.cwd, request.additional_directories, request.mcp_servers
         )
-        # Replay the visible history before answering, through the live projector.
-        channel = self._channel
         with session.lease.operation(), session.update_scope():
-            await channel.send_many(session.projector.history(await session.lease.replay_rows()))
-            task = session.lease.task
-            if task.title:
-                await channel.send(session.projector.title(task.title))
+            await self._replay(session)
             await self._announce(session)
         if session.stopped:
             raise unknown_session()
@@ -222,15 +217,31 @@ class SessionOpener:
         return session.dialect.load_answer(session.options(), session.settings())
 
     async def resume(self, request: ResumeSessionRequest) -> object:
+        # A cursor this agent cannot serve is bad params before anything is attached.
+        replay = self._dialect().replay_requested(request)
         session = await self._attach(
             request.session_id, request.cwd, request.additional_directories, request.mcp_servers
         )
         with session.lease.operation(), session.update_scope():
+            if replay:
+                await self._replay(session)
             await self._announce(session)
+            # The current state comes after any replay and before the answer (in a version
+            # that has one).
+            running = session.lease.active_run is not None
+            await self._channel.send_many(session.projector.attached(running))
         if session.stopped:
             raise unknown_session()
         logger.info("session %s resumed", session.id)
         return session.dialect.resume_answer(session.options(), session.settings())
+
+    async def _replay(self, session: EdgeSession) -> None:
+        """The visible history, sent before the answer through the live projector."""
+        channel = self._channel
+        await channel.send_many(session.projector.history(await session.lease.replay_rows()))
+        task = session.lease.task
+        if task.title:
+            await channel.send(session.projector.title(task.title))
 
     async def _announce(self, session: EdgeSession) -> None:
         """What attaching announces (its commands, its goal), sent before a load's or a

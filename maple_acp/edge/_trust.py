@@ -30,9 +30,7 @@ from maple_acp.wire import (
     ElicitationSchema,
     PermissionOption,
     ProtocolError,
-    RequestPermissionRequest,
     SelectedPermissionOutcome,
-    ToolCallUpdate,
 )
 
 logger = logging.getLogger(__name__)
@@ -102,15 +100,10 @@ class TrustDialog:
         return None
 
     async def _choose(self, session: EdgeSession) -> bool | None:
-        params = RequestPermissionRequest(
-            session_id=session.id,
-            tool_call=ToolCallUpdate(
-                tool_call_id=f"project-trust-{session.id}",
-                title="Trust this project? It contains agent skills (.agents/skills).",
-                kind="other",
-                status="pending",
-            ),
-            options=TRUST_OPTIONS,
+        params = session.projector.question(
+            f"project-trust-{session.id}",
+            "Trust this project? It contains agent skills (.agents/skills).",
+            TRUST_OPTIONS,
         )
         try:
             response = await self._channel.request_permission(params)

@@ -17,6 +17,7 @@ finish ending, bounded, so the session takes the next prompt at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -36,6 +37,7 @@ from maple_acp.runtime import (
     RunEnded,
     RunEvent,
     RunState,
+    StopReason,
     TextChunk,
     ThoughtChunk,
 )
@@ -55,28 +57,78 @@ class PromptTurns:
         channel: ClientChannel,
         *,
         settle_trust: Callable[[EdgeSession], Awaitable[bool]],
+        nursery: Callable[[], trio.Nursery],
     ) -> None:
         self._table = table
         self._channel = channel
         self._settle_trust = settle_trust
+        #: Where a turn answered on acceptance goes on (the connection's nursery).
+        self._nursery = nursery
 
     async def prompt(self, request: PromptRequest) -> object:
         # The blocks first: a refused block is bad params whatever the session.
         text = prompt_text(request.prompt)
         session = self._table.live(request.session_id)
+        arrival = request_arrival()
+        if session.dialect.answers_on_acceptance:
+            # The answer leaves once the message is inserted; the turn goes on in the
+            # connection's nursery, and ends in updates.
+            answer: object = await self._nursery().start(
+                self._accepted_turn, session, text, arrival
+            )
+            return answer
+        return await self._claimed_turn(session, text, arrival, None)
+
+    async def _accepted_turn(
+        self,
+        session: EdgeSession,
+        text: str,
+        arrival: int,
+        *,
+        task_status: trio.TaskStatus[object] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """A turn whose prompt is answered on acceptance. Before that, its errors (and its
+        cancellation) are the request's; after it, a failure ends the turn and is logged."""
+        accepted = False
+
+        def accept(answer: object) -> None:
+            nonlocal accepted
+            accepted = True
+            task_status.started(answer)
+
+        try:
+            await self._claimed_turn(session, text, arrival, accept)
+        except Exception as exc:
+            if not accepted:
+                raise
+            # The session closed, or the client went away: nothing is left to tell.
+            logger.debug("a turn ended early after its prompt was accepted: %r", exc)
+
+    async def _claimed_turn(
+        self,
+        session: EdgeSession,
+        text: str,
+        arrival: int,
+        accept: Callable[[object], None] | None,
+    ) -> object:
         answer = session.dialect.prompt_answer
         # The runtime's prompt slot: RUN_ACTIVE (-32600) while another prompt holds it.
         with session.lease.claim_prompt() as claim:
             try:
                 with session.update_scope():
-                    return await self._turn(session, claim, text, request_arrival())
+                    return await self._turn(session, claim, text, arrival, accept)
             except SessionClosed:
                 return answer(RunState.CANCELLED)
             # A closed session's pump is cancelled from outside; the turn ends cancelled.
             return answer(RunState.CANCELLED)
 
     async def _turn(
-        self, session: EdgeSession, claim: PromptClaim, text: str, arrival: int
+        self,
+        session: EdgeSession,
+        claim: PromptClaim,
+        text: str,
+        arrival: int,
+        accept: Callable[[object], None] | None,
     ) -> object:
         lease = session.lease
         answer = session.dialect.prompt_answer
@@ -96,7 +148,10 @@ class PromptTurns:
         if session.cancelled_since(arrival):
             # A cancel or close arrived while the run was being admitted; it found no run.
             run.cancel()
+        if accept is not None:
+            accept(session.dialect.acceptance_answer(run.user_message_id))
         try:
+            await self._channel.send_many(session.projector.accepted(run.user_message_id, text))
             if not was_locked:
                 await self._channel.send(session.projector.config_update(session.options()))
             state = await self.pump(session, run)
@@ -111,10 +166,22 @@ class PromptTurns:
         outcome = await run.wait()
         # Every update of the run must be on the wire before the prompt's answer.
         await self._channel.drain()
+        if accept is not None:
+            return None  # answered on acceptance; the run's last update ended the turn
         return answer(state, outcome.usage, outcome.stop_reason)
 
     async def pump(self, session: EdgeSession, run: Run) -> RunState:
-        """Send every event of ``run`` as it comes; return the run's final state.
+        """Send every event of ``run`` as it comes, framed by the dialect's run updates
+        (v2's ``state_update``; none in v1); return the run's final state."""
+        projector = session.projector
+        await self._channel.send_many(projector.run_started())
+        state, reason = await self._pump_events(session, run)
+        # After every update of the run, and after its permission questions ended.
+        await self._channel.send_many(projector.run_ended(state, reason))
+        return state
+
+    async def _pump_events(self, session: EdgeSession, run: Run) -> tuple[RunState, StopReason]:
+        """Send every event of ``run`` as it comes; return the run's final state and reason.
 
         Events arrive in batches (everything queued at that moment). The text chunks of a
         batch become finished lines handed to the peer together, one hand-off per run of
@@ -143,7 +210,9 @@ class PromptTurns:
                         if isinstance(event, RunEnded):
                             # A turn that lost an update did not end normally, even if its
                             # run completed before the cancel reached it.
-                            return RunState.CANCELLED if dropped else event.outcome.state
+                            outcome = event.outcome
+                            state = RunState.CANCELLED if dropped else outcome.state
+                            return state, outcome.stop_reason
                         if isinstance(event, PermissionRequest):
                             permissions.start_soon(self._ask_permission, session, event)
                         else:
@@ -153,7 +222,7 @@ class PromptTurns:
             finally:
                 permissions.cancel_scope.cancel()
         outcome = await run.wait()
-        return outcome.state
+        return outcome.state, outcome.stop_reason
 
     async def _send_lines(self, session: EdgeSession, run: Run, lines: list[bytes]) -> bool:
         """Hand finished text lines to the peer; True if one was too large (turn ended)."""
@@ -190,9 +259,12 @@ class PromptTurns:
     async def _ask_permission(self, session: EdgeSession, event: PermissionRequest) -> None:
         """Ask the client; anything but a clean allow-once/reject-once fails closed."""
         answer = FAIL_CLOSED
+        projector = session.projector
         try:
+            # While it waits the turn requires action (in a version that says so).
+            await self._channel.send_many(projector.permission_waiting())
             response = await self._channel.request_permission(
-                session.projector.permission_request(event.request)
+                projector.permission_request(event.request)
             )
             answer = session.dialect.permission_answer(response)
         except (ProtocolError, ConnectionClosed, OutboundFrameTooLarge) as exc:
@@ -201,3 +273,5 @@ class PromptTurns:
             # Cancellation (the run ended, the session closed) lands here too: the responder
             # then refuses the late answer and the run's own cancellation already denied it.
             event.responder.answer(answer)
+        with contextlib.suppress(ConnectionClosed):
+            await self._channel.send_many(projector.permission_settled())

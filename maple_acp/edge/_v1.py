@@ -7,13 +7,13 @@ mapping of run events to its updates; the answers are the v1 wire types. See
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
 import attrs
 
-from maple_acp.edge._dialect import FAIL_CLOSED, ConfigChange, Route
+from maple_acp.edge._dialect import FAIL_CLOSED, ConfigChange, NoTurnFrames, Route
 from maple_acp.edge._projection import (
     DEFAULT_THOUGHT_LEVEL,
     MODE_OPTION_ID,
@@ -50,6 +50,8 @@ from maple_acp.wire import (
     STATUS_METHOD,
     ChunkKind,
     ForkSessionResponse,
+    InitializeRequest,
+    InitializeResponse,
     LoadSessionResponse,
     NewSessionResponse,
     PermissionOption,
@@ -63,6 +65,7 @@ from maple_acp.wire import (
     SetSessionConfigOptionResponse,
     SetSessionModeResponse,
     StopReason,
+    ToolCallUpdate,
     Usage,
 )
 
@@ -82,7 +85,7 @@ _CHUNK_KINDS: Final[Mapping[type, ChunkKind]] = MappingProxyType(
     {TextChunk: "agent_message_chunk", ThoughtChunk: "agent_thought_chunk"}
 )
 #: ACP's stop reason for a completed turn, by the backend's own (``Turn.stop_reason``).
-_COMPLETED_REASONS: Final[dict[RunStopReason, StopReason]] = {
+COMPLETED_REASONS: Final[dict[RunStopReason, StopReason]] = {
     RunStopReason.END_TURN: "end_turn",
     RunStopReason.MAX_TOKENS: "max_tokens",
     RunStopReason.MAX_TURN_REQUESTS: "max_turn_requests",
@@ -130,8 +133,25 @@ ROUTES: Final[Mapping[str, Route]] = MappingProxyType(
 )
 
 
-class V1Projection(SessionProjector):
-    """v1's updates of one session: the projector, plus which update each run event is."""
+class V1Projection(NoTurnFrames, SessionProjector):
+    """v1's updates of one session: the projector, plus which update each run event is (the
+    prompt's answer frames the turn: no frame updates)."""
+
+    def mode_change(self, mode_id: str, options: tuple[SessionConfigOption, ...]) -> list[Outbound]:
+        # The mode option's currentValue changes with it: a client that shows config options
+        # rather than modes stays right.
+        return [self.current_mode(mode_id), self.config_update(options)]
+
+    def question(
+        self, question_id: str, title: str, options: Sequence[PermissionOption]
+    ) -> RequestPermissionRequest:
+        return RequestPermissionRequest(
+            session_id=self.session_id,
+            tool_call=ToolCallUpdate(
+                tool_call_id=question_id, title=title, kind="other", status="pending"
+            ),
+            options=tuple(options),
+        )
 
     def event(self, event: RunEvent) -> Outbound | list[bytes] | None:
         if isinstance(event, ToolRow):
@@ -171,6 +191,26 @@ class V1Dialect:
     version: Final = VERSION
     routes: Final = ROUTES
     chunk_kinds: Final = _CHUNK_KINDS
+    answers_on_acceptance: Final = False
+
+    def client_features(self, request: InitializeRequest) -> tuple[bool, bool]:
+        elicitation = request.client_capabilities.elicitation
+        session = request.client_capabilities.session
+        return (
+            elicitation is not None and elicitation.form is not None,
+            session is not None and session.notices is not None,
+        )
+
+    def initialize_answer(self, answer: InitializeResponse) -> InitializeResponse:
+        if answer.protocol_version == VERSION:
+            return answer
+        return attrs.evolve(answer, protocol_version=VERSION)
+
+    def replay_requested(self, request: object) -> bool:
+        return False  # v1 replays with session/load; its resume never does
+
+    def acceptance_answer(self, message_id: str) -> None:
+        return None  # never asked: a v1 prompt is answered when its turn ends
 
     def projection(self, session_id: str, *, notices: bool = False) -> V1Projection:
         return V1Projection(session_id, notices=notices)
@@ -229,7 +269,7 @@ class V1Dialect:
         if state is RunState.CANCELLED:
             stop: StopReason = "cancelled"
         elif state is RunState.COMPLETED:
-            stop = _COMPLETED_REASONS[reason]
+            stop = COMPLETED_REASONS[reason]
         else:
             stop = "end_turn"
         return PromptResponse(

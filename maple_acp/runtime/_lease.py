@@ -35,7 +35,7 @@ from maple_acp.runtime._models import ModelChoices
 from maple_acp.runtime._modes import ModeDeclaration
 from maple_acp.runtime._offer import offered_tools
 from maple_acp.runtime._outlet import RunHooks, RunOutlet
-from maple_acp.runtime._run import Run
+from maple_acp.runtime._run import Run, user_message_id
 from maple_acp.runtime._session_events import SessionEvents
 from maple_acp.runtime._tools import ToolContext
 from maple_acp.runtime._trust import ProjectSkills, SkillInfo, TrustStatus
@@ -426,7 +426,7 @@ class SessionLease:
                     run_id = self._new_run_id()
                     now = self._context.now_ms()
                     item = TimelineItem(
-                        item_id=f"{run_id}-u",
+                        item_id=user_message_id(run_id),
                         kind=ItemKind.USER,
                         created_ms=now,
                         run_id=run_id,

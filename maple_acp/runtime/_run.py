@@ -43,6 +43,11 @@ RUN_FINALIZE_BOUND_S = 5.0
 OVERFLOW_NOTICE = "the run produced events faster than they were read; it was cancelled"
 
 
+def user_message_id(run_id: str) -> str:
+    """The id under which a prompt run's user message is stored and shown."""
+    return f"{run_id}-u"
+
+
 class Run:
     """A handle on one run. Read ``events()`` (exactly once) until ``RunEnded``; ``cancel()``;
     ``await wait()`` for the retained outcome; answer permission requests with ``answer``."""
@@ -81,6 +86,11 @@ class Run:
         self._result = TurnResult()
 
     # -- the caller's side -------------------------------------------------------------------
+
+    @property
+    def user_message_id(self) -> str:
+        """The id of the user message a prompt run answers (admitted with the run)."""
+        return user_message_id(self.id)
 
     def events(self) -> AsyncIterator[RunEvent]:
         """The run's ordered events, ending with ``RunEnded``. Can be taken once."""

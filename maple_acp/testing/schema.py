@@ -1,4 +1,5 @@
-"""Validate frames an ACP agent emits against the official ACP v1 JSON Schema.
+"""Validate frames an ACP agent emits against the official ACP JSON Schema (v1, or the v2
+draft when the directory is ``acp-schema/v2``).
 
 Needs ``jsonschema`` (a test dependency). The schema directory comes from an explicit path,
 ``ACP_SCHEMA_DIR``, ``../shared/acp-schema/v1`` or the cached package
@@ -42,6 +43,15 @@ OUTBOUND_DEFINITIONS: Final[Mapping[str, str]] = {
 }
 
 
+#: What differs in ACP v2 (``acp-schema/v2``): an update's definition, and methods with
+#: no v2 counterpart that a v2 agent must never answer or send.
+V2_OUTBOUND_DEFINITIONS: Final[Mapping[str, str]] = {
+    "session/update": "UpdateSessionNotification",
+    "session/request_permission": "RequestPermissionRequest",
+}
+V2_UNSTABLE_RESULTS: Final = frozenset({"session/fork"})
+
+
 class SchemaViolation(AssertionError):
     """A frame does not match the ACP schema."""
 
@@ -72,6 +82,11 @@ class AcpSchema:
             for name in ("schema", "schema.unstable")
         }
         self._validators: dict[tuple[str, str], Any] = {}
+        meta = directory / "meta.json"
+        #: The protocol version the directory describes (its ``meta.json``; 1 without one).
+        self.version = (
+            int(orjson.loads(meta.read_bytes()).get("version", 1)) if meta.is_file() else 1
+        )
 
     def _validator(self, document: str, definition: str) -> Any:
         key = (document, definition)
@@ -104,7 +119,8 @@ class AcpSchema:
             if not isinstance(result, dict):
                 raise SchemaViolation(f"{method} answered a non-object result")
             return
-        self.validate(definition, result, unstable=method in UNSTABLE_RESULTS)
+        unstable = V2_UNSTABLE_RESULTS if self.version == 2 else UNSTABLE_RESULTS
+        self.validate(definition, result, unstable=method in unstable)
 
     def validate_error(self, error: Any) -> None:
         self.validate("Error", error)
@@ -114,7 +130,8 @@ class AcpSchema:
 
     def validate_outbound(self, method: str, params: Any) -> None:
         """Validate a request or notification an agent sends to its client."""
-        definition = OUTBOUND_DEFINITIONS.get(method)
+        table = V2_OUTBOUND_DEFINITIONS if self.version == 2 else OUTBOUND_DEFINITIONS
+        definition = table.get(method)
         if definition is None:
             raise SchemaViolation(f"agent sent an unexpected method {method!r}")
         self.validate(definition, params)

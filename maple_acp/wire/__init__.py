@@ -10,6 +10,7 @@ Inbound: ``structure_params(params, AGENT_METHODS[method].params)`` raises
 or ``encode(obj)``.
 """
 
+from . import _v2 as v2
 from ._builders import (
     ChunkKind,
     goal_capability_meta,
@@ -338,4 +339,5 @@ __all__ = [
     "goal_info_update",
     "structure_params",
     "unstructure",
+    "v2",
 ]

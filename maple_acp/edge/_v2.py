@@ -1,0 +1,493 @@
+"""ACP v2 (draft 2.0.0-alpha.12) as a dialect: its method table, projection and answers.
+
+What differs from v1, and where it is decided here:
+
+- ``session/prompt`` is answered once the user message is inserted (its id); the turn is
+  framed by ``state_update``: ``running`` when a run starts, ``requires_action`` while a
+  permission question waits, ``idle`` with the stop reason after the run's last update;
+- no ``session/load``: ``session/resume`` replays the history when ``replayFrom`` is
+  ``{"type": "start"}`` (any other cursor is ``-32602``) and always sends the current state
+  before its answer;
+- updates are upserts keyed by id: every row of a tool is ``tool_call_update`` (the first one
+  too), every chunk carries its ``messageId``, the plan is a ``plan_update`` with one id;
+- a permission question carries ``title`` and ``subject``; config options are keyed by
+  ``configId``; there are no session modes (the ``mode`` config option remains).
+
+Text chunks keep v1's line (the v2 ``ContentChunk`` has the same keys), so the streaming hot
+path is the same code. Every other update is finished into a line here. No I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Final
+
+import attrs
+
+from maple_acp.edge._bounds import (
+    bound_raw,
+    bound_text,
+    infer_tool_kind,
+    tool_locations,
+)
+from maple_acp.edge._dialect import ConfigChange, Route
+from maple_acp.edge._projection import (
+    MAX_TITLE_CHARS,
+    UPDATE_METHOD,
+    Outbound,
+    SessionProjector,
+    SessionSettings,
+    config_options,
+    encode_update,
+)
+from maple_acp.edge._v1 import COMPLETED_REASONS, PERMISSION_OPTIONS, V1
+from maple_acp.model import (
+    CommandInfo,
+    FileDiff,
+    GoalRecord,
+    ItemKind,
+    MessageRow,
+    PlanEntry,
+    TimelineItem,
+    ToolState,
+    ToolStatus,
+)
+from maple_acp.rpc import encode_notification
+from maple_acp.runtime import (
+    CommandsChanged,
+    ContextUsage,
+    ModelChoices,
+    PlanUpdated,
+    RunEvent,
+    RunNotice,
+    RunState,
+    TitleChanged,
+    ToolRequest,
+    ToolRow,
+)
+from maple_acp.runtime import StopReason as RunStopReason
+from maple_acp.runtime import Usage as RunUsage
+from maple_acp.wire import AGENT_METHODS as V1_METHODS
+from maple_acp.wire import (
+    GOAL_CONTROL_METHOD,
+    INVALID_PARAMS,
+    REQUEST_CANCELLED,
+    STATUS_METHOD,
+    ChunkKind,
+    CloseSessionRequest,
+    DeleteSessionRequest,
+    Implementation,
+    InitializeResponse,
+    ListSessionsRequest,
+    PermissionOption,
+    PromptRequest,
+    ProtocolError,
+    RequestPermissionResponse,
+    SessionConfigOption,
+    SessionConfigSelect,
+    SessionNotification,
+    unstructure,
+    v2,
+)
+
+#: The protocol version this dialect speaks.
+VERSION: Final = 2
+
+#: The one replay cursor this agent serves: the whole retained history.
+REPLAY_FROM_START: Final = "start"
+#: The plan's id: a session has one plan, each update replaces it whole.
+PLAN_ID: Final = "plan"
+#: The stop reason of a turn that failed: its failure text was shown as agent text, and
+#: ``end_turn`` keeps a client from retrying work that may have had effects (as in v1).
+_FAILED_STOP: Final = "end_turn"
+
+_STATUS: Final[dict[ToolStatus, str]] = {
+    ToolStatus.PENDING: "pending",
+    ToolStatus.IN_PROGRESS: "in_progress",
+    ToolStatus.COMPLETED: "completed",
+    ToolStatus.FAILED: "failed",
+    ToolStatus.CANCELLED: "cancelled",
+}
+_CHUNK_KIND: Final[dict[str, ChunkKind]] = {
+    ItemKind.USER.value: "user_message_chunk",
+    ItemKind.ASSISTANT.value: "agent_message_chunk",
+    ItemKind.THOUGHT.value: "agent_thought_chunk",
+}
+
+_PARAMS: Final[Mapping[str, tuple[Any, str]]] = {
+    "initialize": (v2.V2InitializeRequest, "initialize"),
+    "session/new": (v2.V2NewSessionRequest, "new_session"),
+    "session/resume": (v2.V2ResumeSessionRequest, "resume_session"),
+    "session/list": (ListSessionsRequest, "list_sessions"),
+    "session/prompt": (PromptRequest, "prompt"),
+    "session/close": (CloseSessionRequest, "close_session"),
+    "session/delete": (DeleteSessionRequest, "delete_session"),
+    "session/set_config_option": (v2.V2SetSessionConfigOptionRequest, "set_config_option"),
+    GOAL_CONTROL_METHOD: (V1_METHODS[GOAL_CONTROL_METHOD].params, "goal_control"),
+    STATUS_METHOD: (V1_METHODS[STATUS_METHOD].params, "status"),
+}
+#: Each inbound method, its params type and the operation that serves it.
+ROUTES: Final[Mapping[str, Route]] = MappingProxyType(
+    {
+        method: Route(params, operation, any(a.name == "session_id" for a in attrs.fields(params)))
+        for method, (params, operation) in _PARAMS.items()
+    }
+)
+
+
+def _state(session_id: str, state: str, stop_reason: str | None = None) -> bytes:
+    return _line(
+        session_id,
+        "state_update",
+        v2.V2StateUpdate(state=state, stop_reason=stop_reason),  # type: ignore[arg-type]
+    )
+
+
+def _line(session_id: str, kind: str, body: object) -> bytes:
+    """One finished ``session/update`` line: ``body`` tagged as ``kind``."""
+    update = unstructure(body)
+    update["sessionUpdate"] = kind
+    return encode_notification(UPDATE_METHOD, {"sessionId": session_id, "update": update})
+
+
+def _diff(diff: FileDiff) -> dict[str, Any]:
+    """A file edit as v2 shows it: which file changed and how (the text stays in the tool's
+    raw output, bounded there)."""
+    change = v2.V2DiffChange(operation="add" if diff.old_text is None else "modify", path=diff.path)
+    return unstructure(v2.V2Diff(changes=(change,)))  # type: ignore[no-any-return]
+
+
+def _config_option(option: SessionConfigOption) -> v2.V2SessionConfigSelect:
+    assert isinstance(option, SessionConfigSelect)
+    return v2.V2SessionConfigSelect(
+        config_id=option.id,
+        name=option.name,
+        current_value=option.current_value,
+        options=option.options,
+        description=option.description,
+        category=option.category,
+    )
+
+
+def _info(answer: InitializeResponse) -> Implementation:
+    # The service always names itself; the v1 type only allows leaving it out.
+    assert answer.agent_info is not None
+    return answer.agent_info
+
+
+class V2Projection:
+    """v2's updates of one session. Text goes through v1's projector (same line); the rest is
+    built here. Keeps how many permission questions wait, for ``requires_action``."""
+
+    def __init__(self, session_id: str, *, notices: bool = True) -> None:
+        self.session_id = session_id
+        self._text = SessionProjector(session_id)
+        self.text_line = self._text.text_line
+        self.text = self._text.text
+        self.notice = self._text.notice
+        self._waiting = 0
+
+    def _update(self, kind: str, body: object) -> bytes:
+        return _line(self.session_id, kind, body)
+
+    def _shared(self, notification: SessionNotification) -> bytes:
+        """An update whose v1 shape is also v2's (session info, goal, usage, notice)."""
+        return encode_update(notification)
+
+    # -- run events ------------------------------------------------------------------------
+
+    def event(self, event: RunEvent) -> Outbound | list[bytes] | None:
+        if isinstance(event, ToolRow):
+            return self.tool(event.tool_id, event.tool)
+        if isinstance(event, TitleChanged):
+            return self.title(event.title)
+        if isinstance(event, PlanUpdated):
+            return self.plan(event.entries)
+        if isinstance(event, ContextUsage):
+            return self._shared(self._text.context_usage(event.used, event.size))
+        if isinstance(event, CommandsChanged):
+            return self.commands(event.commands)
+        if isinstance(event, RunNotice):
+            # A terminal notice (failure, overflow) is the turn's visible answer: agent text.
+            if not event.terminal:
+                return self._shared(self._text.session_notice(event.level, event.text))
+            return self.notice(f"{event.run_id}-notice", event.text)
+        return None
+
+    def tool_call(self, tool_id: str, tool: ToolState, *, summary: str = "") -> v2.V2ToolCallUpdate:
+        text = tool.output_text if tool.output_text is not None else summary
+        content: list[dict[str, Any]] = []
+        if text:
+            content.append(
+                {"type": "content", "content": {"type": "text", "text": bound_text(text)}}
+            )
+        content.extend(_diff(diff) for diff in tool.diffs)
+        locations = tuple(unstructure(location) for location in tool_locations(tool.locations))
+        return v2.V2ToolCallUpdate(
+            tool_call_id=tool_id,
+            title=bound_text(tool.title or summary or tool.name, MAX_TITLE_CHARS),
+            name=tool.name or None,
+            kind=infer_tool_kind(tool.name),
+            status=_STATUS[tool.status],
+            content=tuple(content) or None,
+            locations=locations or None,
+            raw_input=bound_raw(tool.raw_input),
+            raw_output=bound_raw(tool.raw_output),
+        )
+
+    def tool(self, tool_id: str, tool: ToolState, *, summary: str = "") -> bytes:
+        """Every row of a tool, the first one too: an upsert keyed by the tool call id."""
+        return self._update("tool_call_update", self.tool_call(tool_id, tool, summary=summary))
+
+    def title(self, title: str) -> bytes:
+        return self._shared(self._text.title(title))
+
+    def goal(self, goal: GoalRecord | None) -> bytes:
+        return self._shared(self._text.goal(goal))
+
+    def plan(self, entries: Sequence[PlanEntry]) -> bytes:
+        items = v2.V2PlanItems(
+            plan_id=PLAN_ID,
+            entries=tuple(
+                v2.V2PlanEntry(
+                    content=bound_text(entry.content, MAX_TITLE_CHARS),
+                    priority=entry.priority.value,
+                    status=entry.status.value,
+                )
+                for entry in entries
+            ),
+        )
+        return self._update("plan_update", v2.V2PlanUpdate(plan=items))
+
+    def commands(self, commands: Sequence[CommandInfo]) -> bytes:
+        return self._update(
+            "available_commands_update",
+            v2.V2AvailableCommandsUpdate(
+                available_commands=tuple(
+                    v2.V2Command(
+                        name=command.name,
+                        description=bound_text(command.description, MAX_TITLE_CHARS),
+                        input=None
+                        if not command.input_hint
+                        else v2.V2TextCommandInput(hint=command.input_hint),
+                    )
+                    for command in commands
+                )
+            ),
+        )
+
+    def config_update(self, options: tuple[v2.V2SessionConfigSelect, ...]) -> bytes:
+        return self._update("config_option_update", v2.V2ConfigOptionUpdate(config_options=options))
+
+    def mode_change(
+        self, mode_id: str, options: tuple[v2.V2SessionConfigSelect, ...]
+    ) -> list[Outbound]:
+        # v2 has no session modes: the mode is the ``mode`` config option.
+        return [self.config_update(options)]
+
+    def history(self, rows: Sequence[TimelineItem | MessageRow]) -> Iterator[Outbound]:
+        """Stored history as upserts: each message by its id, each tool by its latest row,
+        the latest plan."""
+        latest_plan = max(
+            (
+                index
+                for index, row in enumerate(rows)
+                if not isinstance(row, tuple) and row.kind is ItemKind.PLAN
+            ),
+            default=-1,
+        )
+        for index, row in enumerate(rows):
+            if isinstance(row, tuple):
+                kind, item_id, text = row
+                item = None
+            else:
+                item = row
+                kind, item_id, text = item.kind, item.item_id, item.text
+            chunk_kind = _CHUNK_KIND.get(kind)
+            if chunk_kind is not None:
+                if text:
+                    yield from self.text(chunk_kind, item_id, text)
+            elif item is None:
+                raise ValueError(f"a message row of kind {kind!r}")
+            elif kind is ItemKind.TOOL:
+                if item.tool is not None:
+                    yield self.tool(item_id, item.tool, summary=text)
+            elif kind is ItemKind.PLAN and index == latest_plan:
+                yield self.plan(item.plan)
+
+    # -- permission questions ----------------------------------------------------------------
+
+    def _ask(
+        self, title: str, call: v2.V2ToolCallUpdate, options: Sequence[PermissionOption]
+    ) -> v2.V2RequestPermissionRequest:
+        return v2.V2RequestPermissionRequest(
+            session_id=self.session_id,
+            title=title,
+            subject=v2.V2ToolCallSubject(tool_call=call),
+            options=tuple(options),
+        )
+
+    def permission_request(self, request: ToolRequest) -> v2.V2RequestPermissionRequest:
+        pending = ToolState(
+            name=request.name,
+            status=ToolStatus.PENDING,
+            title=request.title,
+            raw_input=request.raw_input,
+        )
+        call = self.tool_call(request.tool_id, pending)
+        return self._ask(call.title or request.name, call, PERMISSION_OPTIONS)
+
+    def question(
+        self, question_id: str, title: str, options: Sequence[PermissionOption]
+    ) -> v2.V2RequestPermissionRequest:
+        call = v2.V2ToolCallUpdate(
+            tool_call_id=question_id, title=title, kind="other", status="pending"
+        )
+        return self._ask(title, call, options)
+
+    # -- the turn's frame --------------------------------------------------------------------
+
+    def accepted(self, message_id: str, text: str) -> list[Outbound]:
+        # The live session echoes the inserted user message under its id.
+        return list(self.text("user_message_chunk", message_id, text))
+
+    def run_started(self) -> list[Outbound]:
+        self._waiting = 0
+        return [_state(self.session_id, "running")]
+
+    def run_ended(self, state: RunState, reason: RunStopReason) -> list[Outbound]:
+        self._waiting = 0
+        if state is RunState.CANCELLED:
+            stop = "cancelled"
+        elif state is RunState.COMPLETED:
+            stop = COMPLETED_REASONS[reason]
+        else:
+            stop = _FAILED_STOP
+        return [_state(self.session_id, "idle", stop)]
+
+    def permission_waiting(self) -> list[Outbound]:
+        self._waiting += 1
+        return [_state(self.session_id, "requires_action")] if self._waiting == 1 else []
+
+    def permission_settled(self) -> list[Outbound]:
+        if self._waiting == 0:
+            return []
+        self._waiting -= 1
+        return [_state(self.session_id, "running")] if self._waiting == 0 else []
+
+    def attached(self, running: bool) -> list[Outbound]:
+        if running:
+            return [_state(self.session_id, "requires_action" if self._waiting else "running")]
+        return [_state(self.session_id, "idle")]
+
+
+class V2Dialect:
+    """ACP version 2, draft 2.0.0-alpha.12 (see the module docstring)."""
+
+    version: Final = VERSION
+    routes: Final = ROUTES
+    chunk_kinds: Final = V1.chunk_kinds
+    answers_on_acceptance: Final = True
+
+    def projection(self, session_id: str, *, notices: bool = True) -> V2Projection:
+        return V2Projection(session_id, notices=notices)
+
+    def client_features(self, request: v2.V2InitializeRequest) -> tuple[bool, bool]:
+        # v2's elicitation is another shape; the trust question asks with the chooser. A
+        # notice is a baseline v2 update, shown by every client that knows it.
+        return False, True
+
+    def initialize_answer(self, answer: InitializeResponse) -> v2.V2InitializeResponse:
+        v1_session = answer.agent_capabilities.session_capabilities
+        delete: dict[str, Any] | None = (
+            None if v1_session is None or v1_session.delete is None else {}
+        )
+        return v2.V2InitializeResponse(
+            protocol_version=VERSION,
+            info=_info(answer),
+            capabilities=v2.V2AgentCapabilities(
+                session=v2.V2SessionCapabilities(
+                    mcp=v2.V2McpCapabilities(http={}),
+                    delete=delete,
+                    additional_directories={},
+                )
+            ),
+            meta=answer.meta,
+        )
+
+    def replay_requested(self, request: v2.V2ResumeSessionRequest) -> bool:
+        cursor = request.replay_from
+        if cursor is None:
+            return False
+        if isinstance(cursor, dict) and cursor.get("type") == REPLAY_FROM_START:
+            return True
+        raise ProtocolError(INVALID_PARAMS, 'replayFrom: only {"type": "start"} is supported')
+
+    def config_options(
+        self,
+        choices: ModelChoices,
+        current_model: str,
+        *,
+        locked: bool,
+        settings: SessionSettings,
+    ) -> tuple[v2.V2SessionConfigSelect, ...]:
+        return tuple(
+            _config_option(option)
+            for option in config_options(choices, current_model, locked=locked, settings=settings)
+        )
+
+    def new_answer(
+        self,
+        session_id: str,
+        options: tuple[v2.V2SessionConfigSelect, ...],
+        settings: SessionSettings,
+    ) -> v2.V2NewSessionResponse:
+        return v2.V2NewSessionResponse(session_id=session_id, config_options=options)
+
+    def resume_answer(
+        self, options: tuple[v2.V2SessionConfigSelect, ...], settings: SessionSettings
+    ) -> v2.V2ResumeSessionResponse:
+        return v2.V2ResumeSessionResponse(config_options=options)
+
+    # Not in v2's table (no session/load, no session/fork): a resume's answer if ever asked.
+    load_answer = resume_answer
+
+    def fork_answer(
+        self,
+        session_id: str,
+        options: tuple[v2.V2SessionConfigSelect, ...],
+        settings: SessionSettings,
+    ) -> v2.V2NewSessionResponse:
+        return self.new_answer(session_id, options, settings)
+
+    def acceptance_answer(self, message_id: str) -> v2.V2PromptResponse:
+        return v2.V2PromptResponse(message_id=message_id)
+
+    def prompt_answer(
+        self,
+        state: RunState,
+        usage: RunUsage | None = None,
+        reason: RunStopReason = RunStopReason.END_TURN,
+    ) -> object:
+        """Only a prompt that ended before its message was inserted is answered this way:
+        it was not accepted, so it is an error (a cancel or close stopped it)."""
+        raise ProtocolError(REQUEST_CANCELLED, "the prompt was cancelled before it was accepted")
+
+    def permission_answer(self, response: RequestPermissionResponse) -> str:
+        return V1.permission_answer(response)
+
+    def mode_answer(self) -> dict[str, Any]:
+        return {}  # no session/set_mode in v2
+
+    def config_change(self, config_id: str, value: object) -> ConfigChange:
+        return V1.config_change(config_id, value)
+
+    def config_answer(
+        self, options: tuple[v2.V2SessionConfigSelect, ...]
+    ) -> v2.V2SetSessionConfigOptionResponse:
+        return v2.V2SetSessionConfigOptionResponse(config_options=options)
+
+
+#: The second dialect.
+V2: Final = V2Dialect()

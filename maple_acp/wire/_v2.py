@@ -1,0 +1,262 @@
+"""ACP v2 (draft 2.0.0-alpha.12) wire types: only the shapes that differ from v1.
+
+Where v2 keeps v1's shape (prompt, list, close, delete, cancel, text chunks, usage, notices,
+session info, permission options and answers) the v1 types serve both versions. A type here
+is named ``V2`` + its schema definition. Update bodies carry no ``sessionUpdate`` tag: the v2
+projection writes it, as the union does for v1.
+
+Open enums: a field the schema leaves open (a replay cursor's ``type``, a config value's
+``type``) is read as a plain string here and judged where it is used, so an unknown
+``_``-prefixed value is refused or ignored by a rule, never by a failed guess of the converter.
+"""
+
+from typing import Any, Literal
+
+import attrs
+
+from ._content import Meta
+from ._initialize import Implementation
+from ._interaction import PermissionOption
+from ._session import McpServer, SessionConfigSelectOption
+from ._validators import WireValueError, non_negative
+
+
+def _protocol_version(instance: object, attribute: object, value: int) -> None:
+    if not 0 <= value <= 0xFFFF:
+        raise WireValueError("expected an integer from 0 to 65535", field="protocolVersion")
+
+
+# --- inbound ------------------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class V2InitializeRequest:
+    """``info`` and ``capabilities`` are read leniently (the schema's default-on-error):
+    they only describe the client, so a malformed one is treated as absent."""
+
+    protocol_version: int = attrs.field(validator=[non_negative, _protocol_version])
+    info: Any = None
+    capabilities: Any = None
+    meta: Meta | None = None
+
+    @property
+    def elicitation_form(self) -> bool:
+        caps = self.capabilities
+        elicitation = caps.get("elicitation") if isinstance(caps, dict) else None
+        return isinstance(elicitation, dict) and isinstance(elicitation.get("form"), dict)
+
+
+@attrs.frozen(kw_only=True)
+class V2NewSessionRequest:
+    cwd: str
+    mcp_servers: tuple[McpServer, ...] = ()
+    additional_directories: tuple[str, ...] = ()
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class V2ResumeSessionRequest:
+    """``replay_from`` is kept raw: the dialect accepts ``{"type": "start"}`` and refuses any
+    other cursor with ``-32602`` (the schema forbids substituting another)."""
+
+    session_id: str
+    cwd: str
+    mcp_servers: tuple[McpServer, ...] = ()
+    additional_directories: tuple[str, ...] = ()
+    replay_from: Any = None
+    meta: Meta | None = None
+
+
+#: The value kinds of a config change this agent serves: every option it offers is a select.
+CONFIG_VALUE_TYPES = frozenset({"id"})
+
+
+def _config_value_type(instance: object, attribute: object, value: str) -> None:
+    if value not in CONFIG_VALUE_TYPES:
+        raise WireValueError("no option of this agent takes this value type", field="type")
+
+
+@attrs.frozen(kw_only=True)
+class V2SetSessionConfigOptionRequest:
+    """``type`` says how ``value`` reads (``id``, ``boolean``, or a later kind: the schema
+    leaves it open; this agent's options are all selects, so only ``id`` is served)."""
+
+    session_id: str
+    config_id: str
+    type: str = attrs.field(validator=_config_value_type)
+    value: Any
+    meta: Meta | None = None
+
+
+# --- outbound -----------------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class V2McpCapabilities:
+    http: Meta | None = None
+    stdio: Meta | None = None
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class V2SessionCapabilities:
+    """Present (even empty) means the baseline: new, list, resume, close, prompt, cancel."""
+
+    mcp: V2McpCapabilities | None = None
+    delete: Meta | None = None
+    additional_directories: Meta | None = None
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class V2AgentCapabilities:
+    session: V2SessionCapabilities
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class V2InitializeResponse:
+    protocol_version: int
+    info: Implementation
+    capabilities: V2AgentCapabilities
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class V2SessionConfigSelect:
+    type: Literal["select"] = "select"
+    config_id: str
+    name: str
+    current_value: str
+    options: tuple[SessionConfigSelectOption, ...]
+    description: str | None = None
+    category: str | None = None
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class V2NewSessionResponse:
+    session_id: str
+    config_options: tuple[V2SessionConfigSelect, ...] = ()
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class V2ResumeSessionResponse:
+    config_options: tuple[V2SessionConfigSelect, ...] = ()
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class V2SetSessionConfigOptionResponse:
+    config_options: tuple[V2SessionConfigSelect, ...]
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class V2PromptResponse:
+    """The prompt was inserted: its user message's id (the turn goes on in updates)."""
+
+    message_id: str
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class V2StateUpdate:
+    """``running``, ``requires_action`` or ``idle`` (with the stop reason)."""
+
+    state: Literal["running", "requires_action", "idle"]
+    stop_reason: str | None = None
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class V2DiffChange:
+    operation: Literal["add", "modify"]
+    path: str
+
+
+@attrs.frozen(kw_only=True)
+class V2Diff:
+    type: Literal["diff"] = "diff"
+    changes: tuple[V2DiffChange, ...]
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class V2ToolCallUpdate:
+    """An upsert of one tool call: the first one of an id creates it (there is no
+    ``tool_call``). ``content`` holds finished content objects (text content, diffs)."""
+
+    tool_call_id: str
+    title: str | None = None
+    name: str | None = None
+    kind: str | None = None
+    status: str | None = None
+    content: tuple[dict[str, Any], ...] | None = None
+    locations: tuple[dict[str, Any], ...] | None = None
+    raw_input: Any = None
+    raw_output: Any = None
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class V2PlanEntry:
+    content: str
+    priority: str
+    status: str
+
+
+@attrs.frozen(kw_only=True)
+class V2PlanItems:
+    type: Literal["items"] = "items"
+    plan_id: str
+    entries: tuple[V2PlanEntry, ...]
+
+
+@attrs.frozen(kw_only=True)
+class V2PlanUpdate:
+    plan: V2PlanItems
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class V2TextCommandInput:
+    type: Literal["text"] = "text"
+    hint: str
+
+
+@attrs.frozen(kw_only=True)
+class V2Command:
+    type: Literal["command"] = "command"
+    name: str
+    description: str
+    input: V2TextCommandInput | None = None
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class V2AvailableCommandsUpdate:
+    available_commands: tuple[V2Command, ...]
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class V2ConfigOptionUpdate:
+    config_options: tuple[V2SessionConfigSelect, ...]
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class V2ToolCallSubject:
+    type: Literal["tool_call"] = "tool_call"
+    tool_call: V2ToolCallUpdate
+
+
+@attrs.frozen(kw_only=True)
+class V2RequestPermissionRequest:
+    session_id: str
+    title: str
+    subject: V2ToolCallSubject | None
+    options: tuple[PermissionOption, ...]
+    meta: Meta | None = None

@@ -1,0 +1,310 @@
+"""ACP v2 (draft 2.0.0-alpha.12) beside v1: negotiation, the turn framed by ``state_update``,
+upserts, resume with ``replayFrom``, and bad v2 input. Every frame the agent sends on a v2
+connection is checked against ``acp-schema/v2``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from edge_harness import Harness, running_service
+
+from maple_acp.edge import AcpServiceConfig
+from maple_acp.testing.client import AcpTestClient, reject
+from maple_acp.testing.schema import AcpSchema
+from maple_acp.wire import ProtocolError
+
+V2_INFO = {"name": "v2-test", "version": "0"}
+
+
+@pytest.fixture
+async def v2_harness(tmp_path: Path) -> AsyncIterator[Harness]:
+    config = AcpServiceConfig(protocol_max=2, allow_session_delete=True)
+    async with running_service(tmp_path, config=config) as running:
+        yield running
+
+
+async def initialize_v2(client: AcpTestClient) -> Any:
+    return await client.call(
+        "initialize", {"protocolVersion": 2, "info": V2_INFO, "capabilities": {}}
+    )
+
+
+@asynccontextmanager
+async def v2_client(harness: Harness, **options: Any) -> AsyncIterator[AcpTestClient]:
+    async with harness.connect(**options) as client:
+        answer = await initialize_v2(client)
+        assert answer["protocolVersion"] == 2
+        yield client
+
+
+def states(client: AcpTestClient, sid: str) -> list[str]:
+    return [
+        u["state"] + (f":{u['stopReason']}" if u.get("stopReason") else "")
+        for u in client.updates(sid)
+        if u["sessionUpdate"] == "state_update"
+    ]
+
+
+async def wait_idle(client: AcpTestClient, sid: str, count: int = 1) -> None:
+    with trio.fail_after(10):
+        await client.wait_until(
+            lambda: sum(s.startswith("idle:") for s in states(client, sid)) >= count
+        )
+
+
+async def test_a_library_host_answers_1_unless_it_opts_in(
+    harness: Harness, acp_schema: AcpSchema
+) -> None:
+    async with harness.connect() as client:
+        answer = await initialize_v2(client)
+        assert answer["protocolVersion"] == 1
+        assert answer["agentCapabilities"]["loadSession"] is True
+        client.validate(acp_schema)
+
+
+@pytest.mark.parametrize(
+    ("requested", "version"), [(1, 1), (0, 1), (2, 2), (3, 2), (65535, 2), ("2", 1), (None, 1)]
+)
+async def test_negotiation(
+    v2_harness: Harness,
+    acp_schema: AcpSchema,
+    acp_schema_v2: AcpSchema,
+    requested: Any,
+    version: int,
+) -> None:
+    async with v2_harness.connect() as client:
+        params = {"protocolVersion": requested, "info": V2_INFO, "clientCapabilities": {}}
+        if isinstance(requested, int):
+            answer = await client.call("initialize", params)
+            assert answer["protocolVersion"] == version
+        else:
+            # A version that is not a number is bad params, as in v1.
+            with pytest.raises(ProtocolError) as caught:
+                await client.call("initialize", params)
+            assert caught.value.code == -32602
+        # One version for the connection's life: a later initialize keeps it.
+        again = await client.call("initialize", {**params, "protocolVersion": 1})
+        assert again["protocolVersion"] == version
+        client.validate(acp_schema_v2 if version == 2 else acp_schema)
+
+
+async def test_initialize_advertises_the_session_baseline(
+    v2_harness: Harness, acp_schema_v2: AcpSchema
+) -> None:
+    async with v2_harness.connect() as client:
+        answer = await initialize_v2(client)
+        session = answer["capabilities"]["session"]
+        assert session["delete"] == {}
+        assert session["mcp"] == {"http": {}}
+        assert answer["info"]["name"] == "maple-acp"
+        assert "goal" in answer["_meta"]
+        client.validate(acp_schema_v2)
+
+
+async def test_stream_answers_on_acceptance_and_ends_idle(
+    v2_harness: Harness, project: Path, acp_schema_v2: AcpSchema
+) -> None:
+    async with v2_client(v2_harness) as client:
+        new = await client.call("session/new", {"cwd": str(project)})
+        sid = new["sessionId"]
+        assert {o["configId"] for o in new["configOptions"]} >= {"model", "mode"}
+        answer = await client.prompt(sid, "/stream 50 100")
+        message_id = answer["messageId"]
+        await wait_idle(client, sid)
+        updates = client.updates(sid)
+        echoed = [u for u in updates if u["sessionUpdate"] == "user_message_chunk"]
+        assert [u["messageId"] for u in echoed] == [message_id]
+        chunks = [u for u in updates if u["sessionUpdate"] == "agent_message_chunk"]
+        assert len("".join(c["content"]["text"] for c in chunks)) == 5000
+        assert all(c["messageId"] == chunks[0]["messageId"] for c in chunks)
+        assert states(client, sid) == ["running", "idle:end_turn"]
+        # idle is the last update of the turn.
+        assert updates[-1]["sessionUpdate"] == "state_update"
+        client.validate(acp_schema_v2)
+
+
+async def test_tools_allowed_and_rejected(
+    v2_harness: Harness, project: Path, acp_schema_v2: AcpSchema
+) -> None:
+    for policy, marker_made in (("allow", True), ("reject", False)):
+        options = {} if policy == "allow" else {"permission": reject}
+        async with v2_client(v2_harness, **options) as client:
+            sid = (await client.call("session/new", {"cwd": str(project)}))["sessionId"]
+            marker = project / f"marker-{policy}"
+            await client.prompt(sid, f'/tool shell {{"command": "touch {marker}"}}')
+            await wait_idle(client, sid)
+            assert marker.exists() is marker_made
+            (question,) = client.permission_requests
+            assert question["title"]
+            assert question["subject"]["type"] == "tool_call"
+            tool_id = question["subject"]["toolCall"]["toolCallId"]
+            rows = [u for u in client.updates(sid) if u.get("toolCallId") == tool_id]
+            # Upserts: every row of the tool, the first one too, is a tool_call_update.
+            assert rows
+            assert {u["sessionUpdate"] for u in rows} == {"tool_call_update"}
+            assert rows[-1]["status"] == ("completed" if marker_made else "failed")
+            assert states(client, sid) == [
+                "running",
+                "requires_action",
+                "running",
+                "idle:end_turn",
+            ]
+            client.validate(acp_schema_v2)
+
+
+async def test_cancel_ends_idle_cancelled(
+    v2_harness: Harness, project: Path, acp_schema_v2: AcpSchema
+) -> None:
+    async with v2_client(v2_harness) as client:
+        sid = (await client.call("session/new", {"cwd": str(project)}))["sessionId"]
+        await client.prompt(sid, "/hang")
+        with trio.fail_after(10):
+            await client.wait_until(lambda: "running" in states(client, sid))
+        await client.cancel(sid)
+        await wait_idle(client, sid)
+        assert states(client, sid)[-1] == "idle:cancelled"
+        # The session takes the next prompt.
+        await client.prompt(sid, "/echo again")
+        await wait_idle(client, sid, 2)
+        assert client.text(sid).endswith("again")
+        client.validate(acp_schema_v2)
+
+
+async def test_close_during_a_turn_answers_and_stops_updates(
+    v2_harness: Harness, project: Path, acp_schema_v2: AcpSchema
+) -> None:
+    async with v2_client(v2_harness) as client:
+        sid = (await client.call("session/new", {"cwd": str(project)}))["sessionId"]
+        await client.prompt(sid, "/hang")
+        with trio.fail_after(10):
+            await client.wait_until(lambda: "running" in states(client, sid))
+        assert await client.close_session(sid) == {}
+        after = len(client.updates(sid))
+        await client.list_sessions()
+        assert len(client.updates(sid)) == after
+        client.validate(acp_schema_v2)
+
+
+async def test_resume_replays_from_start_then_states_before_answering(
+    v2_harness: Harness, project: Path, acp_schema_v2: AcpSchema
+) -> None:
+    async with v2_client(v2_harness) as client:
+        sid = (await client.call("session/new", {"cwd": str(project)}))["sessionId"]
+        await client.prompt(sid, "/echo remembered\n/plan [x] one")
+        await wait_idle(client, sid)
+    async with v2_client(v2_harness) as client:
+        quiet = await client.call("session/resume", {"sessionId": sid, "cwd": str(project)})
+        assert "configOptions" in quiet
+        updates = client.updates(sid)
+        assert not [u for u in updates if u["sessionUpdate"] == "agent_message_chunk"]
+        assert states(client, sid) == ["idle"]
+        await client.call("session/close", {"sessionId": sid})
+    async with v2_client(v2_harness) as client:
+        await client.call(
+            "session/resume",
+            {"sessionId": sid, "cwd": str(project), "replayFrom": {"type": "start"}},
+        )
+        assert client.text(sid) == "remembered"
+        assert client.text(sid, "user_message_chunk").startswith("/echo remembered")
+        kinds = [u["sessionUpdate"] for u in client.updates(sid)]
+        assert "plan_update" in kinds
+        assert kinds[-1] == "state_update"  # after the replay, before the answer
+        client.validate(acp_schema_v2)
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [{"type": "_vendor_cursor"}, {"type": "message", "id": "x"}, {"kind": "start"}, "start", 1],
+)
+async def test_a_replay_cursor_it_cannot_serve_is_bad_params(
+    v2_harness: Harness, project: Path, acp_schema_v2: AcpSchema, cursor: Any
+) -> None:
+    async with v2_client(v2_harness) as client:
+        sid = (await client.call("session/new", {"cwd": str(project)}))["sessionId"]
+        await client.prompt(sid, "/echo x")
+        await wait_idle(client, sid)
+    async with v2_client(v2_harness) as client:
+        with pytest.raises(ProtocolError) as caught:
+            await client.call(
+                "session/resume", {"sessionId": sid, "cwd": str(project), "replayFrom": cursor}
+            )
+        assert caught.value.code == -32602
+        # Nothing was attached: the connection is usable and the session resumes cleanly.
+        assert client.updates(sid) == []
+        await client.call("session/resume", {"sessionId": sid, "cwd": str(project)})
+        client.validate(acp_schema_v2)
+
+
+async def test_no_load_and_no_set_mode_in_v2(
+    v2_harness: Harness, project: Path, acp_schema_v2: AcpSchema
+) -> None:
+    async with v2_client(v2_harness) as client:
+        sid = (await client.call("session/new", {"cwd": str(project)}))["sessionId"]
+        for method, params in (
+            ("session/load", {"sessionId": sid, "cwd": str(project), "mcpServers": []}),
+            ("session/set_mode", {"sessionId": sid, "modeId": "ask"}),
+        ):
+            with pytest.raises(ProtocolError) as caught:
+                await client.call(method, params)
+            assert caught.value.code == -32601
+        client.validate(acp_schema_v2)
+
+
+async def test_unknown_session_names_it(
+    v2_harness: Harness, project: Path, acp_schema_v2: AcpSchema
+) -> None:
+    async with v2_client(v2_harness) as client:
+        with pytest.raises(ProtocolError) as caught:
+            await client.prompt("nope", "/echo x")
+        assert caught.value.code == -32002
+        assert caught.value.data == {"sessionId": "nope"}
+        client.validate(acp_schema_v2)
+        acp_schema_v2.validate("SessionNotFoundErrorData", caught.value.data)
+
+
+async def test_config_options_by_config_id(
+    v2_harness: Harness, project: Path, acp_schema_v2: AcpSchema
+) -> None:
+    async with v2_client(v2_harness) as client:
+        sid = (await client.call("session/new", {"cwd": str(project)}))["sessionId"]
+        answer = await client.call(
+            "session/set_config_option",
+            {"sessionId": sid, "configId": "mode", "type": "id", "value": "ask"},
+        )
+        mode = next(o for o in answer["configOptions"] if o["configId"] == "mode")
+        assert mode["currentValue"] == "ask"
+        for bad in (
+            {"type": "_vendor", "value": "ask"},
+            {"type": "boolean", "value": True},
+            {"type": "id", "value": 3},
+            {"value": "ask"},
+        ):
+            with pytest.raises(ProtocolError) as caught:
+                await client.call(
+                    "session/set_config_option", {"sessionId": sid, "configId": "mode", **bad}
+                )
+            assert caught.value.code == -32602
+        client.validate(acp_schema_v2)
+
+
+async def test_an_unknown_permission_outcome_fails_closed(
+    v2_harness: Harness, project: Path, acp_schema_v2: AcpSchema
+) -> None:
+    def vendor(params: Any) -> Any:
+        return {"outcome": {"outcome": "_vendor_later", "why": "x"}}
+
+    async with v2_client(v2_harness, permission=vendor) as client:
+        sid = (await client.call("session/new", {"cwd": str(project)}))["sessionId"]
+        marker = project / "never"
+        await client.prompt(sid, f'/tool shell {{"command": "touch {marker}"}}')
+        await wait_idle(client, sid)
+        assert not marker.exists()
+        # The connection is still usable.
+        await client.prompt(sid, "/echo fine")
+        await wait_idle(client, sid, 2)
+        client.validate(acp_schema_v2)
