@@ -100,11 +100,8 @@ def acp_schema() -> AcpSchema:
 
 @pytest.fixture(scope="session")
 def acp_schema_v2() -> AcpSchema:
-    """The ACP v2 draft schema (``acp-schema/v2``, beside v1)."""
-    directory = find_schema_dir()
-    if directory is None or not (directory.parent / "v2" / "schema.json").is_file():
-        pytest.skip("ACP v2 schema not found beside the v1 one (acp-schema/v2)")
-    return AcpSchema(directory.parent / "v2")
+    """The ACP v2 draft schema: ``v2`` beside the v1 directory (both sources hold it)."""
+    return AcpSchema(Path(os.environ[SCHEMA_ENV]).parent / "v2")
 
 
 @pytest.fixture
