@@ -88,6 +88,8 @@ class HostOptions:
     data_dir: Path
     allowed_roots: tuple[str, ...] = ()
     max_connections: int = MAX_CONNECTIONS
+    #: The newest ACP version a client may get: the v2 draft unless pinned to 1.
+    protocol_max: int = 2
     provisional_grace_s: float | None = None
     relay_allow: frozenset[str] = frozenset()
     #: Host variables tool children inherit beyond the built-in list (config: tool_env_allow).
@@ -111,6 +113,7 @@ def _service_config(options: HostOptions) -> Any:
         max_connections=options.max_connections,
         # `maple-acp serve` is the user's own host: deleting their sessions is theirs to decide.
         allow_session_delete=True,
+        protocol_max=options.protocol_max,
     )
 
 

@@ -324,6 +324,13 @@ _config_option = click.option(
     help=f"Simultaneous ACP connections (config: max_connections).  [default: {MAX_CONNECTIONS}]",
 )
 @click.option(
+    "--protocol-max",
+    type=click.IntRange(1, 2),
+    default=None,
+    help="The newest ACP version a client may get; 1 pins every client to v1 "
+    "(config: protocol_max).  [default: 2]",
+)
+@click.option(
     "--grace",
     type=click.FloatRange(min=0, max=MAX_GRACE_S),
     default=None,
@@ -373,6 +380,7 @@ def serve(
     data_dir: Path | None,
     allowed_roots: Sequence[str],
     max_connections: int | None,
+    protocol_max: int | None,
     grace: float | None,
     relay_allow: Sequence[str],
     log_level: str | None,
@@ -394,6 +402,7 @@ def serve(
                 "data_dir": os.path.abspath(data_dir) if data_dir is not None else None,
                 "allowed_roots": tuple(allowed_roots),
                 "max_connections": max_connections,
+                "protocol_max": protocol_max,
                 "grace": grace,
                 "relay_allow": tuple(relay_allow),
                 "log_level": log_level.lower() if log_level else None,
@@ -446,6 +455,7 @@ def _serve_with(
         data_dir=directory,
         allowed_roots=settings.allowed_roots,
         max_connections=settings.max_connections,
+        protocol_max=settings.protocol_max,
         provisional_grace_s=settings.grace,
         relay_allow=frozenset(settings.relay_allow),
         tool_env_allow=frozenset(settings.tool_env_allow),

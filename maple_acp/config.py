@@ -201,6 +201,16 @@ def _connections(value: Any) -> int:
     return value
 
 
+#: The ACP versions ``serve`` can offer: 2 (the v2 draft beside v1) unless pinned to 1.
+PROTOCOL_VERSIONS: Final = (1, 2)
+
+
+def _protocol_max(value: Any) -> int:
+    if type(value) is not int or value not in PROTOCOL_VERSIONS:
+        raise ValueError("expected 1 or 2")
+    return value
+
+
 def _seconds(value: Any) -> float:
     if (
         isinstance(value, bool)
@@ -252,6 +262,7 @@ SERVE_KEYS: Final[Mapping[str, Callable[[Any], Any]]] = {
     "data_dir": _absolute_path,
     "allowed_roots": _path_list,
     "max_connections": _connections,
+    "protocol_max": _protocol_max,
     "grace": _seconds,
     "relay_allow": check_relay_names,
     "tool_env_allow": check_tool_env_allow,
@@ -391,6 +402,8 @@ class ServeSettings:
     data_dir: Path
     allowed_roots: tuple[str, ...] = ()
     max_connections: int = MAX_CONNECTIONS
+    #: The newest ACP version a client may get (config: protocol_max; 1 pins v1).
+    protocol_max: int = PROTOCOL_VERSIONS[-1]
     grace: float | None = None
     relay_allow: tuple[str, ...] = ()
     #: Host variables tool children inherit beyond the built-in list (config file only).

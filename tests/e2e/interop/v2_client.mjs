@@ -1,0 +1,88 @@
+// Drives `maple-acp acp` (argv: command..., then the project directory last) with the
+// TypeScript SDK's experimental ACP v2 client: initialize, a streamed prompt, a tool
+// allowed, a resume that replays, close. Prints one JSON line of what it saw; exits non-zero
+// on any failure (the SDK itself checks every frame it receives).
+import { spawn } from "node:child_process";
+import { Readable, Writable } from "node:stream";
+import * as acp from "@agentclientprotocol/sdk/experimental/v2";
+
+const args = process.argv.slice(2);
+const project = args.pop();
+const child = spawn(args[0], args.slice(1), { stdio: ["pipe", "pipe", "inherit"] });
+const stream = acp.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
+
+const updates = [];
+const waiters = [];
+function seen() {
+  for (const waiter of [...waiters]) {
+    if (waiter.test()) {
+      waiters.splice(waiters.indexOf(waiter), 1);
+      waiter.resolve();
+    }
+  }
+}
+function until(test) {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("timed out waiting")), 20000);
+    waiters.push({ test, resolve: () => { clearTimeout(timer); resolve(); } });
+    seen();
+  });
+}
+const idles = (sid) =>
+  updates.filter((u) => u.sessionId === sid && u.update.sessionUpdate === "state_update" &&
+    u.update.state === "idle").length;
+const text = (sid, kind) =>
+  updates.filter((u) => u.sessionId === sid && u.update.sessionUpdate === kind)
+    .map((u) => u.update.content.text).join("");
+
+const permissions = [];
+const app = acp.client({ name: "maple-acp-v2-interop" })
+  .onNotification(acp.methods.client.session.update, ({ params }) => {
+    updates.push(params);
+    seen();
+  })
+  .onRequest(acp.methods.client.session.requestPermission, ({ params }) => {
+    permissions.push({ title: params.title, subject: params.subject?.type });
+    const allow = params.options.find((o) => o.kind === "allow_once");
+    return { outcome: { outcome: "selected", optionId: allow.optionId } };
+  });
+
+const report = {};
+await app.connectWith(stream, async (ctx) => {
+  const init = await ctx.request(acp.methods.agent.initialize, {
+    protocolVersion: 2,
+    info: { name: "maple-acp-v2-interop", version: "1" },
+    capabilities: {},
+  });
+  report.protocolVersion = init.protocolVersion;
+  const created = await ctx.request(acp.methods.agent.session.new, { cwd: project, mcpServers: [] });
+  const sid = created.sessionId;
+  const answer = await ctx.request(acp.methods.agent.session.prompt, {
+    sessionId: sid,
+    prompt: [{ type: "text", text: "/stream 20 50" }],
+  });
+  report.messageId = answer.messageId;
+  await until(() => idles(sid) >= 1);
+  report.streamed = text(sid, "agent_message_chunk").length;
+  await ctx.request(acp.methods.agent.session.prompt, {
+    sessionId: sid,
+    prompt: [{ type: "text", text: `/tool shell {"command": "touch interop-marker"}` }],
+  });
+  await until(() => idles(sid) >= 2);
+  report.permissions = permissions;
+  report.states = updates.filter((u) => u.update.sessionUpdate === "state_update")
+    .map((u) => u.update.state + (u.update.stopReason ? ":" + u.update.stopReason : ""));
+  report.toolKinds = [...new Set(updates.filter((u) => u.update.toolCallId)
+    .map((u) => u.update.sessionUpdate))];
+  await ctx.request(acp.methods.agent.session.close, { sessionId: sid });
+  const before = updates.length;
+  await ctx.request(acp.methods.agent.session.resume, {
+    sessionId: sid, cwd: project, mcpServers: [], replayFrom: { type: "start" },
+  });
+  report.replayed = updates.slice(before).filter((u) =>
+    u.update.sessionUpdate === "user_message_chunk").length;
+  const listed = await ctx.request(acp.methods.agent.session.list, {});
+  report.listed = listed.sessions.map((s) => s.sessionId).includes(sid);
+});
+child.stdin.end();
+console.log(JSON.stringify(report));
