@@ -128,6 +128,18 @@ class LineClient:
                     raise RuntimeError(f"{method} failed: {message['error']}")
                 return message["result"], updates
 
+    def until_idle(self) -> tuple[int, str]:
+        """(v2) Read up to the turn's ``idle`` state update; count chunks on the way."""
+        updates = 0
+        readline = self._stdout.readline
+        while True:
+            line = readline()
+            if not line:
+                raise RuntimeError("the agent closed its stdout during a turn")
+            updates += b'"agent_message_chunk"' in line
+            if b'"state_update"' in line and b'"idle"' in line:
+                return updates, json.loads(line)["params"]["update"]["stopReason"]
+
 
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
@@ -146,10 +158,16 @@ def cpu_seconds(pids: list[int]) -> float:
 class Side:
     """One agent under test: a client to it and the processes whose CPU it costs."""
 
-    def __init__(self, client: LineClient, pids: list[int], cwd: str) -> None:
+    def __init__(self, client: LineClient, pids: list[int], cwd: str, protocol: int = 1) -> None:
         self.client = client
         self.pids = pids
-        client.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        self.protocol = protocol
+        init = {"protocolVersion": protocol, "clientCapabilities": {}}
+        if protocol == 2:
+            init = {"protocolVersion": 2, "info": {"name": "bench", "version": "0"}}
+        answer = client.call("initialize", init)[0]
+        if answer["protocolVersion"] != protocol:
+            raise RuntimeError(f"asked for protocol {protocol}, got {answer['protocolVersion']}")
         self.session = client.call("session/new", {"cwd": cwd, "mcpServers": []})[0]["sessionId"]
         self.rates: list[float] = []
         self.cpu_per_update: list[float] = []
@@ -161,6 +179,11 @@ class Side:
         result, seen = self.client.call(
             "session/prompt", {"sessionId": self.session, "prompt": prompt}
         )
+        if self.protocol == 2:
+            # Answered on acceptance: the turn ends with its idle state update.
+            more, reason = self.client.until_idle()
+            seen += more
+            result = {"stopReason": reason}
         elapsed = time.perf_counter() - started
         used = cpu_seconds(self.pids) - cpu
         if seen != updates or result.get("stopReason") != "end_turn":
@@ -205,8 +228,8 @@ def running_host(scratch: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]
 
 
 @contextlib.contextmanager
-def ours_side(scratch: Path) -> Iterator[Side]:
-    """Our host and a connector to it, as one side."""
+def ours_side(scratch: Path, protocol: int = 1) -> Iterator[Side]:
+    """Our host and a connector to it, as one side speaking ``protocol``."""
     project = scratch / "project"
     project.mkdir(exist_ok=True)
     with running_host(scratch) as (host, socket_path):
@@ -220,7 +243,7 @@ def ours_side(scratch: Path) -> Iterator[Side]:
             assert connector.stdin is not None
             assert connector.stdout is not None
             client = LineClient(connector.stdin, connector.stdout)
-            yield Side(client, [host.pid, connector.pid], str(project))
+            yield Side(client, [host.pid, connector.pid], str(project), protocol)
             connector.stdin.close()
             connector.wait(timeout=TIMEOUT_S)
         finally:
@@ -297,6 +320,32 @@ def fairness(scratch: Path, streams: int, updates: int, size: int) -> list[float
         return rates
 
 
+def side_by_side(updates: int, size: int, runs: int) -> int:
+    """Our host over v2 and over v1, alternating prompts; CPU per update of each."""
+    scratch = Path(tempfile.mkdtemp(prefix="macp-bench-"))
+    try:
+        (scratch / "v1").mkdir()
+        (scratch / "v2").mkdir()
+        with ours_side(scratch / "v1", 1) as v1, ours_side(scratch / "v2", 2) as v2:
+            for _ in range(runs):
+                v1.prompt(updates, size)
+                v2.prompt(updates, size)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"ACP v2 beside v1, /stream {updates} {size}, {runs} alternating runs each")
+    for side in (v1, v2):
+        print(
+            f"  v{side.protocol}: {statistics.median(side.rates):>10,.0f} updates/s, "
+            f"host + connector CPU per update {statistics.median(side.cpu_per_update) * 1e6:.2f} us"
+            f"  (runs: {_runs(side.cpu_per_update, 1e6, '.2f')})"
+        )
+    ratio = statistics.median(v2.cpu_per_update) / statistics.median(v1.cpu_per_update)
+    print(
+        f"  CPU per update v2 / v1: {ratio:.3f} ({'meets' if ratio <= 1.10 else 'MISSES'} <= 1.10)"
+    )
+    return 0
+
+
 def _runs(values: list[float], scale: float, fmt: str) -> str:
     return ", ".join(format(v * scale, fmt) for v in values)
 
@@ -316,7 +365,16 @@ def main() -> int:
         metavar="K",
         help="instead: K connections streaming at once, each one's rate against the mean",
     )
+    parser.add_argument(
+        "--protocol",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="2: our host over ACP v2 beside the same over v1, instead of the SDK baseline",
+    )
     args = parser.parse_args()
+    if args.protocol == 2:
+        return side_by_side(args.updates, args.size, args.runs)
 
     scratch = Path(tempfile.mkdtemp(prefix="macp-bench-"))
     if args.fairness:
