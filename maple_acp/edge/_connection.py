@@ -251,6 +251,7 @@ class AcpConnection:
         if dialect is not self.dialect:
             self.dialect = dialect
             self._requests = self._dispatch_table(dialect)
+            self.peer.accept_batches = dialect.accepts_batches
 
     async def _on_notification(self, method: str, params: Any) -> None:
         if method == "session/cancel":

@@ -157,6 +157,11 @@ class Dialect(Protocol):
         ...
 
     @property
+    def accepts_batches(self) -> bool:
+        """A top-level array on the stream is a JSON-RPC batch (else it is refused)."""
+        ...
+
+    @property
     def chunk_kinds(self) -> Mapping[type, Any]:
         """The update kind of each text event type (``TextChunk``, ``ThoughtChunk``)."""
         ...

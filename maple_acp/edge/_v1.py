@@ -192,6 +192,7 @@ class V1Dialect:
     routes: Final = ROUTES
     chunk_kinds: Final = _CHUNK_KINDS
     answers_on_acceptance: Final = False
+    accepts_batches: Final = False
 
     def client_features(self, request: InitializeRequest) -> tuple[bool, bool]:
         elicitation = request.client_capabilities.elicitation

@@ -389,6 +389,7 @@ class V2Dialect:
     routes: Final = ROUTES
     chunk_kinds: Final = V1.chunk_kinds
     answers_on_acceptance: Final = True
+    accepts_batches: Final = True
 
     def projection(self, session_id: str, *, notices: bool = True) -> V2Projection:
         return V2Projection(session_id, notices=notices)

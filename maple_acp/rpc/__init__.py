@@ -14,6 +14,7 @@ from ._credit import (
     OutboundCredit,
 )
 from ._envelope import (
+    MAX_BATCH_MESSAGES,
     ErrorResponse,
     InvalidMessage,
     Message,
@@ -30,6 +31,7 @@ from ._envelope import (
     encode_request,
     encode_result,
     parse_message,
+    split_batch,
 )
 from ._exceptions import ConnectionClosed, FrameTooLong, OutboundFrameTooLarge, RpcError
 from ._framing import MAX_LINE_BYTES, LineFramer
@@ -50,6 +52,7 @@ __all__ = [
     "CANCEL_REQUEST_METHOD",
     "EOF_GRACE_S",
     "FRAME_OVERHEAD_BYTES",
+    "MAX_BATCH_MESSAGES",
     "MAX_CONCURRENT_REQUESTS",
     "MAX_LINE_BYTES",
     "MAX_OUTBOUND_BYTES",
@@ -85,4 +88,5 @@ __all__ = [
     "method_not_found",
     "parse_message",
     "request_arrival",
+    "split_batch",
 ]

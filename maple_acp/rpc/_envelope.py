@@ -2,7 +2,9 @@
 
 Decisions this module makes for the whole connection:
 
-- Batches (a top-level array) are refused with ``-32600``; ACP never sends them.
+- Batches (a top-level array) are refused with ``-32600`` unless the connection accepts them
+  (ACP v2): then :func:`split_batch` turns one into its members, at most
+  :data:`MAX_BATCH_MESSAGES`, each then classified like a line of its own.
 - ``params`` must be an object or an array; ``null`` counts as absent. Anything else is
   ``-32600`` here. An array reaches the handler unchanged, so a handler that needs an object
   (every ACP method) refuses it with ``-32602``.
@@ -176,10 +178,38 @@ def _valid_id(value: object) -> bool:
     return value is None or isinstance(value, str) or (type(value) is int)
 
 
-def _invalid(message: str, reply_id: RequestId = None, response_id: RequestId = None) -> Parsed:
+def _invalid(
+    message: str, reply_id: RequestId = None, response_id: RequestId = None
+) -> InvalidMessage:
     return InvalidMessage(
         ErrorResponse(reply_id, INVALID_REQUEST, bounded_message(message)), response_id
     )
+
+
+#: Members of one batch: each counts as a frame, and a batch is one line, so the bound keeps a
+#: single line from starting more work than a burst of lines the client would have to pace.
+MAX_BATCH_MESSAGES: Final = 64
+
+
+def split_batch(line: bytes) -> list[bytes] | InvalidMessage | None:
+    """A batch line's members as lines of their own; ``None`` if ``line`` is not a batch (a
+    top-level array). An empty, oversized or unparseable batch is one ``InvalidMessage``:
+    nothing of it runs. Never raises."""
+    if line.lstrip()[:1] != b"[":
+        return None
+    try:
+        members = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return InvalidMessage(
+            ErrorResponse(None, PARSE_ERROR, bounded_message(f"parse error: {exc}"))
+        )
+    if type(members) is not list:
+        return None
+    if not members:
+        return _invalid("invalid request: an empty batch")
+    if len(members) > MAX_BATCH_MESSAGES:
+        return _invalid(f"invalid request: a batch holds at most {MAX_BATCH_MESSAGES} messages")
+    return [orjson.dumps(member) for member in members]
 
 
 def parse_message(line: bytes) -> Parsed:

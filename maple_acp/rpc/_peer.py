@@ -34,6 +34,7 @@ from ._credit import (
 )
 from ._envelope import (
     ErrorResponse,
+    InvalidMessage,
     Notification,
     Params,
     Request,
@@ -45,6 +46,7 @@ from ._envelope import (
     encode_request,
     encode_result,
     parse_message,
+    split_batch,
 )
 from ._exceptions import ConnectionClosed, FrameTooLong, OutboundFrameTooLarge
 from ._framing import MAX_LINE_BYTES, LineFramer
@@ -208,6 +210,8 @@ class JsonRpcPeer:
         self._closed = False
         self._close_reason = ""
         self._frames_received = 0
+        #: Whether a top-level array is a JSON-RPC batch (ACP v2) rather than a fault.
+        self.accept_batches = False
         self._eof_grace = eof_grace
         self._on_eof = on_eof
         # Request handler tasks still running (answer not yet queued), for the EOF grace.
@@ -579,6 +583,31 @@ class JsonRpcPeer:
             await self.drain()
 
     async def _dispatch(self, line: bytes, nursery: trio.Nursery) -> None:
+        if self.accept_batches:
+            members = split_batch(line)
+            if isinstance(members, list):
+                # Each member is a frame of its own (the same limits, the same order); each
+                # request is answered on its own line as it finishes, so a slow member never
+                # holds a fast one's answer back.
+                for member in members:
+                    await self._dispatch_one(member, nursery)
+                return
+            if members is not None:
+                self._frames_received += 1
+                self._refuse(members)
+                return
+        await self._dispatch_one(line, nursery)
+
+    def _refuse(self, message: InvalidMessage) -> None:
+        reply = message.reply
+        self._log_peer_fault("answering a malformed message: %s", reply.message)
+        if message.response_id is not None:
+            call = self._pending.pop(message.response_id)
+            if call is not None:
+                call.finish(error=reply.to_exception())
+        self._queue_reply(encode_error(reply.id, reply.to_exception()))
+
+    async def _dispatch_one(self, line: bytes, nursery: trio.Nursery) -> None:
         self._frames_received += 1
         message = parse_message(line)
         if isinstance(message, Notification):
@@ -603,13 +632,7 @@ class JsonRpcPeer:
             else:
                 call.finish(error=message.to_exception())
         else:
-            reply = message.reply
-            self._log_peer_fault("answering a malformed message: %s", reply.message)
-            if message.response_id is not None:
-                call = self._pending.pop(message.response_id)
-                if call is not None:
-                    call.finish(error=reply.to_exception())
-            self._queue_reply(encode_error(reply.id, reply.to_exception()))
+            self._refuse(message)
 
     def _queue_reply(self, line: bytes) -> None:
         """Queue a reply the reading task owes, without waiting: the shared credit if it is

@@ -254,14 +254,13 @@ class AcpTestClient:
         """
         methods: dict[Any, str] = {}
         for frame in self.frames:
-            message = frame.message
-            if (
-                frame.direction == "out"
-                and isinstance(message, dict)
-                and "method" in message
-                and "id" in message
-            ):
-                methods[message["id"]] = message["method"]
+            if frame.direction != "out":
+                continue
+            # A batch line (a list) carries requests too.
+            sent = frame.message if isinstance(frame.message, list) else [frame.message]
+            for message in sent:
+                if isinstance(message, dict) and "method" in message and "id" in message:
+                    methods[message["id"]] = message["method"]
         count = 0
         for frame in self.frames:
             if frame.direction != "in":

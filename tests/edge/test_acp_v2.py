@@ -1,6 +1,6 @@
 """ACP v2 (draft 2.0.0-alpha.12) beside v1: negotiation, the turn framed by ``state_update``,
-upserts, resume with ``replayFrom``, and bad v2 input. Every frame the agent sends on a v2
-connection is checked against ``acp-schema/v2``."""
+upserts, resume with ``replayFrom``, JSON-RPC batches, and bad v2 input. Every frame the agent
+sends on a v2 connection is checked against ``acp-schema/v2``."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import trio
 from edge_harness import Harness, running_service
 
 from maple_acp.edge import AcpServiceConfig
+from maple_acp.rpc import MAX_BATCH_MESSAGES
 from maple_acp.testing.client import AcpTestClient, reject
 from maple_acp.testing.schema import AcpSchema
 from maple_acp.wire import ProtocolError
@@ -308,3 +310,81 @@ async def test_an_unknown_permission_outcome_fails_closed(
         await client.prompt(sid, "/echo fine")
         await wait_idle(client, sid, 2)
         client.validate(acp_schema_v2)
+
+
+def answers(client: AcpTestClient, ids: set[Any]) -> dict[Any, Any]:
+    return {
+        m["id"]: m
+        for m in client.inbound()
+        if isinstance(m, dict) and "method" not in m and m.get("id") in ids
+    }
+
+
+def null_id_errors(client: AcpTestClient) -> list[Any]:
+    return [
+        m["error"]
+        for m in client.inbound()
+        if isinstance(m, dict) and "error" in m and m.get("id") is None
+    ]
+
+
+async def test_a_batch_runs_each_member_and_answers_each(
+    v2_harness: Harness, project: Path, acp_schema_v2: AcpSchema
+) -> None:
+    async with v2_client(v2_harness) as client:
+        batch = [
+            {
+                "jsonrpc": "2.0",
+                "id": "b1",
+                "method": "session/new",
+                "params": {"cwd": str(project)},
+            },
+            {"jsonrpc": "2.0", "id": "b2", "method": "session/list", "params": {}},
+            {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "none"}},
+        ]
+        await client.send_raw(orjson.dumps(batch))
+        with trio.fail_after(10):
+            await client.wait_until(lambda: len(answers(client, {"b1", "b2"})) == 2)
+        got = answers(client, {"b1", "b2"})
+        assert got["b1"]["result"]["sessionId"]
+        assert "sessions" in got["b2"]["result"]
+        client.validate(acp_schema_v2)
+
+
+@pytest.mark.parametrize(
+    ("line", "answered"),
+    [
+        (b"[]", 0),
+        (orjson.dumps([{"jsonrpc": "2.0", "method": "x"}] * (MAX_BATCH_MESSAGES + 1)), 0),
+        (b'[{"jsonrpc": "2.0", "id": 1, "method": "session/list"', 0),
+        # Mixed garbage: each bad member is refused on its own, the good one is answered.
+        (
+            b'[1, "x", [], {"jsonrpc": "2.0"}, '
+            b'{"jsonrpc": "2.0", "id": "ok", "method": "session/list", "params": {}}]',
+            1,
+        ),
+    ],
+)
+async def test_bad_batches_are_refused_and_the_connection_goes_on(
+    v2_harness: Harness, project: Path, acp_schema_v2: AcpSchema, line: bytes, answered: int
+) -> None:
+    async with v2_client(v2_harness) as client:
+        await client.send_raw(line)
+        # The connection is still usable, and the batch's refusals came before this answer.
+        await client.list_sessions()
+        assert len(answers(client, {"ok"})) == answered
+        errors = null_id_errors(client)
+        assert errors
+        assert {e["code"] for e in errors} <= {-32600, -32700}
+        client.validate(acp_schema_v2)
+
+
+async def test_a_v1_connection_refuses_batches(v2_harness: Harness, acp_schema: AcpSchema) -> None:
+    async with v2_harness.connect() as client:
+        await client.initialize()
+        line = [{"jsonrpc": "2.0", "id": "b1", "method": "session/list", "params": {}}]
+        await client.send_raw(orjson.dumps(line))
+        await client.list_sessions()
+        assert answers(client, {"b1"}) == {}
+        assert [e["code"] for e in null_id_errors(client)] == [-32600]
+        client.validate(acp_schema)
