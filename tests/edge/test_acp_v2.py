@@ -12,9 +12,11 @@ from typing import Any
 import orjson
 import pytest
 import trio
+import trio.testing
 from edge_harness import Harness, running_service
+from test_close import StallingBackend
 
-from maple_acp.edge import AcpServiceConfig
+from maple_acp.edge import CLOSE_DEADLINE_S, AcpServiceConfig
 from maple_acp.rpc import MAX_BATCH_MESSAGES
 from maple_acp.testing.client import AcpTestClient, reject
 from maple_acp.testing.schema import AcpSchema
@@ -388,3 +390,56 @@ async def test_a_v1_connection_refuses_batches(v2_harness: Harness, acp_schema: 
         assert answers(client, {"b1"}) == {}
         assert [e["code"] for e in null_id_errors(client)] == [-32600]
         client.validate(acp_schema)
+
+
+async def test_v2_close_returns_at_the_deadline(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path, acp_schema_v2: AcpSchema
+) -> None:
+    backend = StallingBackend()
+    project = tmp_path / "project"
+    project.mkdir()
+    config = AcpServiceConfig(protocol_max=2)
+    async with (
+        running_service(tmp_path, config=config, backend=backend) as harness,
+        v2_client(harness) as client,
+    ):
+        sid = (await client.call("session/new", {"cwd": str(project)}))["sessionId"]
+        accepted = await client.prompt(sid, "stall")
+        assert accepted["messageId"]
+        await backend.started.wait()
+        before = trio.current_time()
+        assert await client.close_session(sid) == {}
+        assert trio.current_time() - before == pytest.approx(CLOSE_DEADLINE_S)
+        after = len(client.updates(sid))
+        await backend.finished.wait()
+        await trio.sleep(CLOSE_DEADLINE_S)
+        # Nothing about the closed session after its close answer, not even an idle.
+        assert len(client.updates(sid)) == after
+        assert harness.runtime.lease_of(sid) is None
+        assert harness.runtime.status().active_runs == 0
+        client.validate(acp_schema_v2)
+
+
+async def test_v2_close_during_a_permission_wait_denies(
+    v2_harness: Harness, project: Path, acp_schema_v2: AcpSchema
+) -> None:
+    marker = project / "ran"
+    asked = trio.Event()
+    release = trio.Event()
+
+    async def slow(params: Any) -> str:
+        asked.set()
+        await release.wait()
+        return "allow"
+
+    async with v2_client(v2_harness, permission=slow) as client:
+        sid = (await client.call("session/new", {"cwd": str(project)}))["sessionId"]
+        await client.prompt(sid, f'/tool shell {{"command": "touch {marker}"}}')
+        await asked.wait()
+        assert states(client, sid)[-1] == "requires_action"
+        await client.close_session(sid)
+        release.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert not marker.exists()
+        assert v2_harness.runtime.lease_of(sid) is None
+        client.validate(acp_schema_v2)
