@@ -2,8 +2,10 @@
 
 :func:`open_default_host` is the embedding recipe of ``docs/embedding.md`` with the command
 line's choices: a SQLite store in the data directory, the demo engine or a configured provider,
-the local OS account signed in, session deletion allowed. Logging goes to stderr as text or as
-one JSON object per line.
+the local OS account signed in, session deletion allowed; once it listens, each configured
+provider is checked (``GET /models``, bounded) and logged in one line, and ``status`` shows
+the engine (:class:`EngineReport`). Logging goes to stderr as text or as one JSON object per
+line.
 """
 
 from __future__ import annotations
@@ -99,6 +101,31 @@ class HostOptions:
     engine: EngineFactory | None = None
 
 
+@attrs.define
+class EngineReport:
+    """What ``status`` shows about the engine: the backend, its default model, and each
+    provider's start-up check (updated once the check answers)."""
+
+    backend: str
+    default_model: str
+    providers: list[dict[str, Any]] = attrs.field(factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        shown: dict[str, Any] = {"backend": self.backend, "defaultModel": self.default_model}
+        if self.backend == "provider":
+            shown["providers"] = list(self.providers)
+        return shown
+
+
+async def check_engine(catalog: Any, report: EngineReport) -> None:
+    """Check each provider once (bounded), log one line each and keep the result for
+    ``status``. A provider that is down is reported, never fatal: ``serve`` keeps serving."""
+    checks = await catalog.check_providers()
+    report.providers = [check.as_json() for check in checks]
+    for check in checks:
+        logger.info("%s", check.line())
+
+
 def _demo_engine() -> tuple[Any, Any, Any]:
     from maple_acp.backends.demo import DemoBackend, demo_catalog, demo_policy
 
@@ -137,6 +164,12 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
 
     config = _service_config(options)
     backend, catalog, policy = (options.engine or _demo_engine)()
+    probing = hasattr(catalog, "check_providers")
+    engine = EngineReport(
+        backend="provider" if probing else "demo",
+        default_model=catalog.default_model(options.account).id,
+        providers=[check.as_json() for check in catalog.pending_checks()] if probing else [],
+    )
     grace = options.provisional_grace_s
     store = await SqliteTaskStore.open(options.data_dir / STORE_FILE_NAME)
     async with store:
@@ -154,10 +187,13 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
         )
         async with runtime:
             runtime.sign_in(options.account)
-            acp = AcpService(runtime, config)
+            acp = AcpService(runtime, config, engine_status=engine.as_json)
             lifecycle = HostLifecycle(runtime, acp)
             async with trio.open_nursery() as nursery:
                 await acp.start(nursery, options.endpoint)
+                if probing:
+                    # After the socket is up: a provider that is down never delays serving.
+                    nursery.start_soon(check_engine, catalog, engine)
                 # What start-up built lives as long as the host: out of the collector's way, so
                 # the full collections that follow a mass release (thousands of objects freed
                 # at once) stay short for the other connections waiting behind them.

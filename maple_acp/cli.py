@@ -495,7 +495,23 @@ def format_status(status: Mapping[str, Any]) -> str:
         f"  active runs:  {status.get('activeRuns', 0)}",
         f"  leases:       {status.get('leases', 0)}",
     ]
+    engine = status.get("engine")
+    if isinstance(engine, Mapping):
+        lines.append(f"  backend:      {engine.get('backend')}")
+        lines.append(f"  model:        {engine.get('defaultModel')} (the default)")
+        for provider in engine.get("providers") or ():
+            lines.append(f"  provider:     {_provider_line(provider)}")
     return "\n".join(lines)
+
+
+def _provider_line(provider: Mapping[str, Any]) -> str:
+    """One provider's check as ``status`` prints it (the host's text is shown as printable)."""
+    text = f"{provider.get('name')} at {provider.get('address')}: {provider.get('state')}"
+    if isinstance(provider.get("models"), int):
+        text += f", {provider['models']} models listed"
+    if provider.get("detail"):
+        text += f" ({provider['detail']})"
+    return printable(text)
 
 
 _socket_query_option = click.option(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import attrs
 import trio
@@ -91,6 +92,8 @@ class AcpService:
     :meth:`serve_stream` (any Trio stream: tests, custom transports). :meth:`start` /
     :meth:`stop` / :meth:`restore_enabled` add the host-facing lifecycle, with the
     enabled/disabled choice persisted per account when ``state_dir`` is given.
+    ``engine_status``, when given, adds the host's own description of its engine (its
+    backend, default model, providers) to ``_maple/status`` as ``engine``.
     """
 
     def __init__(
@@ -99,8 +102,11 @@ class AcpService:
         config: AcpServiceConfig | None = None,
         *,
         state_dir: Path | None = None,
+        engine_status: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.runtime = runtime
+        #: What ``_maple/status`` reports about the host's engine (its backend, providers).
+        self._engine_status = engine_status
         self._config = config or AcpServiceConfig()
         self._state = ServiceStateFile(state_dir) if state_dir is not None else None
         self._connections: set[AcpConnection] = set()
@@ -152,6 +158,7 @@ class AcpService:
             active_runs=runtime.active_runs,
             leases=runtime.leases,
             signed_in=runtime.account is not None,
+            engine=self._engine_status() if self._engine_status is not None else None,
         )
 
     # -- serving -----------------------------------------------------------------------------

@@ -96,3 +96,7 @@ class HostStatus:
     active_runs: int = attrs.field(validator=non_negative)
     leases: int = attrs.field(validator=non_negative)
     signed_in: bool
+    #: What the host runs its turns with, as the host describes it (``maple-acp serve``:
+    #: ``backend``, ``defaultModel`` and each provider's start-up check); absent when the
+    #: host says nothing.
+    engine: dict[str, Any] | None = None

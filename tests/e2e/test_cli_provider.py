@@ -4,9 +4,12 @@ the config file, against a loopback OpenAI-compatible server, through a real con
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import socket
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -14,7 +17,17 @@ from typing import Any
 import pytest
 import trio
 
-from .host_processes import DEADLINE, SERVE, connector_client, home_env, run_command, running_host
+from maple_acp.cli import format_status
+
+from .host_processes import (
+    DEADLINE,
+    MAPLE_ACP,
+    SERVE,
+    connector_client,
+    home_env,
+    run_command,
+    running_host,
+)
 
 pytest.importorskip("openai", reason="the provider backend needs the openai extra")
 
@@ -143,3 +156,58 @@ def test_a_bad_provider_setting_is_one_line(
     assert done.stderr.startswith("maple-acp: ")
     assert expected in done.stderr
     assert not (short_dir / "run").exists()
+
+
+async def test_serve_checks_each_provider_at_start_and_status_shows_them(
+    short_dir: Path, project: Path
+) -> None:
+    """A provider refusing a missing key and one that is down: ``serve`` starts anyway, logs
+    one line for each with the fix, and ``status`` shows the backend, each state and the
+    default model."""
+    server = loopback.LoopbackProvider()
+    server.models = loopback.error_reply(401, "missing bearer")
+    (short_dir / "cfg" / "maple-acp").mkdir(parents=True)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        down = probe.getsockname()[1]
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)
+            (short_dir / "cfg" / "maple-acp" / "config.toml").write_text(
+                'default_model = "keyless/m1"\n'
+                f'[[providers]]\nname = "keyless"\nbase_url = "{server.base_url}"\n'
+                'models = ["m1"]\n'
+                f'[[providers]]\nname = "away"\nbase_url = "http://127.0.0.1:{down}/v1"\n'
+                'models = ["m2"]\n'
+            )
+            async with running_host(short_dir, env=provider_env(short_dir)) as host:
+                lines = [
+                    await host.stderr.wait_for(lambda line, n=name: f'provider "{n}" at' in line)
+                    for name in ("keyless", "away")
+                ]
+                done = await trio.to_thread.run_sync(
+                    partial(
+                        run_command,
+                        [*MAPLE_ACP, "status", "--socket", os.fspath(host.socket), "--json"],
+                        env=provider_env(short_dir),
+                    )
+                )
+            nursery.cancel_scope.cancel()
+    assert "INFO" in lines[0]
+    assert lines[0].endswith(
+        f'provider "keyless" at http://127.0.0.1:{server.port}: unauthorized (HTTP 401: no key '
+        "variable is configured: set --api-key-env NAME, or api_key_env in the file)"
+    )
+    assert f'provider "away" at http://127.0.0.1:{down}: unreachable (' in lines[1]
+    assert done.returncode == 0, done.stderr
+    engine = json.loads(done.stdout)["engine"]
+    assert engine["backend"] == "provider"
+    assert engine["defaultModel"] == "keyless/m1"
+    assert [(p["name"], p["state"]) for p in engine["providers"]] == [
+        ("keyless", "unauthorized"),
+        ("away", "unreachable"),
+    ]
+    text = format_status(json.loads(done.stdout))
+    assert "  backend:      provider" in text
+    assert "  model:        keyless/m1 (the default)" in text
+    assert f"  provider:     away at http://127.0.0.1:{down}: unreachable" in text

@@ -247,12 +247,14 @@ async def test_status_reports_a_running_host(short_dir: Path, project: Path) -> 
                 "activeRuns": 0,
                 "leases": 1,
                 "signedIn": True,
+                "engine": {"backend": "demo", "defaultModel": "demo-echo"},
             }
             done = await trio.to_thread.run_sync(
                 partial(_run, [*MAPLE_ACP, "status"], MAPLE_ACP_SOCKET=os.fspath(host.socket))
             )
             assert done.returncode == 0, done.stderr
             assert "sessions:     1" in done.stdout
+            assert "backend:      demo" in done.stdout
 
 
 async def test_a_request_piped_before_end_of_input_is_answered(short_dir: Path) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import ssl
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from functools import partial
 from typing import Any, NoReturn
 
@@ -63,6 +63,9 @@ logger = logging.getLogger(__name__)
 MAX_TURN_REQUESTS = 64
 #: Closing a stream's connection after a cancel or a fault: shielded, but never for long.
 STREAM_CLOSE_BOUND_S = 1.0
+#: A request with nothing streamed back after this long gets a notice: without one the user
+#: sees only silence while a cold local model loads or a busy provider queues the request.
+SLOW_ANSWER_NOTICE_S = 5.0
 #: Part of a known context window kept free for the model's answer when trimming.
 ANSWER_RESERVE_FRACTION = 0.25
 #: Tool calls kept from one response; more is a broken model, not a plan.
@@ -117,6 +120,8 @@ class _Response:
     context_used: int | None = None
     #: Something of this answer already reached the caller: it can no longer be retried.
     forwarded: bool = False
+    #: The provider has streamed at least one chunk of it.
+    started: bool = False
 
     def tool_calls(self, request_number: int) -> list[ToolCall]:
         """The calls asked for; a call without an id (some local servers send none) gets one
@@ -278,7 +283,9 @@ class ProviderBackend:
         async def attempt() -> _Response:
             response = _Response()
             try:
-                await self._stream(exchange, messages, response)
+                await _telling_if_slow(
+                    exchange, response, self._stream(exchange, messages, response)
+                )
             except ProviderFault as fault:
                 if not response.forwarded:
                     raise
@@ -291,7 +298,7 @@ class ProviderBackend:
             return await retrying(
                 attempt,
                 backoff=self._backoff,
-                label=f"provider {exchange.entry.name}: ",
+                label=f'provider "{exchange.entry.name}": ',
                 notify=partial(exchange.turn.notice, "warning"),
                 max_rate_limit_wait=self._config.max_rate_limit_wait,
             )
@@ -332,10 +339,42 @@ class ProviderBackend:
                 await stream.close()
 
 
+async def _telling_if_slow(
+    exchange: _Exchange, response: _Response, work: Coroutine[Any, Any, None]
+) -> None:
+    """Run ``work`` (one streamed request); if the provider has streamed nothing after
+    :data:`SLOW_ANSWER_NOTICE_S`, tell the user once that the turn is waiting on it.
+
+    Error handling: whatever ``work`` raises propagates as itself, not inside a group."""
+
+    async def tell() -> None:
+        await trio.sleep(SLOW_ANSWER_NOTICE_S)
+        if not response.started:
+            await exchange.turn.notice(
+                "info",
+                f"waiting for the provider at {where(exchange.entry)}: no answer after "
+                f"{SLOW_ANSWER_NOTICE_S:.0f} s",
+            )
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(tell)
+            try:
+                await work
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        inner = single_exception(group)
+        if inner is group:
+            raise
+        raise inner from None
+
+
 async def _read_stream(turn: Turn, stream: Any, response: _Response) -> None:
     text_id: str | None = None
     thought_id: str | None = None
     async for chunk in stream:
+        response.started = True
         content, reasoning, fragments, finish, usage = _parts(chunk)
         if usage is not None:
             response.usage, response.context_used = _usage(usage)

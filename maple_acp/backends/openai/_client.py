@@ -9,7 +9,7 @@ import os
 import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import attrs
@@ -20,6 +20,9 @@ import trio
 from maple_acp._groups import single_exception
 from maple_acp.backends.openai._config import ProviderConfig, ProviderEntry
 from maple_acp.runtime import MODEL_DISCOVERY_BOUND_S, ModelInfo
+
+if TYPE_CHECKING:
+    from maple_acp.backends.openai._probe import ProviderCheck
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +167,17 @@ class ProviderCatalog:
 
     def default_model(self, account: str) -> ModelInfo:
         return self._info(self._config.default_model)
+
+    async def check_providers(self) -> Sequence[ProviderCheck]:
+        """Each provider's start-up check (``GET /models``, bounded): see ``_probe``."""
+        from maple_acp.backends.openai._probe import check_providers
+
+        return await check_providers(self._config, self._keys)
+
+    def pending_checks(self) -> Sequence[ProviderCheck]:
+        from maple_acp.backends.openai._probe import pending_checks
+
+        return pending_checks(self._config)
 
     async def list_models(self, account: str) -> Sequence[ModelInfo]:
         models: list[ModelInfo] = []

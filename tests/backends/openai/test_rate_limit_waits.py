@@ -18,6 +18,7 @@ from loopback import LoopbackProvider, error_reply, text_reply
 from provider_support import open_lease, provider_service
 
 from maple_acp.backends.openai import ProviderConfigError, load_provider_config
+from maple_acp.backends.openai._backend import SLOW_ANSWER_NOTICE_S
 from maple_acp.backends.openai._client import RequestTimeouts
 from maple_acp.backends.openai._faults import ProviderFault, retrying, status_fault
 from maple_acp.cli import _provider_engine
@@ -271,3 +272,43 @@ async def test_a_cancel_during_the_wait_ends_the_turn_at_once(
     assert outcome.state is RunState.CANCELLED
     assert waited == 0
     assert len(provider.chat_requests()) == 1
+
+
+async def test_a_provider_silent_past_five_seconds_is_named_to_the_client_once(
+    patient_service: AgentService,
+    provider: LoopbackProvider,
+    project: Path,
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    held = trio.Event()
+    slow = text_reply("late but here")
+    slow.hold = held
+    provider.add(slow)
+    async with trio.open_nursery() as nursery:
+        lease = await open_lease(patient_service, project, nursery)
+        run = await lease.start_run("hi")
+        events: list[Any] = []
+
+        async def watch() -> None:
+            async for event in run.events():
+                events.append(event)
+
+        nursery.start_soon(watch)
+        await provider.streaming.wait()
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(SLOW_ANSWER_NOTICE_S - 0.1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not [e for e in events if isinstance(e, RunNotice)]
+        mock_clock.jump(0.2)
+        await trio.testing.wait_all_tasks_blocked()
+        [notice] = [e for e in events if isinstance(e, RunNotice)]
+        assert notice.level == "info"
+        assert notice.text == (
+            f"waiting for the provider at http://127.0.0.1:{provider.port}: no answer after 5 s"
+        )
+        held.set()
+        outcome = await run.wait()
+        await lease.release(close=False)
+    assert outcome.state is RunState.COMPLETED
+    assert "".join(e.text for e in events if isinstance(e, TextChunk)) == "late but here"
+    assert len([e for e in events if isinstance(e, RunNotice)]) == 1
