@@ -54,6 +54,8 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[SCHEMA_ENV] = os.fspath(require_schema(os.environ))
 
 
+#: Variables that opt in to the live provider tests (tests/backends/openai/test_provider_live.py).
+LIVE_TEST_PREFIX: Final = "MAPLE_ACP_LIVE_"
 #: The user's base directories a test must never read or write: each gets a private stand-in.
 USER_DIRS: Final[Mapping[str, str]] = {
     "HOME": "home",
@@ -67,8 +69,13 @@ USER_DIRS: Final[Mapping[str, str]] = {
 
 def isolated_environment(base: Path, env: Mapping[str, str]) -> dict[str, str]:
     """``env`` as a fresh account under ``base`` would have it: its own home and XDG base
-    directories (created 0700), and no ``MAPLE_ACP_*`` setting from outside."""
-    isolated = {key: value for key, value in env.items() if not key.startswith("MAPLE_ACP_")}
+    directories (created 0700), and no ``MAPLE_ACP_*`` setting from outside (the live
+    provider tests' own ``MAPLE_ACP_LIVE_*`` variables aside: they are how one opts in)."""
+    isolated = {
+        key: value
+        for key, value in env.items()
+        if not key.startswith("MAPLE_ACP_") or key.startswith(LIVE_TEST_PREFIX)
+    }
     for name, relative in USER_DIRS.items():
         directory = base / relative
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -77,7 +77,8 @@ def test_processes_a_test_starts_see_the_isolated_account(isolated_user: Path) -
             sys.executable,
             "-c",
             "import os; print(os.environ['HOME']); print(os.environ['XDG_CONFIG_HOME']);"
-            "print(any(k.startswith('MAPLE_ACP_') for k in os.environ))",
+            "print(any(k.startswith('MAPLE_ACP_') and not k.startswith('MAPLE_ACP_LIVE_')"
+            " for k in os.environ))",
         ],
         capture_output=True,
         text=True,
