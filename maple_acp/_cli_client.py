@@ -46,13 +46,14 @@ class HostUnavailable(MapleAcpError):
 
 
 class AcpCallError(MapleAcpError):
-    """The host answered a request with a JSON-RPC error."""
+    """The host answered a request with a JSON-RPC error. Its text is the host's message
+    alone: a person reading a CLI line has no use for the JSON-RPC code (kept in ``code``)."""
 
     def __init__(self, method: str, code: int, message: str) -> None:
         self.method = method
         self.code = code
         self.message = message
-        super().__init__(f"{method} failed: {message} ({code})")
+        super().__init__(f"{method} failed: {message}")
 
 
 class NotServed(Exception):

@@ -199,7 +199,8 @@ def _provider_engine(
     if not flags_given and not (config.providers.keys() - {"max_rate_limit_wait"}):
         return None
     if flags_given and (url is None or model is None):
-        raise CliError("--provider-url and --model go together (--api-key-env is optional)")
+        # A usage error (exit 2), like any other pair of flags used wrongly.
+        raise click.UsageError("--provider-url and --model go together (--api-key-env is optional)")
     from maple_acp.backends.openai import (
         ProviderConfigError,
         ProviderUnavailable,

@@ -315,12 +315,18 @@ def test_a_bad_log_level_in_the_environment_is_one_line(tmp_path: Path) -> None:
     assert done.stderr.count("\n") == 1
 
 
-def test_provider_flags_go_together(tmp_path: Path) -> None:
-    done = run_main("serve", "--model", "m", env=home_env(tmp_path))
-    assert done.returncode == 1
-    assert done.stderr == (
-        "maple-acp: --provider-url and --model go together (--api-key-env is optional)\n"
+@pytest.mark.parametrize(
+    "flags", [("--model", "m"), ("--provider-url", "http://127.0.0.1:9/v1"), ("--api-key-env", "K")]
+)
+def test_provider_flags_go_together_as_a_usage_error(
+    tmp_path: Path, flags: tuple[str, str]
+) -> None:
+    done = run_main("serve", *flags, env=home_env(tmp_path))
+    assert done.returncode == 2
+    assert done.stderr.rstrip().endswith(
+        "Error: --provider-url and --model go together (--api-key-env is optional)"
     )
+    assert "Usage: " in done.stderr
 
 
 def test_a_refusal_under_json_logging_is_a_json_line(tmp_path: Path) -> None:
@@ -479,7 +485,8 @@ def test_client_turns_an_error_answer_into_one_line() -> None:
     )
     with mine, host, pytest.raises(AcpCallError) as caught:
         client.request("session/load", {})
-    assert str(caught.value) == "session/load failed: unknown session (-32002)"
+    # The line a person reads carries no JSON-RPC code; the code stays on the exception.
+    assert str(caught.value) == "session/load failed: unknown session"
     assert caught.value.code == -32002
 
 
