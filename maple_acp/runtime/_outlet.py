@@ -8,7 +8,15 @@ from collections.abc import Awaitable, Callable
 import attrs
 
 from maple_acp._text import one_line
-from maple_acp.model import CommandInfo, GoalRecord, ItemKind, PlanEntry, ToolState, Usage
+from maple_acp.model import (
+    CommandInfo,
+    GoalRecord,
+    ItemKind,
+    PlanEntry,
+    ToolState,
+    ToolStatus,
+    Usage,
+)
 from maple_acp.runtime._event_queue import RunEventQueue
 from maple_acp.runtime._events import (
     CommandsChanged,
@@ -36,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 #: A tool name in a log line, at most (names come from backends and MCP servers).
 MAX_LOGGED_NAME_CHARS = 64
+#: The text of a tool row whose permission question the turn's cancellation ended.
+CANCELLED_ASK = "cancelled"
 
 
 @attrs.frozen(kw_only=True)
@@ -82,6 +92,8 @@ class RunOutlet:
         self._cancel_run = cancel_run
         self._usage = Usage()
         self._overflowed = False
+        #: Tool calls whose permission question ended with the run, not with an answer.
+        self._cancelled_asks: set[str] = set()
 
     @property
     def usage(self) -> Usage:
@@ -136,6 +148,8 @@ class RunOutlet:
         return TextChunk(self.run_id, message_id, text)
 
     async def send_tool_row(self, tool_id: str, tool: ToolState) -> None:
+        if tool_id in self._cancelled_asks and tool.status is ToolStatus.FAILED:
+            tool = attrs.evolve(tool, status=ToolStatus.CANCELLED, output_text=CANCELLED_ASK)
         tool = prepared_tool(tool, self.hooks.redactor)
         first = self._journal.add_tool(tool_id, tool)
         # Written at once, with the text before it, so a crash keeps the history ordered.
@@ -165,7 +179,12 @@ class RunOutlet:
             await self._queue.send(PermissionRequest(self.run_id, responder, request))
             allowed = await self._broker.wait(responder)
         finally:
-            self._log_decision(request, "allowed once" if allowed else "denied")
+            if responder.cancelled:
+                # Nobody said no: the turn was cancelled while the question was open. The
+                # backend's "denied" row for this call is shown as cancelled instead.
+                self._cancelled_asks.add(request.tool_id)
+            outcome = "cancelled" if responder.cancelled else "denied"
+            self._log_decision(request, "allowed once" if allowed else outcome)
         return allowed
 
     def _log_decision(self, request: ToolRequest, outcome: str) -> None:

@@ -92,6 +92,12 @@ class PermissionResponder:
     def allowed(self) -> bool:
         return self._pending.allowed
 
+    @property
+    def cancelled(self) -> bool:
+        """Resolved by the run's end or cancellation (or a client's ``cancelled`` outcome),
+        not by a person's answer: the tool was never decided on."""
+        return self._pending.cancelled
+
     def answer(self, answer: str) -> bool:
         """Answer this request. True if the answer was accepted; any invalid form (an unknown
         option, a second answer, an answer after the run was cancelled) denies every pending
@@ -103,11 +109,12 @@ class PermissionResponder:
 
 
 class _Pending:
-    __slots__ = ("allowed", "done")
+    __slots__ = ("allowed", "cancelled", "done")
 
     def __init__(self) -> None:
         self.done = trio.Event()
         self.allowed = False
+        self.cancelled = False
 
 
 class PermissionBroker:
@@ -135,7 +142,7 @@ class PermissionBroker:
             return responder.allowed
         finally:
             if not responder.done.is_set():
-                self._resolve(responder.id, allowed=False)
+                self._resolve(responder.id, allowed=False, cancelled=True)
 
     def answer(self, responder_id: str, answer: str) -> bool:
         pending = self._pending.get(responder_id)
@@ -154,26 +161,27 @@ class PermissionBroker:
 
     def fail_closed(self) -> None:
         """Deny every pending request and cancel the run."""
-        self.deny_all()
+        self.deny_all(cancelled=True)
         self._cancel_run()
 
-    def deny_all(self) -> None:
+    def deny_all(self, *, cancelled: bool = False) -> None:
         for responder_id in list(self._pending):
-            self._resolve(responder_id, allowed=False)
+            self._resolve(responder_id, allowed=False, cancelled=cancelled)
 
     def close(self) -> None:
         """The run ended or was cancelled: deny what is pending, refuse every later answer."""
         self._closed = True
-        self.deny_all()
+        self.deny_all(cancelled=True)
 
     @property
     def pending_ids(self) -> Collection[str]:
         return tuple(self._pending)
 
-    def _resolve(self, responder_id: str, *, allowed: bool) -> None:
+    def _resolve(self, responder_id: str, *, allowed: bool, cancelled: bool = False) -> None:
         pending = self._pending.pop(responder_id, None)
         self._used.add(responder_id)
         if pending is None or pending.done.is_set():
             return
         pending.allowed = allowed and not self._closed
+        pending.cancelled = cancelled
         pending.done.set()

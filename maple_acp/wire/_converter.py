@@ -262,8 +262,12 @@ def _configure(converter: OrjsonConverter) -> None:
     def class_unstructure_hook(cls: type[Any]) -> Callable[[Any], dict[str, Any]]:
         # Only a field whose default is None may be left out, and only while it is None; a
         # ``False`` capability is still written because clients read it.
+        always = _NULL_WRITTEN_FIELDS.get(cls, frozenset())
         renames = {
-            a.name: override(rename=wire_key(a.name), omit_if_default=a.default is None)
+            a.name: override(
+                rename=wire_key(a.name),
+                omit_if_default=a.default is None and a.name not in always,
+            )
             for a in attrs.fields(cls)
         }
         return make_dict_unstructure_fn(cls, converter, **renames)  # type: ignore[arg-type]
@@ -289,6 +293,11 @@ def _all_fields(cls: type) -> tuple[type, frozenset[str]]:
 #: ``x-deserialize-default-on-error`` asks. Applied where an error would only lock a peer out
 #: (capability negotiation and implementation info); ``_meta`` is lenient everywhere. Fields that
 #: steer what the agent does (session requests, prompts, answers) stay strict.
+#: Fields written as ``null`` rather than left out when they are ``None``: the schema allows
+#: both, but a client may tell the two apart (Toad shows a new file's diff only when
+#: ``oldText`` is present and ``null``).
+_NULL_WRITTEN_FIELDS: Final[dict[type, frozenset[str]]] = {u.Diff: frozenset({"old_text"})}
+
 _LENIENT_FIELDS: Final[dict[type, frozenset[str]]] = dict(
     [
         (ini.InitializeRequest, frozenset({"client_capabilities", "client_info"})),

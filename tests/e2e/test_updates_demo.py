@@ -134,13 +134,14 @@ async def test_write_file_carries_a_diff_and_the_location(
         ]
         # The location points at the first changed line.
         assert final["locations"] == [{"path": target, "line": 1}]
-        # A new file: no old text.
+        # A new file: no old text, said with an explicit null (Toad shows no diff without it).
         await client.prompt(sid, write_file("sub/new.txt", "fresh"))
         assert (project / "sub" / "new.txt").read_text() == "fresh"
         final = last_tool_row(client, sid)
         [diff] = [c for c in final["content"] if c["type"] == "diff"]
         assert diff["newText"] == "fresh"
-        assert diff.get("oldText") is None
+        assert "oldText" in diff
+        assert diff["oldText"] is None
 
 
 async def test_write_file_denied_or_escaping_the_root_fails_its_row_only(

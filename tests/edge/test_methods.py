@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -777,3 +778,46 @@ async def test_permission_before_any_row_still_announces_the_tool_call(
         assert row["sessionUpdate"] == "tool_call"
         assert row["status"] == "completed"
         client.validate(acp_schema)
+
+
+@pytest.mark.parametrize("order", ["cancel-then-answer", "answer-then-cancel"])
+async def test_cancel_while_permission_pending_marks_the_tool_row_cancelled(
+    harness: Harness, project: Path, order: str
+) -> None:
+    """An ACP client cancels a turn by sending ``session/cancel`` and answering the open
+    permission question ``cancelled`` (in either order): nobody said no, so the tool row ends
+    "cancelled", not "permission denied" (ACP v1 has no cancelled status: the row's status is
+    ``failed``, its text says why)."""
+    asked = trio.Event()
+    release = trio.Event()
+
+    async def cancelling(params: Any) -> str:
+        asked.set()
+        await release.wait()
+        return "cancel"
+
+    async with harness.connect(permission=cancelling) as client:
+        sid = (await client.new_session(str(project)))["sessionId"]
+        async with trio.open_nursery() as nursery:
+            answer: dict[str, Any] = {}
+
+            async def run() -> None:
+                answer.update(await client.prompt(sid, '/tool shell {"command": "true"}'))
+
+            nursery.start_soon(run)
+            await asked.wait()
+            if order == "cancel-then-answer":
+                await client.cancel(sid)
+                await trio.testing.wait_all_tasks_blocked()
+                release.set()
+            else:
+                release.set()
+                await trio.testing.wait_all_tasks_blocked()
+                await client.cancel(sid)
+        assert answer["stopReason"] == "cancelled"
+        rows = [u for u in client.updates(sid) if u["sessionUpdate"].startswith("tool_call")]
+        assert rows[-1]["status"] == "failed"
+        assert rows[-1]["content"] == [
+            {"type": "content", "content": {"type": "text", "text": "cancelled"}}
+        ]
+        assert "permission denied" not in json.dumps(rows)

@@ -131,7 +131,8 @@ def test_every_update_kind_validates(acp_schema: AcpSchema) -> None:
         "oldText": "a\n",
         "newText": "a\nb\n",
     }
-    assert "oldText" not in diffs[1]
+    # A new file's diff says so with an explicit null (Toad shows no diff without the key).
+    assert diffs[1]["oldText"] is None
     assert diffs[2]["newText"].endswith(DIFF_TRUNCATED)
     plan = _params(
         projector.plan(

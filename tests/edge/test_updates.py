@@ -117,7 +117,7 @@ async def test_plan_context_diff_and_location_updates(
         assert final["status"] == "completed"
         target = str((project / "notes.txt").resolve())
         [diff] = [c for c in final["content"] if c["type"] == "diff"]
-        assert diff == {"type": "diff", "path": target, "newText": "a\nb\n"}
+        assert diff == {"type": "diff", "path": target, "oldText": None, "newText": "a\nb\n"}
         assert [loc["path"] for loc in final["locations"]] == [target]
         client.validate(acp_schema)
 
