@@ -1,6 +1,6 @@
 """Interop: the TypeScript SDK 2.4.0's experimental ACP v2 client drives ``maple-acp acp``
 against a real ``maple-acp serve`` (which offers v2). The SDK is installed from the npm
-registry once into the user's cache; the SDK checks every frame it receives."""
+registry once into pytest's cache folder; the SDK checks every frame it receives."""
 
 from __future__ import annotations
 
@@ -23,14 +23,13 @@ SCRIPT: Path = Path(__file__).parent / "interop" / "v2_client.mjs"
 DEADLINE_S: float = 180.0
 
 
-def _sdk_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
-    return root / "maple-acp" / "npm" / "sdk-2.4.0"
+def _sdk_dir(config: pytest.Config, fallback: Path) -> Path:
+    """pytest's own cache folder (kept between runs, ignored by git), else a scratch one."""
+    cache = getattr(config, "cache", None)
+    return Path(cache.mkdir("acp-sdk-2.4.0")) if cache is not None else fallback
 
 
-def _install_sdk() -> Path:
-    directory = _sdk_dir()
+def _install_sdk(directory: Path) -> Path:
     if not (directory / "node_modules" / "@agentclientprotocol" / "sdk").is_dir():
         directory.mkdir(parents=True, exist_ok=True)
         subprocess.run(
@@ -44,12 +43,15 @@ def _install_sdk() -> Path:
     return directory / SCRIPT.name
 
 
-async def test_typescript_v2_client_drives_maple_acp_acp(tmp_path: Path) -> None:
+async def test_typescript_v2_client_drives_maple_acp_acp(
+    tmp_path: Path, pytestconfig: pytest.Config
+) -> None:
     if shutil.which("node") is None or shutil.which("npm") is None:
         if os.environ.get("CI"):
             pytest.fail("node and npm are needed for the ACP v2 interop test")
         pytest.skip("node and npm are not on this machine")
-    script = await trio.to_thread.run_sync(_install_sdk)
+    directory = _sdk_dir(pytestconfig, tmp_path / "npm")
+    script = await trio.to_thread.run_sync(_install_sdk, directory)
     project = tmp_path / "project"
     project.mkdir()
     async with running_host(tmp_path) as host:
