@@ -10,7 +10,8 @@ Lifecycle
     every lease of the old one is revoked and every operation captured before is refused with
     ``RuntimeRejection(ACCOUNT_CHANGED)``. ``await service.drain()`` stops admitting
     (``SHUTTING_DOWN``) and cancels runs within ``DRAIN_BOUND_S``. ``service.status()`` counts
-    leases and active runs.
+    leases and active runs; ``service.held_tasks()`` lists the held tasks and what each is
+    doing (idle, running, asking for a permission, revoked) for a host's own window.
 
 Rejections
     Every refusal is ``RuntimeRejection`` with ``.kind`` (a ``RejectionKind``) and a safe,
@@ -257,7 +258,7 @@ from maple_acp.runtime._relay import (
     RelayValues,
     validate_relay_values,
 )
-from maple_acp.runtime._replies import ServiceStatus, TaskListing
+from maple_acp.runtime._replies import HeldTask, HeldTaskState, ServiceStatus, TaskListing
 from maple_acp.runtime._run import RUN_EVENT_QUEUE, Run
 from maple_acp.runtime._service import (
     DEFAULT_PROVISIONAL_GRACE_S,
@@ -323,6 +324,8 @@ __all__ = [
     "GoalProgress",
     "GoalRecord",
     "GoalStatus",
+    "HeldTask",
+    "HeldTaskState",
     "ItemKind",
     "LeaseRevoked",
     "ModeChanged",

@@ -43,7 +43,7 @@ from maple_acp.runtime._offer import CommandBounds
 from maple_acp.runtime._permissions import PermissionPolicy
 from maple_acp.runtime._registry import LeaseRegistry
 from maple_acp.runtime._relay import RelayValues, validate_relay_values
-from maple_acp.runtime._replies import ServiceStatus, TaskListing
+from maple_acp.runtime._replies import HeldTask, HeldTaskState, ServiceStatus, TaskListing
 from maple_acp.runtime._self_serving import ServedInOwnNursery
 from maple_acp.runtime._tools import ToolContext
 from maple_acp.store import ForkSourceMissing, InvalidCursor, TaskStore
@@ -214,6 +214,11 @@ class AgentService(ServedInOwnNursery):
             leases=len(leases),
             active_runs=sum(1 for lease in leases if lease.active_run),
         )
+
+    def held_tasks(self) -> tuple[HeldTask, ...]:
+        """Every task a lease holds now (revoked ones still cleaning up included), in the order
+        the leases were made: for a host's own window. Synchronous; reads no store."""
+        return tuple(_held(lease) for lease in self._leases.leases())
 
     def lease_of(self, task_id: str) -> SessionLease | None:
         """The lease holding ``task_id`` (revoked ones still cleaning up included)."""
@@ -589,3 +594,16 @@ class AgentService(ServedInOwnNursery):
                 )
         await self.store.set_trust(account, root, trusted, now_ms=self.now_ms())
         self._fence.check(generation)
+
+
+def _held(lease: SessionLease) -> HeldTask:
+    run = lease.active_run
+    if lease.revoked:
+        state = HeldTaskState.REVOKED
+    elif run is None:
+        state = HeldTaskState.IDLE
+    elif run.pending_permissions:
+        state = HeldTaskState.ASKING
+    else:
+        state = HeldTaskState.RUNNING
+    return HeldTask(task=lease.task, mode=lease.mode.id, state=state)
