@@ -17,7 +17,12 @@ from maple_acp.edge._config import (
 from maple_acp.edge._connection import DISCONNECT_CLEANUP_S
 from maple_acp.edge._lifecycle import HostLifecycle, ShutdownReport
 from maple_acp.edge._listener import EndpointInUse, ListenerError
-from maple_acp.edge._service import PROTOCOL_VERSION, AcpService, AcpServiceStatus
+from maple_acp.edge._service import (
+    PROTOCOL_VERSION,
+    AcpService,
+    AcpServiceStatus,
+    ConnectionView,
+)
 from maple_acp.wire import STATUS_METHOD
 
 __all__ = [
@@ -32,6 +37,7 @@ __all__ = [
     "AcpServiceConfig",
     "AcpServiceStatus",
     "ConfigError",
+    "ConnectionView",
     "EndpointInUse",
     "HostLifecycle",
     "ListenerError",

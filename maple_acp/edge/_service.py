@@ -84,6 +84,17 @@ class AcpServiceStatus:
     active_runs: int
 
 
+@attrs.frozen(kw_only=True)
+class ConnectionView:
+    """One live ACP connection, as a host's window shows it."""
+
+    #: Its place in the order this service accepted connections (1 for the first).
+    number: int
+    #: The sessions it holds (closing ones included), in the order opened.
+    session_ids: tuple[str, ...]
+    active_runs: int
+
+
 class AcpService:
     """Exposes an :class:`~maple_acp.runtime.AgentService` to ACP clients.
 
@@ -109,7 +120,9 @@ class AcpService:
         self._engine_status = engine_status
         self._config = config or AcpServiceConfig()
         self._state = ServiceStateFile(state_dir) if state_dir is not None else None
-        self._connections: set[AcpConnection] = set()
+        #: Each live connection and its number (see ``ConnectionView``).
+        self._connections: dict[AcpConnection, int] = {}
+        self._accepted = 0
         self._endpoint: Path | None = None
         self._listener_scope: trio.CancelScope | None = None
         self._stopped: trio.Event | None = None
@@ -146,6 +159,17 @@ class AcpService:
             active_runs=sum(c.active_runs for c in self._connections),
         )
 
+    def connections(self) -> tuple[ConnectionView, ...]:
+        """The live connections, oldest first: for a host's own window (synchronous)."""
+        return tuple(
+            ConnectionView(
+                number=number,
+                session_ids=connection.sessions.ids(),
+                active_runs=connection.active_runs,
+            )
+            for connection, number in self._connections.items()
+        )
+
     def host_status(self) -> HostStatus:
         """``_maple/status``: this service's and the runtime's figures."""
         acp = self.status()
@@ -176,11 +200,12 @@ class AcpService:
             initialize_response=lambda: self._initialize_response,
             host_status=self.host_status,
         )
-        self._connections.add(connection)
+        self._accepted += 1
+        self._connections[connection] = self._accepted
         try:
             await connection.run()
         finally:
-            self._connections.discard(connection)
+            del self._connections[connection]
 
     async def serve_stdio(self) -> None:
         """Serve this process's stdin/stdout as one connection (logs must go to stderr)."""

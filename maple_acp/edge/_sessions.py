@@ -56,6 +56,10 @@ class SessionTable:
         """Whether ``session`` itself (not a later one with its id) is still held here."""
         return self._sessions.get(session.id) is session
 
+    def ids(self) -> tuple[str, ...]:
+        """The ids of the sessions held here, closing ones included, in the order opened."""
+        return tuple(self._sessions)
+
     def is_tombstoned(self, session_id: str) -> bool:
         return session_id in self._tombstones
 

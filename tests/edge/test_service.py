@@ -19,6 +19,7 @@ from maple_acp.edge import (
     AcpService,
     AcpServiceConfig,
     ConfigError,
+    ConnectionView,
     EndpointInUse,
     HostLifecycle,
     ServiceStateFile,
@@ -220,3 +221,34 @@ async def test_stdio_mode_carries_only_protocol_lines(
         with trio.fail_after(10):
             await process.wait()
         assert process.returncode == 0
+
+
+async def test_connections_list_each_live_connection_with_its_sessions(
+    harness: Harness, project: Path
+) -> None:
+    """What a host's window lists: live connections in the order accepted, each with the
+    sessions it holds and its running turns."""
+    acp = harness.acp
+    assert acp.connections() == ()
+    async with harness.connect(initialize=True) as first:
+        async with harness.connect(initialize=True) as second:
+            one = (await first.new_session(str(project)))["sessionId"]
+            two = (await first.new_session(str(project)))["sessionId"]
+            three = (await second.new_session(str(project)))["sessionId"]
+            assert acp.connections() == (
+                ConnectionView(number=1, session_ids=(one, two), active_runs=0),
+                ConnectionView(number=2, session_ids=(three,), active_runs=0),
+            )
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(first.prompt, two, "/echo started\n/hang")
+                await first.wait_until(lambda: first.text(two) == "started")
+                assert acp.connections()[0].active_runs == 1
+                await first.cancel(two)
+            await first.close_session(one)
+            assert acp.connections()[0] == ConnectionView(
+                number=1, session_ids=(two,), active_runs=0
+            )
+        assert acp.connections() == (ConnectionView(number=1, session_ids=(two,), active_runs=0),)
+    assert acp.connections() == ()
+    async with harness.connect(initialize=True):
+        assert [view.number for view in acp.connections()] == [3]
