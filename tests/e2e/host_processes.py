@@ -147,12 +147,17 @@ class LineReader:
         self._changed = trio.Event()
 
     async def wait_for(self, predicate: Callable[[str], bool]) -> str:
-        seen = 0
+        return self.lines[await self.wait_index(predicate)]
+
+    async def wait_index(self, predicate: Callable[[str], bool], start: int = 0) -> int:
+        """The index of the first line from ``start`` on that satisfies ``predicate``, once
+        it has arrived."""
+        seen = start
         while True:
-            for line in self.lines[seen:]:
-                if predicate(line):
-                    return line
-            seen = len(self.lines)
+            for index in range(seen, len(self.lines)):
+                if predicate(self.lines[index]):
+                    return index
+            seen = max(seen, len(self.lines))
             if self.closed:
                 raise AssertionError(f"stream ended without the awaited line: {self.lines!r}")
             await self._changed.wait()
