@@ -41,6 +41,7 @@ from .x_display import (
     screenshot_png,
     under_ci,
     virtual_display,
+    without_tools,
 )
 
 EXAMPLE = "tk_host.py"
@@ -49,12 +50,10 @@ SHOWN = "tk host: shown "
 
 @pytest.fixture
 async def display() -> AsyncIterator[str]:
-    missing = display_tools_missing()
-    if missing:
-        reason = "a window test needs " + ", ".join(missing)
-        if under_ci(os.environ):
-            pytest.fail(f"{reason}; under CI it must run (.ci/run installs them as root)")
-        pytest.skip(reason)
+    verdict = without_tools(display_tools_missing(), ci=under_ci(os.environ))
+    if verdict is not None:
+        action, reason = verdict
+        (pytest.fail if action == "fail" else pytest.skip)(reason)
     async with virtual_display() as value:
         yield value
 
@@ -193,3 +192,16 @@ async def test_the_window_shows_a_session_driven_through_the_connector(
     assert window.stderr.lines[-1] == "tk host: stopped"
     assert not socket_path.exists()
     assert not any("Traceback" in line for line in window.stderr.lines)
+
+
+def test_without_the_tools_the_window_test_skips_only_outside_ci(tmp_path: Path) -> None:
+    missing = display_tools_missing(path=os.fspath(tmp_path))  # a PATH with no programs
+    assert "Xvfb (xvfb)" in missing
+    assert "xwd (x11-apps)" in missing
+    action, reason = without_tools(missing, ci=False) or ("run", "")
+    assert action == "skip"
+    assert "Xvfb (xvfb)" in reason
+    action, reason = without_tools(missing, ci=True) or ("run", "")
+    assert action == "fail"
+    assert ".ci/run installs them" in reason
+    assert without_tools([], ci=True) is None

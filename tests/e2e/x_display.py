@@ -32,20 +32,24 @@ DEFAULT_ARTIFACTS = Path(__file__).resolve().parents[2] / ".test-artifacts"
 __all__ = [
     "artifacts_dir",
     "display_tools_missing",
+    "png_pixels",
     "screenshot_png",
     "under_ci",
     "virtual_display",
+    "without_tools",
+    "xwd_to_png",
 ]
 
 
-def display_tools_missing() -> list[str]:
-    """What a window test needs and this machine lacks (each with its Debian package)."""
+def display_tools_missing(path: str | None = None) -> list[str]:
+    """What a window test needs and this machine lacks (each with its Debian package);
+    ``path`` is where to look for programs (``PATH`` by default)."""
     missing = []
     if importlib.util.find_spec("_tkinter") is None:
         missing.append("Tk for this Python (python3-tk)")
-    if shutil.which("Xvfb") is None:
+    if shutil.which("Xvfb", path=path) is None:
         missing.append("Xvfb (xvfb)")
-    if shutil.which("xwd") is None:
+    if shutil.which("xwd", path=path) is None:
         missing.append("xwd (x11-apps)")
     return missing
 
@@ -53,6 +57,17 @@ def display_tools_missing() -> list[str]:
 def under_ci(env: Mapping[str, str]) -> bool:
     """Whether this is a CI run: then a test whose tools are missing fails, never skips."""
     return env.get("CI", "").strip().lower() in CI_VALUES
+
+
+def without_tools(missing: list[str], *, ci: bool) -> tuple[str, str] | None:
+    """What a window test does when tools are missing: ``("skip", reason)`` on a developer's
+    machine, ``("fail", reason)`` under CI, where it must run; ``None`` when nothing is."""
+    if not missing:
+        return None
+    reason = "a window test needs " + ", ".join(missing)
+    if ci:
+        return "fail", f"{reason}; under CI it must run (.ci/run installs them as root)"
+    return "skip", reason
 
 
 def artifacts_dir(env: Mapping[str, str]) -> Path:
