@@ -38,8 +38,10 @@ from maple_acp.mcp._catalog import (
 )
 from maple_acp.mcp._definitions import ValidatedServer, describe_server
 from maple_acp.mcp._errors import ExternalToolError, McpSetupError
+from maple_acp.mcp._sdk_logs import install as _install_sdk_log_filter
 
 logger = logging.getLogger(__name__)
+_install_sdk_log_filter()
 
 #: Connecting to every server and discovering every catalog shares this one deadline (SPEC).
 SETUP_TIMEOUT_SECONDS: Final = 30.0
