@@ -26,15 +26,23 @@ UNSTABLE_DEFS: dict[str, Any] = json.loads((SCHEMA_DIR / "schema.unstable.json")
 ]
 
 _validators: dict[tuple[str, bool], Draft202012Validator] = {}
+#: Which documents were checked against the metaschema (a few seconds each: once, not once
+#: per definition).
+_checked: set[bool] = set()
 
 
 def validate(instance: Any, definition: str, *, unstable: bool = False) -> None:
     key = (definition, unstable)
     if key not in _validators:
         defs = UNSTABLE_DEFS if unstable else STABLE_DEFS
-        schema = {"$ref": f"#/$defs/{definition}", "$defs": defs}
-        Draft202012Validator.check_schema(schema)
-        _validators[key] = Draft202012Validator(schema)
+        if unstable not in _checked:
+            Draft202012Validator.check_schema({"$defs": defs})
+            _checked.add(unstable)
+        if definition not in defs:
+            raise KeyError(
+                f"{definition} is not defined in the {'unstable' if unstable else 'stable'} schema"
+            )
+        _validators[key] = Draft202012Validator({"$ref": f"#/$defs/{definition}", "$defs": defs})
     _validators[key].validate(instance)
 
 
