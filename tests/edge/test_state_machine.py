@@ -37,7 +37,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 #: The default suite runs at least this many examples; the "long" profile runs more.
-MIN_EXAMPLES = 300
+MIN_EXAMPLES = 100
 #: What the generated scenarios cannot decide from the client's side (see CANCEL_BEFORE_RUN).
 KNOWN_FINDINGS = frozenset({CANCEL_BEFORE_RUN})
 

@@ -615,12 +615,15 @@ class RuntimeMachine(RuleBasedStateMachine):
             self._check_durable()
 
 
+#: Examples in the default suite (same draw every run); ``nox -s long`` explores 5000 fresh ones.
+DEFAULT_EXAMPLES = 100
+
 RuntimeMachine.TestCase.settings = settings(
     max_examples=50
     if os.environ.get("SM_QUICK")
     else 5000
     if os.environ.get("HYPOTHESIS_PROFILE") == "long"
-    else 500,
+    else DEFAULT_EXAMPLES,
     stateful_step_count=12,
     deadline=None,
 )
