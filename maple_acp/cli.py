@@ -648,6 +648,41 @@ def sessions_delete(session_id: str, socket_path: str | None, config_path: Path 
     click.echo(f"deleted session {session_id}")
 
 
+# -- doctor -------------------------------------------------------------------------------------
+
+
+@cli.command()
+@_socket_query_option
+@_config_option
+@click.option(
+    "--data-dir", type=click.Path(file_okay=False, path_type=Path), help="Check DIR as serve's."
+)
+def doctor(socket_path: str | None, config_path: Path | None, data_dir: Path | None) -> None:
+    """Check this installation (config, endpoint, data directory, providers, connector) and
+    print client settings to paste. One line per check; exit status 1 if any failed."""
+    from maple_acp._cli_doctor import (
+        DoctorInputs,
+        client_settings,
+        maple_acp_command,
+        run_checks,
+    )
+
+    def build(config: ConfigFile) -> EngineFactory | None:
+        allowed = config.serve.get("tool_env_allow", ())
+        return _provider_engine(config, None, None, None, tuple(allowed))
+
+    inputs = DoctorInputs(config_path=config_path, socket_path=socket_path, data_dir=data_dir)
+    checks, endpoint = run_checks(inputs, os.environ, build)
+    for check in checks:
+        click.echo(check.line())
+    click.echo("")
+    default = resolve_endpoint(None, {k: v for k, v in os.environ.items() if k != ENDPOINT_ENV})
+    for line in client_settings(maple_acp_command(), endpoint, default):
+        click.echo(line)
+    if not all(check.ok for check in checks):
+        sys.exit(1)
+
+
 # -- demo ---------------------------------------------------------------------------------------
 
 
