@@ -36,6 +36,7 @@ import sys
 
 from maple_acp_connector._hello import build_hello
 from maple_acp_connector.endpoint import (
+    ENDPOINT_ENV,
     EndpointError,
     EndpointUnavailable,
     UnsafeEndpoint,
@@ -44,6 +45,7 @@ from maple_acp_connector.endpoint import (
     _resolve,
     check_endpoint_socket,
     check_private_dir,
+    config_file_socket,
 )
 
 # The C modules under socket, signal and threading: their Python wrappers pull in enum,
@@ -289,6 +291,9 @@ def _check_peer(sock: socket.socket, path: str) -> None:
 
 
 def _open_endpoint(cli_socket: str | None, env: Mapping[str, str]) -> tuple[str, socket.socket]:
+    if not cli_socket and not env.get(ENDPOINT_ENV):
+        # The same host `status` finds: the config file's socket comes after flag and variable.
+        cli_socket = config_file_socket(env)
     path, private_dir = _resolve(cli_socket, env)
     if private_dir is not None:
         try:

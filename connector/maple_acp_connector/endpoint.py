@@ -17,7 +17,9 @@ Location. ``$XDG_RUNTIME_DIR`` when it is set, absolute, a directory owned by th
 group/other bits and writable; otherwise an owner-checked 0700 ``maple-acp-<uid>`` directory under
 the temp dir (``$TMPDIR``, ``$TEMP``, ``$TMP``, else ``/tmp``; macOS sets ``$TMPDIR`` per user).
 ``--socket PATH`` on the command line, then the ``MAPLE_ACP_SOCKET`` environment variable,
-override the default (:func:`resolve_endpoint`).
+override the default (:func:`resolve_endpoint`); the connector alone then also reads the
+``socket`` key of the user's config file (:func:`config_file_socket`), so it finds the host
+that ``serve`` and ``status`` find.
 
 Trust. Anything running as the same OS user that can reach the socket is inside the trust
 boundary; these checks only keep *other* users out and refuse paths that were tampered with.
@@ -45,6 +47,7 @@ __all__ = [
     "UnsafeEndpoint",
     "check_endpoint_socket",
     "check_private_dir",
+    "config_file_socket",
     "endpoint_path",
     "ensure_private_dir",
     "installation_location",
@@ -52,6 +55,8 @@ __all__ = [
 ]
 
 APP_ID = "maple-acp"
+#: The directory name under the XDG config directory (the host's ``maple_acp.config`` agrees).
+_APP_DIR = "maple-acp"
 ENDPOINT_ENV = "MAPLE_ACP_SOCKET"
 # 8 bytes = 64 bits keeps installations apart while the whole path stays well inside the
 # 104-byte sun_path of macOS, even under its long per-user $TMPDIR.
@@ -200,6 +205,47 @@ def _resolve(
     if override:
         return os.path.abspath(override), None
     return _default_endpoint(app_id, None, env)
+
+
+#: A config file is a few hundred bytes; a larger one is not read for its socket.
+_MAX_CONFIG_BYTES = 1024 * 1024
+
+
+def config_file_socket(env: Mapping[str, str]) -> str | None:
+    """The ``socket`` of ``$XDG_CONFIG_HOME/maple-acp/config.toml`` (else
+    ``~/.config/maple-acp/config.toml``), absolute; ``None`` when there is no file, no such
+    key, or a file ``serve`` would refuse anyway (its own error says what is wrong).
+
+    Cheap when unused: ``tomllib`` is imported only for a file that names a socket, and the
+    file is opened without following a FIFO's wait (``O_NONBLOCK``)."""
+    base = env.get("XDG_CONFIG_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".config")
+    path = os.path.join(base, _APP_DIR, "config.toml")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_CONFIG_BYTES:
+            return None
+        data = os.read(fd, _MAX_CONFIG_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if b"socket" not in data:
+        return None
+    import tomllib
+
+    try:
+        value = tomllib.loads(data.decode("utf-8")).get("socket")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(value, str) or not (os.path.isabs(value) or value.startswith("~")):
+        return None
+    return os.path.abspath(os.path.expanduser(value))
 
 
 def resolve_endpoint(

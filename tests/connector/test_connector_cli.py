@@ -160,3 +160,42 @@ def test_maple_acp_decides_acp_and_version_before_click_or_trio(argv: list[str])
     assert [name for name in new if name.split(".")[0] in ("trio", "click")] == []
     assert [name for name in non_stdlib(new) if not name.startswith("maple_acp")] == []
     assert report["result"] == (1 if "--socket" in argv else 0)
+
+
+def test_the_config_files_socket_is_found_after_flag_and_variable(
+    host: Host, short_dir: Path
+) -> None:
+    """The connector reaches the host that ``serve`` and ``status`` find: the config file's
+    ``socket`` when no flag or variable names one, and never over them."""
+    config = short_dir / "cfg" / "maple-acp" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(f'socket = "{host.path}"\nlog_level = "info"\n')
+    env = connector_env(XDG_CONFIG_HOME=str(short_dir / "cfg"))
+    # The relay itself is tested elsewhere; here only the endpoint matters: the connector
+    # connects to the file's socket, and the host then closes the connection.
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-m", "maple_acp_connector"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        conn = host.accept()
+        conn.close()
+        proc.stdin.close()  # type: ignore[union-attr]
+        assert proc.wait(timeout=TIMEOUT) in (0, 3)
+    finally:
+        proc.kill()
+        proc.wait()
+    # A variable wins over the file: the connector looks there, not at the file's socket.
+    missing = short_dir / "elsewhere.sock"
+    result = run_connector(env={**env, "MAPLE_ACP_SOCKET": str(missing)})
+    assert result.returncode == 1
+    assert str(missing).encode() in result.stderr
+    assert not host.has_pending_connection()
+    # A file that names no socket (or one serve would refuse) leaves the default in place.
+    config.write_text("socket = 3\n")
+    result = run_connector(env=env)
+    assert result.returncode == 1
+    assert str(host.path).encode() not in result.stderr
