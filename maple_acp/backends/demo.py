@@ -18,6 +18,8 @@ echoed back (consecutive lines as one message): ``/usr/bin/env is missing`` is t
     would: more than the run's queue holds cancels the run with an overflow notice.
 ``/hang``
     Wait until the run is cancelled.
+``/listen``
+    Wait until the user steers the turn (``Turn.wait_steering``), then go on.
 ``/fail MESSAGE``
     End the turn as failed with MESSAGE (``TurnFailed``); lines after it do not run. The run's
     outcome is ``FAILED`` with MESSAGE as its failure text, which its caller receives as a
@@ -54,6 +56,9 @@ A tool the session's mode forbids (``shell``, ``write_file`` and MCP calls in ``
 mode a ``write_file`` inside the task's directory runs without asking (its diff still shown).
 ``/goal OBJECTIVE``
     Give the task an active goal.
+
+Steering: after each directive (and before the turn ends) the demo takes the steering
+messages that arrived (``Turn.steering()``) and answers each as agent text ``steered: TEXT``.
 
 Any other ``/name`` line sends a notice that lists the directives (and runs nothing). The
 directives are also the backend's available commands (``available_commands``), which ACP
@@ -136,6 +141,7 @@ DEMO_COMMANDS = (
         input_hint="N SIZE",
     ),
     CommandInfo(name="hang", description="Wait until the turn is cancelled"),
+    CommandInfo(name="listen", description="Wait until the turn is steered"),
     CommandInfo(
         name="fail", description="End the turn as failed with MESSAGE", input_hint="MESSAGE"
     ),
@@ -229,8 +235,10 @@ class DemoBackend:
                 await turn.send_text("\n".join(plain))
                 plain.clear()
             await self._directive(turn, line)
+            await _answer_steering(turn)
         if plain:
             await turn.send_text("\n".join(plain))
+        await _answer_steering(turn)
         return None
 
     async def _directive(self, turn: Turn, line: str) -> None:
@@ -272,6 +280,9 @@ class DemoBackend:
 
     async def _hang(self, turn: Turn, rest: str) -> None:
         await trio.sleep_forever()
+
+    async def _listen(self, turn: Turn, rest: str) -> None:
+        await turn.wait_steering()
 
     async def _fail(self, turn: Turn, rest: str) -> None:
         raise TurnFailed(rest or "the demo turn failed")
@@ -429,6 +440,7 @@ _DIRECTIVES: dict[str, _Directive] = {
     "stream": DemoBackend._stream,
     "burst": DemoBackend._burst,
     "hang": DemoBackend._hang,
+    "listen": DemoBackend._listen,
     "fail": DemoBackend._fail,
     "usage": DemoBackend._usage,
     "context": DemoBackend._context,
@@ -480,6 +492,12 @@ class _Row:
                 diffs=diffs,
             ),
         )
+
+
+async def _answer_steering(turn: Turn) -> None:
+    """Answer each steering message that arrived, as its own agent message."""
+    for item in turn.steering():
+        await turn.send_text(f"steered: {item.text}", message_id=turn.new_message_id())
 
 
 async def _preview_write(turn: Turn, path: str, content: str) -> FileChange:

@@ -36,6 +36,7 @@ from maple_acp.edge._forking import SessionForker
 from maple_acp.edge._goals import GoalFlow
 from maple_acp.edge._opening import SessionOpener
 from maple_acp.edge._sessions import SessionTable
+from maple_acp.edge._steering import SteeringFlow
 from maple_acp.edge._trust import TrustDialog
 from maple_acp.edge._turn import PromptTurns
 from maple_acp.edge._v1 import V1
@@ -162,6 +163,9 @@ class AcpConnection:
             "set_config_option": self.opener.set_config_option,
             "set_mode": self.opener.set_mode,
             "goal_control": self.goals.control,
+            "steer": SteeringFlow(
+                table, channel, pump=self.turns.pump, nursery=lambda: self.nursery
+            ).steer,
             "status": self._status,
         }
         if config.allow_session_delete:

@@ -118,6 +118,11 @@ class Projection(Protocol):
         """The current state, sent by a resume before its answer."""
         ...
 
+    def turn_ended(self, state: RunState, usage: Usage, reason: StopReason) -> list[Outbound]:
+        """The end of a turn a steering message started, after its ``run_ended`` frames: in a
+        version whose prompt answer ends a turn, what that answer would have carried."""
+        ...
+
 
 class NoTurnFrames:
     """For a version whose turn is framed by its answer alone: no frame updates."""
@@ -212,6 +217,12 @@ class Dialect(Protocol):
     def acceptance_answer(self, message_id: str) -> object:
         """The prompt's answer once its message is inserted (see
         :attr:`answers_on_acceptance`)."""
+        ...
+
+    def steering_answer(
+        self, outcome: Literal["injected", "startedNewTurn", "promptRequired"], reason: str | None
+    ) -> object:
+        """The answer to ``_session/steering``."""
         ...
 
     def permission_answer(self, response: Any) -> str:

@@ -38,6 +38,7 @@ from maple_acp.wire import (
     SessionListCapabilities,
     SessionResumeCapabilities,
     goal_capability_meta,
+    steering_capability_meta,
 )
 from maple_acp_connector._version import __version__
 
@@ -71,7 +72,10 @@ def initialize_response(config: AcpServiceConfig) -> InitializeResponse:
         agent_info=Implementation(
             name=config.agent_name, title=config.agent_title, version=__version__
         ),
-        meta=goal_capability_meta(GoalCapability(actions=GOAL_ACTIONS)),
+        meta={
+            **goal_capability_meta(GoalCapability(actions=GOAL_ACTIONS)),
+            **steering_capability_meta(),
+        },
     )
 
 

@@ -48,6 +48,7 @@ from maple_acp.wire import (
     GOAL_CONTROL_METHOD,
     INVALID_PARAMS,
     STATUS_METHOD,
+    STEERING_METHOD,
     ChunkKind,
     ForkSessionResponse,
     InitializeRequest,
@@ -64,9 +65,12 @@ from maple_acp.wire import (
     SessionConfigOption,
     SetSessionConfigOptionResponse,
     SetSessionModeResponse,
+    SteeringResponse,
     StopReason,
     ToolCallUpdate,
     Usage,
+    steering_turn_ended,
+    unstructure,
 )
 
 #: The protocol version this dialect speaks.
@@ -113,6 +117,7 @@ _OPERATIONS: Final = {
     "session/set_config_option": "set_config_option",
     "session/set_mode": "set_mode",
     GOAL_CONTROL_METHOD: "goal_control",
+    STEERING_METHOD: "steer",
     STATUS_METHOD: "status",
 }
 
@@ -183,6 +188,13 @@ class V1Projection(NoTurnFrames, SessionProjector):
             tool_call=self.tool_call(request.tool_id, pending),
             options=PERMISSION_OPTIONS,
         )
+
+    def turn_ended(self, state: RunState, usage: RunUsage, reason: RunStopReason) -> list[Outbound]:
+        """``session_info_update`` with ``_meta.steering.turnEnded``: the stop reason and
+        usage the turn's prompt answer would have carried."""
+        answer = V1.prompt_answer(state, usage, reason)
+        carried = unstructure(answer.usage) if answer.usage is not None else None
+        return [self._wrap(steering_turn_ended(answer.stop_reason, carried))]
 
 
 class V1Dialect:
@@ -283,6 +295,11 @@ class V1Dialect:
                 cached_write_tokens=usage.cache_write_tokens,
             ),
         )
+
+    def steering_answer(
+        self, outcome: Literal["injected", "startedNewTurn", "promptRequired"], reason: str | None
+    ) -> SteeringResponse:
+        return SteeringResponse(outcome=outcome, reason=reason)
 
     def permission_answer(self, response: RequestPermissionResponse) -> str:
         outcome = response.outcome

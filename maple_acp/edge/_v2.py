@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import attrs
 
@@ -72,6 +72,7 @@ from maple_acp.wire import AGENT_METHODS as V1_METHODS
 from maple_acp.wire import (
     GOAL_CONTROL_METHOD,
     INVALID_PARAMS,
+    METHOD_NOT_FOUND,
     REQUEST_CANCELLED,
     STATUS_METHOD,
     ChunkKind,
@@ -356,6 +357,9 @@ class V2Projection:
         self._waiting = 0
         return [_state(self.session_id, "running")]
 
+    def turn_ended(self, state: RunState, usage: RunUsage, reason: RunStopReason) -> list[Outbound]:
+        return []  # the run's ``state_update`` idle already ended it
+
     def run_ended(self, state: RunState, reason: RunStopReason) -> list[Outbound]:
         self._waiting = 0
         if state is RunState.CANCELLED:
@@ -414,7 +418,10 @@ class V2Dialect:
                     additional_directories={},
                 )
             ),
-            meta=answer.meta,
+            # Steering is a v1 extension here (v2 drafts its own ``session/inject``).
+            meta={k: v for k, v in answer.meta.items() if k != "steering"}
+            if answer.meta is not None
+            else None,
         )
 
     def replay_requested(self, request: v2.V2ResumeSessionRequest) -> bool:
@@ -461,6 +468,12 @@ class V2Dialect:
         settings: SessionSettings,
     ) -> v2.V2NewSessionResponse:
         return self.new_answer(session_id, options, settings)
+
+    def steering_answer(
+        self, outcome: Literal["injected", "startedNewTurn", "promptRequired"], reason: str | None
+    ) -> object:
+        """Never called: v2 has no steering route."""
+        raise ProtocolError(METHOD_NOT_FOUND, "method not found: _session/steering")
 
     def acceptance_answer(self, message_id: str) -> v2.V2PromptResponse:
         return v2.V2PromptResponse(message_id=message_id)

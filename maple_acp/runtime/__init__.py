@@ -80,6 +80,12 @@ Runs and events
     cannot wait (``Turn.send_text_nowait``, for host callbacks) that finds the queue full
     cancels that exact run: a terminal ``RunNotice`` tells why, nothing is silently dropped.
 
+Steering
+    ``await lease.steer(text)`` adds a message to the running prompt turn: ``INJECTED`` once
+    it is durably in the history; the backend takes it with ``turn.steering()``, or gets it
+    as the prompt of a follow-up ``run_turn`` in the same run. ``IDLE`` (nothing admitted)
+    when no prompt's run is active; ``start_run(text)`` then starts one.
+
 Backends
     ``AgentBackend.run_turn(turn)`` gets a ``Turn``: ``prompt``, ``history`` (the visible
     history before this turn's user message, read once), ``offered_tools`` (``external_mcp``
@@ -87,7 +93,8 @@ Backends
     ``skills``, ``goal``; it reports through ``send_text``/``send_thought``,
     ``send_tool_row`` (diffs and locations bounded), ``ask_permission``, ``report_usage``,
     ``report_context``, ``send_plan``, ``set_commands``, ``set_title``, ``notice``,
-    ``set_goal``. An optional ``available_commands()`` gives ``lease.commands``.
+    ``set_goal``; it takes the user's steering messages with ``steering()``. An optional
+    ``available_commands()`` gives ``lease.commands``.
 
 Permissions
     The host's ``PermissionPolicy`` classifies each tool request as allow or ask;
@@ -268,6 +275,7 @@ from maple_acp.runtime._service import (
     AgentService,
 )
 from maple_acp.runtime._session_events import SESSION_EVENT_QUEUE, SessionEvents
+from maple_acp.runtime._steering import MAX_WAITING_STEERS, SteeringOutcome
 from maple_acp.runtime._tools import (
     ExternalToolDefinition,
     ExternalToolRouter,
@@ -300,6 +308,7 @@ __all__ = [
     "MAX_RELAY_TOTAL_BYTES",
     "MAX_RELAY_VALUES",
     "MAX_RELAY_VALUE_BYTES",
+    "MAX_WAITING_STEERS",
     "MODEL_CACHE_TTL_S",
     "MODEL_DISCOVERY_BOUND_S",
     "PLAN_MODE",
@@ -363,6 +372,7 @@ __all__ = [
     "ShellResult",
     "SkillInfo",
     "StaticModelCatalog",
+    "SteeringOutcome",
     "StopReason",
     "TaskListing",
     "TaskPage",

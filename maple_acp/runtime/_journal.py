@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import attrs
+import trio
 
 from maple_acp._text import CUT_TEXT, truncate
 from maple_acp.model import ItemKind, PlanEntry, TimelineItem, ToolState, ToolStatus, Usage
@@ -71,6 +72,8 @@ class RunJournal:
         self._order: list[str] = []
         self._dirty: set[str] = set()
         self._current: tuple[ItemKind, str] | None = None
+        # Writes go one at a time, so a steering message lands after what came before it.
+        self._writing = trio.Lock()
 
     def next_id(self, prefix: str) -> str:
         self._ids += 1
@@ -144,6 +147,20 @@ class RunJournal:
 
     async def flush(self) -> None:
         """Write what changed since the last flush, in the order it happened."""
+        if not self._dirty:
+            return
+        async with self._writing:
+            await self._flush_locked()
+
+    async def admit_user(self, item: TimelineItem) -> None:
+        """Write a user message that arrived while the run works (steering), after everything
+        the run said before it; the run's next text starts a new message."""
+        async with self._writing:
+            self._current = None
+            await self._flush_locked()
+            await self._store.admit_user_message(self.task_id, item, now_ms=item.created_ms)
+
+    async def _flush_locked(self) -> None:
         if not self._dirty:
             return
         now = self._now_ms()

@@ -37,6 +37,7 @@ from maple_acp.runtime._offer import offered_tools
 from maple_acp.runtime._outlet import RunHooks, RunOutlet
 from maple_acp.runtime._run import Run, user_message_id
 from maple_acp.runtime._session_events import SessionEvents
+from maple_acp.runtime._steering import SlotWatch, SteeringOutcome
 from maple_acp.runtime._tools import ToolContext
 from maple_acp.runtime._trust import ProjectSkills, SkillInfo, TrustStatus
 from maple_acp.runtime._turn import Turn
@@ -93,6 +94,8 @@ class SessionLease:
         self._active_run: Run | None = None
         self._admission = trio.Lock()
         self._claim: PromptClaim | None = None
+        #: Wakes steering messages waiting for a prompt's run to start or the slot to free.
+        self._slot = SlotWatch()
         self._prompt_waiting = 0
         self._replacing_router = False
         self._title_tried = False
@@ -397,6 +400,7 @@ class SessionLease:
                 yield claim
             finally:
                 self._claim = None
+                self._slot.changed()
 
     async def start_run(self, prompt: str, *, claim: PromptClaim | None = None) -> Run:
         """Admit ``prompt`` as the task's next user message (durably, before the backend sees
@@ -443,6 +447,29 @@ class SessionLease:
                 finally:
                     self._prompt_waiting -= 1
                     self._goals.poke()
+
+    async def steer(self, text: str) -> SteeringOutcome:
+        """Steer the running prompt turn with ``text`` (the caller checked it is a non-empty
+        message): ``INJECTED`` once it is durably in the history, after what the run said so
+        far; the backend takes it at its next step (``Turn.steering()``), or as the message
+        of a follow-up backend turn of the same run if it did not take it. A pending
+        permission question is not interrupted. ``IDLE`` (nothing admitted) when no prompt's
+        run is active (a goal cycle is not a prompt turn): the caller may ``start_run``.
+
+        While a prompt holds the slot but its run does not take steering (being admitted,
+        a trust question, cancelled and ending, answered but not yet released) this waits
+        for that run to start or the slot to be free. ``RUN_ACTIVE`` when the run already
+        holds ``MAX_WAITING_STEERS`` messages it has not taken."""
+        with self.operation():
+            while True:
+                self._life.check_live()
+                run = self._active_run
+                if run is not None and run.takes_steering:
+                    await run.admit_steering(text, now_ms=self._context.now_ms())
+                    return SteeringOutcome.INJECTED
+                if self._claim is None and (run is None or run.kind is not RunKind.PROMPT):
+                    return SteeringOutcome.IDLE
+                await self._slot.wait()
 
     def cancel_run(self) -> bool:
         """Cancel the active run, if any. True if there was one."""
@@ -503,6 +530,7 @@ class SessionLease:
         )
         self._active_run = run
         self._barrier.run_started()
+        self._slot.changed()
         await nursery.start(
             lambda task_status: run.drive(
                 context.backend, on_end=self._run_ended, task_status=task_status
@@ -529,6 +557,7 @@ class SessionLease:
         if self._active_run is run:
             self._active_run = None
             self._barrier.run_ended()
+        self._slot.changed()
         self._goals.poke()
 
     def _new_run_id(self) -> str:
@@ -620,6 +649,7 @@ class SessionLease:
 
     def _on_revoke(self) -> None:
         self.cancel_run()
+        self._slot.changed()
         self._goals.poke()
 
     async def release(self, *, close: bool = False) -> None:

@@ -38,6 +38,7 @@ from maple_acp.runtime._permissions import (
     classify,
 )
 from maple_acp.runtime._relay import RelayRedactor
+from maple_acp.runtime._steering import SteeringInbox
 from maple_acp.runtime._tool_rows import prepared_request, prepared_tool
 
 logger = logging.getLogger(__name__)
@@ -83,8 +84,11 @@ class RunOutlet:
         broker: PermissionBroker,
         hooks: RunHooks,
         cancel_run: Callable[[], None],
+        steering: SteeringInbox | None = None,
     ) -> None:
         self.run_id = run_id
+        #: The user's steering messages for the backend (``Turn.steering()``).
+        self.steering = steering if steering is not None else SteeringInbox()
         self.hooks = hooks
         self._queue = queue
         self._journal = journal

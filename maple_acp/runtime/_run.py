@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator, Callable
 import trio
 
 from maple_acp._groups import single_exception
-from maple_acp.model import Usage
+from maple_acp.model import ItemKind, TimelineItem, Usage
 from maple_acp.runtime._backend import AgentBackend, GoalProgress, TurnFailed, TurnResult
-from maple_acp.runtime._errors import bounded_text
+from maple_acp.runtime._errors import RejectionKind, RuntimeRejection, bounded_text
 from maple_acp.runtime._event_queue import RUN_EVENT_QUEUE, RunEventQueue
 from maple_acp.runtime._events import (
     RunEnded,
@@ -27,6 +27,7 @@ from maple_acp.runtime._events import (
 from maple_acp.runtime._journal import RunJournal
 from maple_acp.runtime._outlet import RunHooks, RunOutlet
 from maple_acp.runtime._permissions import PermissionBroker
+from maple_acp.runtime._steering import MAX_WAITING_STEERS, STEERING_SEPARATOR, SteeringInbox
 from maple_acp.runtime._turn import Turn
 from maple_acp.store import TaskStore
 
@@ -69,7 +70,10 @@ class Run:
         self.task_id = task_id
         self.kind = kind
         self._scope = trio.CancelScope()
+        self._store = store
         self._queue = RunEventQueue()
+        #: Steering messages for this run's backend (only a prompt's run takes them).
+        self.steering = SteeringInbox()
         self._journal = RunJournal(run_id=run_id, task_id=task_id, store=store, now_ms=hooks.now_ms)
         self._broker = PermissionBroker(run_id, self.cancel)
         self._outlet = RunOutlet(
@@ -79,6 +83,7 @@ class Run:
             broker=self._broker,
             hooks=hooks,
             cancel_run=self.cancel,
+            steering=self.steering,
         )
         self._turn = make_turn(self._outlet)
         self._done = trio.Event()
@@ -107,6 +112,7 @@ class Run:
         """Cancel this exact run; every pending permission request resolves as denied.
         Idempotent; no effect on an ended run."""
         self._broker.close()
+        self.steering.close()
         self._queue.run_cancelled()
         self._scope.cancel()
 
@@ -144,6 +150,42 @@ class Run:
     def pending_permissions(self) -> tuple[str, ...]:
         return tuple(self._broker.pending_ids)
 
+    # -- steering ----------------------------------------------------------------------------
+
+    @property
+    def takes_steering(self) -> bool:
+        """A prompt's run that is neither cancelled nor past its last backend turn."""
+        return (
+            self.kind is RunKind.PROMPT
+            and not self._done.is_set()
+            and not self._scope.cancel_called
+            and self.steering.open
+        )
+
+    async def admit_steering(self, text: str, *, now_ms: int) -> TimelineItem:
+        """Write ``text`` to the history as a user message of this run, after what the run
+        said so far, then hand it to the backend's ``Turn.steering()``. Call only when
+        ``takes_steering`` (no checkpoint between). The write is shielded: once begun, the
+        message is admitted even if the caller is cancelled meanwhile. ``RUN_ACTIVE`` when
+        ``MAX_WAITING_STEERS`` are already waiting for the backend."""
+        if self.steering.full:
+            raise RuntimeRejection(
+                RejectionKind.RUN_ACTIVE,
+                f"the turn has not taken its last {MAX_WAITING_STEERS} steering messages yet",
+            )
+        item_id = self.steering.reserve(self.id)
+        item = TimelineItem(
+            item_id=item_id, kind=ItemKind.USER, created_ms=now_ms, run_id=self.id, text=text
+        )
+        try:
+            with trio.CancelScope(shield=True):
+                await self._journal.admit_user(item)
+        except BaseException:
+            self.steering.abandoned(item_id)
+            raise
+        self.steering.admitted(item)
+        return item
+
     # -- driving -----------------------------------------------------------------------------
 
     async def drive(
@@ -166,7 +208,7 @@ class Run:
                 try:
                     for level, text in self._notices:
                         await self._turn.notice(level, text)
-                    self._result = _turn_result(await backend.run_turn(self._turn))
+                    self._result = await self._run_backend(backend)
                     state = RunState.COMPLETED
                 except TurnFailed as exc:
                     state, failure = RunState.FAILED, self._safe(str(exc))
@@ -203,6 +245,36 @@ class Run:
                 self._queue.close(tail)
                 self._done.set()
                 on_end(self)
+
+    async def _run_backend(self, backend: AgentBackend) -> TurnResult:
+        """The backend's turn, then one follow-up turn per batch of steering messages it did
+        not take (each batch as the follow-up's prompt), until none is left; the last turn's
+        result is the run's."""
+        result = _turn_result(await backend.run_turn(self._turn))
+        while True:
+            await self.steering.settle()
+            carried = self.steering.take()
+            if not carried:
+                # Decided with no checkpoint since the last check: no message can slip in.
+                self.steering.close()
+                return result
+            self._turn = await self._follow_up(carried)
+            result = _turn_result(await backend.run_turn(self._turn))
+
+    async def _follow_up(self, carried: tuple[TimelineItem, ...]) -> Turn:
+        """The next backend turn of this run: ``carried`` is its message, and its history is
+        the task's stored history without that message and without what still waits to be
+        taken through ``steering()`` (each message reaches the backend once)."""
+        await self._journal.flush()
+        self._journal.interrupt()
+        stored = await self._store.history(self.task_id)
+        skip = self.steering.pending_ids() | {item.item_id for item in carried}
+        history = tuple(
+            item for item in stored if item.run_id != self.id or item.item_id not in skip
+        )
+        prompt = STEERING_SEPARATOR.join(item.text for item in carried)
+        logger.info("run %s: a follow-up turn for %d steering messages", self.id, len(carried))
+        return self._turn.follow_up(prompt, history)
 
     def _log_end(self, duration_s: float) -> None:
         outcome = self._outcome

@@ -91,6 +91,37 @@ class Turn:
         self.history = history
         self._offered_tools = offered_tools
 
+    def follow_up(self, prompt: str, history: tuple[TimelineItem, ...]) -> Turn:
+        """The same run's next backend turn, for steering messages this one did not take
+        (the runtime makes it; a backend does not need to)."""
+        return Turn(
+            self._outlet,
+            task_id=self.task_id,
+            kind=self.kind,
+            prompt=prompt,
+            model=self.model,
+            root=self.root,
+            skills=self.skills,
+            goal=self.goal,
+            tools=self.tools,
+            history=history,
+            offered_tools=self._offered_tools,
+        )
+
+    # -- steering: messages the user adds while the turn works ---------------------------------
+
+    def steering(self) -> tuple[TimelineItem, ...]:
+        """Take the steering messages the user sent since the last call, oldest first: user
+        items (``kind`` ``USER``, ``text``), each already in the task's history, each returned
+        once. Call it at each step where the model could take more input (before each model
+        request); it never waits. Messages a turn does not take before ``run_turn`` returns
+        become the ``prompt`` of a follow-up ``run_turn`` of the same run."""
+        return self._outlet.steering.take()
+
+    async def wait_steering(self) -> None:
+        """Wait until a steering message is there to take (at once if one is)."""
+        await self._outlet.steering.wait()
+
     # -- the session's mode and thinking effort (read live: a change applies from the next
     # -- tool call or model request) --------------------------------------------------------
 

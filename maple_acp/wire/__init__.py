@@ -15,6 +15,8 @@ from ._builders import (
     ChunkKind,
     goal_capability_meta,
     goal_info_update,
+    steering_capability_meta,
+    steering_turn_ended,
 )
 from ._content import (
     Annotations,
@@ -41,6 +43,7 @@ from ._extensions import (
     GOAL_CONTROL_METHOD,
     GOAL_EXTENSION_VERSION,
     STATUS_METHOD,
+    STEERING_METHOD,
     BridgeHello,
     CancelRequestNotification,
     GoalAction,
@@ -51,6 +54,9 @@ from ._extensions import (
     GoalStatus,
     HostStatus,
     StatusRequest,
+    SteeringOutcome,
+    SteeringRequest,
+    SteeringResponse,
 )
 from ._initialize import (
     AgentAuthCapabilities,
@@ -203,6 +209,7 @@ __all__ = [
     "REQUEST_CANCELLED",
     "RESOURCE_NOT_FOUND",
     "STATUS_METHOD",
+    "STEERING_METHOD",
     "AgentAuthCapabilities",
     "AgentCapabilities",
     "AgentMessageChunk",
@@ -319,6 +326,9 @@ __all__ = [
     "SetSessionModeRequest",
     "SetSessionModeResponse",
     "StatusRequest",
+    "SteeringOutcome",
+    "SteeringRequest",
+    "SteeringResponse",
     "StopReason",
     "TextContent",
     "TextResourceContents",
@@ -337,6 +347,8 @@ __all__ = [
     "encode",
     "goal_capability_meta",
     "goal_info_update",
+    "steering_capability_meta",
+    "steering_turn_ended",
     "structure_params",
     "unstructure",
     "v2",

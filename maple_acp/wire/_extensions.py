@@ -1,10 +1,11 @@
-"""Protocol-level cancellation and the extensions outside ACP's core: goals and the bridge hello."""
+"""Protocol-level cancellation and the extensions outside ACP's core: goals, steering and the
+bridge hello."""
 
 from typing import Any, Final, Literal
 
 import attrs
 
-from ._content import Meta
+from ._content import ContentBlock, Meta
 from ._validators import non_negative
 
 #: The method through which a client controls a session's goal.
@@ -16,7 +17,12 @@ BRIDGE_HELLO_METHOD: Final = "_maple/bridge/hello"
 #: The goal extension's version advertised in ``initialize``.
 GOAL_EXTENSION_VERSION: Final = 1
 
+#: The method through which a client adds a message to a running turn (the steering extension
+#: the leading ACP adapters share).
+STEERING_METHOD: Final = "_session/steering"
+
 GoalAction = Literal["set", "pause", "resume", "clear"]
+SteeringOutcome = Literal["injected", "startedNewTurn", "promptRequired"]
 GoalStatus = Literal["active", "paused", "blocked", "limited", "complete"]
 
 
@@ -66,6 +72,25 @@ class GoalControlRequest:
 class GoalControlResponse:
     """The result of ``_session/goal``: an empty object."""
 
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class SteeringRequest:
+    """Params of ``_session/steering``: the message, as a prompt's blocks. ``_meta.steering``
+    may carry ``idleBehavior: "promptRequired"`` (with no turn running, start none)."""
+
+    session_id: str
+    prompt: tuple[ContentBlock, ...]
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class SteeringResponse:
+    """The result of ``_session/steering``."""
+
+    outcome: SteeringOutcome
+    reason: str | None = None
     meta: Meta | None = None
 
 

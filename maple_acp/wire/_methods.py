@@ -63,6 +63,7 @@ AGENT_METHODS: Final = _table(
     MethodSpec(
         method=x.GOAL_CONTROL_METHOD, params=x.GoalControlRequest, result=x.GoalControlResponse
     ),
+    MethodSpec(method=x.STEERING_METHOD, params=x.SteeringRequest, result=x.SteeringResponse),
     MethodSpec(method=x.STATUS_METHOD, params=x.StatusRequest, result=x.HostStatus),
     MethodSpec(method=x.BRIDGE_HELLO_METHOD, params=x.BridgeHello),
 )

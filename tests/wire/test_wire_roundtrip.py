@@ -239,6 +239,7 @@ def test_method_tables_cover_the_protocol_surface() -> None:
         "session/set_config_option",
         "session/set_mode",
         "_session/goal",
+        "_session/steering",
         "_maple/status",
         "_maple/bridge/hello",
     }

@@ -99,8 +99,10 @@ def test_every_agent_result_validates(call: tuple[str, Any]) -> None:
     elif method in UNSTABLE_DEFS_BY_METHOD:
         validate(data, UNSTABLE_DEFS_BY_METHOD[method][1], unstable=True)
     else:
-        assert method in {"_session/goal", "_maple/status"}
+        assert method in {"_session/goal", "_session/steering", "_maple/status"}
         assert isinstance(data, dict)
+        if method == "_session/steering":
+            assert data["outcome"] in {"injected", "startedNewTurn", "promptRequired"}
 
 
 @given(acp_st.client_requests())
@@ -245,6 +247,8 @@ EXTENSIONS = {
     "GoalControlResponse",
     "HostStatus",
     "StatusRequest",
+    "SteeringRequest",
+    "SteeringResponse",
 }
 
 

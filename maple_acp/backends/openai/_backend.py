@@ -233,6 +233,8 @@ class ProviderBackend:
         window = exchange.entry.context_window
         answer = ""
         for number in range(1, self._max_requests + 1):
+            # What the user added while the turn worked goes in before the next request.
+            messages.extend(history_messages(turn.steering()))
             sent = messages
             if window is not None:
                 sent = fit_to_window(messages, int(window * (1 - ANSWER_RESERVE_FRACTION)))
