@@ -216,6 +216,8 @@ class Run:
                     failure = self._safe(_failure_text(exc, self.id))
                     state = RunState.FAILED
         finally:
+            # However the turn ended, a steering message from now on finds no run to take it.
+            self.steering.close()
             overflowed = self._outlet.overflowed
             if state is None or overflowed:
                 state = RunState.CANCELLED

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 import trio
-from edge_harness import Harness
+from edge_harness import Harness, running_service
 
+from maple_acp.edge import AcpServiceConfig
 from maple_acp.testing.client import AcpTestClient, allow
 from maple_acp.testing.schema import AcpSchema
-from maple_acp.wire import INVALID_PARAMS, RESOURCE_NOT_FOUND, ProtocolError
+from maple_acp.wire import INVALID_PARAMS, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND, ProtocolError
 
 STEER = "_session/steering"
 
@@ -275,3 +276,17 @@ async def test_closing_ends_a_turn_a_steer_started_with_nothing_after(
             await steer(client, sid, "hi")
         assert caught.value.code == RESOURCE_NOT_FOUND
         client.validate(acp_schema)
+
+
+async def test_a_v2_connection_neither_advertises_nor_serves_steering(tmp_path: Path) -> None:
+    config = AcpServiceConfig(protocol_max=2)
+    async with running_service(tmp_path, config=config) as harness, harness.connect() as client:
+        answer = await client.call(
+            "initialize",
+            {"protocolVersion": 2, "info": {"name": "t", "version": "0"}, "capabilities": {}},
+        )
+        assert answer["protocolVersion"] == 2
+        assert "steering" not in (answer.get("_meta") or {})
+        with pytest.raises(ProtocolError) as caught:
+            await steer(client, "any", "hi")
+        assert caught.value.code == METHOD_NOT_FOUND

@@ -26,6 +26,7 @@ from maple_acp.runtime import (
     SteeringOutcome,
     TextChunk,
     Turn,
+    TurnFailed,
     TurnResult,
 )
 from maple_acp.testing.demo import demo_service
@@ -247,3 +248,25 @@ async def test_a_revoked_lease_refuses_steering(tmp_path: Path) -> None:
         with pytest.raises(RuntimeRejection) as caught:
             await lease.steer("hi")
         assert caught.value.kind is RejectionKind.LEASE_REVOKED
+
+
+async def test_a_failed_turn_takes_no_follow_up(tmp_path: Path) -> None:
+    class Failing(Recording):
+        async def run_turn(self, turn: Turn) -> TurnResult | None:
+            self.prompts.append(turn.prompt)
+            self.started.set()
+            await self.go.wait()
+            raise TurnFailed("it broke")
+
+    backend = Failing(reads=False)
+    async with lease_over(tmp_path, backend) as lease:
+        run = await lease.start_run("do it")
+        await backend.started.wait()
+        assert await lease.steer("more") is SteeringOutcome.INJECTED
+        backend.go.set()
+        assert (await run.wait()).state is RunState.FAILED
+        assert backend.prompts == ["do it"]
+        users = [item.text for item in await lease.history() if item.kind is ItemKind.USER]
+        assert users == ["do it", "more"]
+        # The failed run takes nothing more: the next message finds no turn.
+        assert await lease.steer("after") is SteeringOutcome.IDLE
