@@ -11,12 +11,19 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from edge_harness import Harness, running_service
 
 from maple_acp.edge import AcpServiceConfig
 from maple_acp.testing.client import AcpTestClient, allow
 from maple_acp.testing.schema import AcpSchema
-from maple_acp.wire import INVALID_PARAMS, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND, ProtocolError
+from maple_acp.wire import (
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    REQUEST_CANCELLED,
+    RESOURCE_NOT_FOUND,
+    ProtocolError,
+)
 
 STEER = "_session/steering"
 
@@ -290,3 +297,53 @@ async def test_a_v2_connection_neither_advertises_nor_serves_steering(tmp_path: 
         with pytest.raises(ProtocolError) as caught:
             await steer(client, "any", "hi")
         assert caught.value.code == METHOD_NOT_FOUND
+
+
+def _skilled(project: Path) -> Path:
+    skill = project / ".agents" / "skills" / "deploy"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text("# deploy\n")
+    return project
+
+
+@pytest.mark.parametrize("ending", ["cancel", "close"])
+async def test_a_steer_waiting_for_a_starting_prompt_is_refused_by_a_later_cancel_or_close(
+    harness: Harness, project: Path, acp_schema: AcpSchema, ending: str
+) -> None:
+    _skilled(project)
+    asked = trio.Event()
+
+    async def hold_trust_question(params: Any) -> Any:
+        # The project-trust question keeps the prompt from starting its run.
+        asked.set()
+        await trio.sleep_forever()
+
+    async with harness.connect(initialize=True, permission=hold_trust_question) as client:
+        sid = (await client.new_session(str(project)))["sessionId"]
+        codes: list[int] = []
+        async with trio.open_nursery() as nursery:
+            answers: list[Any] = []
+
+            async def prompt() -> None:
+                answers.append(await client.prompt(sid, "/echo first"))
+
+            async def steering() -> None:
+                with pytest.raises(ProtocolError) as caught:
+                    await steer(client, sid, "waiting")
+                codes.append(caught.value.code)
+
+            nursery.start_soon(prompt)
+            await asked.wait()
+            nursery.start_soon(steering)
+            await trio.testing.wait_all_tasks_blocked()
+            assert codes == []  # it waits for the prompt's run
+            if ending == "cancel":
+                await client.cancel(sid)
+            else:
+                await client.call("session/close", {"sessionId": sid})
+        assert codes == [REQUEST_CANCELLED if ending == "cancel" else RESOURCE_NOT_FOUND]
+        assert answers[0]["stopReason"] == "cancelled"
+        client.validate(acp_schema)
+    # Nothing was stored: neither the prompt nor the steering message (a close even deleted
+    # the session, never prompted).
+    assert await harness.runtime.store.history(sid) == []
