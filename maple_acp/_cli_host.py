@@ -66,6 +66,11 @@ class JsonLogFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+#: Libraries whose INFO lines (one per HTTP request, say) are detail, not events of this host:
+#: they are shown only at ``debug``.
+THIRD_PARTY_LOGGERS: Final = ("httpx2", "httpcore2", "openai", "mcp")
+
+
 def configure_logging(level: str, log_format: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     if log_format == "json":
@@ -73,6 +78,11 @@ def configure_logging(level: str, log_format: str = "text") -> None:
     else:
         handler.setFormatter(logging.Formatter("maple-acp %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    chosen = logging.getLevelName(level.upper())
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(
+            chosen if chosen <= logging.DEBUG else max(chosen, logging.WARNING)
+        )
 
 
 # -- the default host ---------------------------------------------------------------------------

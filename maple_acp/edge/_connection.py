@@ -27,6 +27,7 @@ from typing import Any, Final
 import attrs
 import trio
 
+from maple_acp._text import one_line
 from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._closing import SessionCloser
 from maple_acp.edge._config import AcpServiceConfig
@@ -60,6 +61,9 @@ from maple_acp.wire import (
 )
 
 logger = logging.getLogger(__name__)
+
+#: A method name or session id in a DEBUG line, at most (both come from the client).
+MAX_LOGGED_ID_CHARS = 100
 
 #: The bound for the asynchronous cleanup after a disconnect (SPEC.md).
 DISCONNECT_CLEANUP_S: Final = 5.0
@@ -232,6 +236,36 @@ class AcpConnection:
     # -- dispatch ----------------------------------------------------------------------------
 
     async def _on_request(self, method: str, params: Any) -> Any:
+        """Serve one request; at DEBUG, log its method, session, duration and outcome (never
+        its params: they carry prompts, paths and MCP headers)."""
+        if not logger.isEnabledFor(logging.DEBUG):
+            return await self._serve_request(method, params)
+        started = trio.current_time()
+        session = params.get("sessionId") if isinstance(params, dict) else None
+        where = (
+            f" session {one_line(session, MAX_LOGGED_ID_CHARS)}" if isinstance(session, str) else ""
+        )
+        outcome = "cancelled"
+        try:
+            result = await self._serve_request(method, params)
+            outcome = "ok"
+            return result
+        except ProtocolError as exc:
+            outcome = f"error {exc.code}"
+            raise
+        except Exception as exc:
+            outcome = f"failed ({type(exc).__name__})"
+            raise
+        finally:
+            logger.debug(
+                "request %s%s: %s in %.3f s",
+                one_line(method, MAX_LOGGED_ID_CHARS),
+                where,
+                outcome,
+                trio.current_time() - started,
+            )
+
+    async def _serve_request(self, method: str, params: Any) -> Any:
         if method == "initialize" and not self._initialized:
             # The version decides the params' shape, so it is chosen from the raw request.
             requested = params.get("protocolVersion") if isinstance(params, dict) else None

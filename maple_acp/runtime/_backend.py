@@ -20,7 +20,15 @@ logger = logging.getLogger(__name__)
 
 class TurnFailed(MapleAcpError):
     """Raised by a backend to end its turn as failed. ``str(exc)`` becomes the run's failure
-    text (bounded to one line of 500 characters), so it must be safe to show."""
+    text (bounded to one line of 500 characters), so it must be safe to show.
+
+    ``loggable=True`` says the text quotes nothing a user, a file or a tool wrote (a provider's
+    status line, say), so the host's log may give it as the reason; otherwise the log says
+    only that the backend failed the turn."""
+
+    def __init__(self, message: str, *, loggable: bool = False) -> None:
+        super().__init__(message)
+        self.loggable = loggable
 
 
 @attrs.frozen(kw_only=True)

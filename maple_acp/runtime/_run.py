@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 import trio
 
 from maple_acp._groups import single_exception
+from maple_acp._text import one_line
 from maple_acp.model import ItemKind, TimelineItem, Usage
 from maple_acp.runtime._backend import AgentBackend, GoalProgress, TurnFailed, TurnResult
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection, bounded_text
@@ -37,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 #: Frames of a backend's exception that its log line shows (the innermost ones).
 MAX_LOGGED_FRAMES = 12
+#: A failed run's reason in its end line: enough to say what went wrong, never a transcript.
+MAX_LOGGED_REASON_CHARS = 200
 
 #: Writing a run's final rows and usage after it ended, even when it was cancelled.
 RUN_FINALIZE_BOUND_S = 5.0
@@ -200,6 +203,7 @@ class Run:
         cancellation still propagates after that."""
         state: RunState | None = None
         failure: str | None = None
+        logged_reason = ""
         started_at = trio.current_time()
         logger.info("%s run %s of task %s started", self.kind.value, self.id, self.task_id)
         try:
@@ -212,9 +216,11 @@ class Run:
                     state = RunState.COMPLETED
                 except TurnFailed as exc:
                     state, failure = RunState.FAILED, self._safe(str(exc))
+                    logged_reason = _logged_reason(exc)
                 except Exception as exc:
                     failure = self._safe(_failure_text(exc, self.id))
                     state = RunState.FAILED
+                    logged_reason = _logged_reason(exc)
         finally:
             # However the turn ended, a steering message from now on finds no run to take it.
             self.steering.close()
@@ -243,7 +249,7 @@ class Run:
                 if failure is not None:
                     tail.append(RunNotice(self.id, failure, terminal=True, level="error"))
                 tail.append(RunEnded(self.id, self._outcome))
-                self._log_end(trio.current_time() - started_at)
+                self._log_end(trio.current_time() - started_at, logged_reason)
                 self._queue.close(tail)
                 self._done.set()
                 on_end(self)
@@ -278,18 +284,26 @@ class Run:
         logger.info("run %s: a follow-up turn for %d steering messages", self.id, len(carried))
         return self._turn.follow_up(prompt, history)
 
-    def _log_end(self, duration_s: float) -> None:
+    def _log_end(self, duration_s: float, failure_reason: str) -> None:
         outcome = self._outcome
         assert outcome is not None
         usage = outcome.usage
-        # Counts and the stop reason only: the failure text can quote what a tool printed.
+        # The stop reason, or why it failed: only what quotes nobody (``_logged_reason``).
+        if outcome.state is RunState.COMPLETED:
+            reason = f" ({outcome.stop_reason.value})"
+        elif outcome.state is RunState.FAILED:
+            reason = f" ({self._safe(one_line(failure_reason, MAX_LOGGED_REASON_CHARS))})"
+        elif outcome.overflowed:
+            reason = " (the event queue overflowed)"
+        else:
+            reason = ""
         logger.info(
             "%s run %s of task %s ended: %s%s in %.3f s, %d updates, tokens in %d out %d total %d",
             self.kind.value,
             self.id,
             self.task_id,
             outcome.state.value,
-            f" ({outcome.stop_reason.value})" if outcome.state is RunState.COMPLETED else "",
+            reason,
             duration_s,
             self._queue.sent,
             usage.input_tokens,
@@ -314,6 +328,15 @@ class Run:
         except Exception:
             logger.warning("could not write the final rows of run %s", self.id, exc_info=True)
         return None
+
+
+def _logged_reason(exc: Exception) -> str:
+    """Why a run failed, for the log: a backend's own line when it says the line quotes
+    nobody (``TurnFailed(loggable=True)``), else only the kind of failure."""
+    single = single_exception(exc)
+    if isinstance(single, TurnFailed):
+        return str(single) if single.loggable else "the backend failed the turn"
+    return f"the backend raised {type(single).__name__}"
 
 
 def _failure_text(exc: Exception, run_id: str) -> str:

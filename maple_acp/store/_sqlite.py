@@ -447,7 +447,10 @@ def _connect(path: str) -> sqlite3.Connection:
         if conn.execute("PRAGMA foreign_keys").fetchone()[0] != 1:
             raise StoreError("this SQLite build cannot enforce foreign keys")
         found = migrate(conn)
-        if found != SCHEMA_VERSION:
+        if found == 0:
+            # A fresh store: nothing was migrated, so the log says what happened.
+            logger.info("task store created at %s (schema %d)", path, SCHEMA_VERSION)
+        elif found != SCHEMA_VERSION:
             logger.info("task store schema migrated from %d to %d", found, SCHEMA_VERSION)
     except BaseException as exc:
         conn.close()

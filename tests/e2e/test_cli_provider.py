@@ -193,6 +193,8 @@ async def test_serve_checks_each_provider_at_start_and_status_shows_them(
                     )
                 )
             nursery.cancel_scope.cancel()
+    # The HTTP library's own INFO line per request is detail: shown only at debug.
+    assert not [line for line in host.stderr.lines if "HTTP Request" in line]
     assert "INFO" in lines[0]
     assert lines[0].endswith(
         f'provider "keyless" at http://127.0.0.1:{server.port}: unauthorized (HTTP 401: no key '

@@ -106,3 +106,24 @@ async def test_a_new_session_piped_right_before_end_of_input_gets_its_own_answer
             else:
                 assert new["result"]["sessionId"]
         assert harness.runtime.status().leases == 0
+
+
+async def test_debug_logs_each_request_without_its_params(
+    tmp_path: Path, project: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``--log-level debug``: one line per request with its method, session, duration and
+    outcome; never its params (the prompt here)."""
+    caplog.set_level(logging.DEBUG, logger="maple_acp")
+    async with running_service(tmp_path) as harness, harness.connect() as client:
+        await client.initialize()
+        sid = (await client.new_session(str(project)))["sessionId"]
+        await client.prompt(sid, "a private prompt PROMPT-7c1d")
+        with pytest.raises(ProtocolError):
+            await client.call("session/load", {"sessionId": "nope", "cwd": str(project)})
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("request ")]
+    assert any(line.startswith("request initialize: ok in ") for line in lines), lines
+    assert any(line.startswith("request session/new: ok in ") for line in lines), lines
+    assert any(line.startswith(f"request session/prompt session {sid}: ok in ") for line in lines)
+    assert any(line.startswith("request session/load session nope: error -3") for line in lines)
+    assert all(line.endswith(" s") for line in lines)
+    assert not [r for r in caplog.records if "PROMPT-7c1d" in r.getMessage()]

@@ -71,7 +71,10 @@ async def test_log_lines_say_what_happened_and_never_a_secret(
         r"tokens in 7 out 5 total 12",
         text,
     ), text
-    assert re.search(r"prompt run \S+ of task \S+ ended: failed", text)
+    # A failed run's line says why, without quoting what the backend's text quoted.
+    assert re.search(
+        r"prompt run \S+ of task \S+ ended: failed \(the backend failed the turn\) in ", text
+    )
     assert re.search(r"permission for tool shell in run \S+: allowed once", text)
     assert re.search(r"goal of task \S+: none -> active", text)
     assert re.search(r"goal of task \S+: active -> complete \(iterations 1\)", text)
@@ -115,4 +118,20 @@ async def test_a_backend_crash_logs_where_it_happened_not_what_it_said(
     assert line.startswith("agent backend raised ValueError in run ")
     assert "_deep_inside_the_engine" in line
     assert "test_logging.py" in line
+    assert re.search(r"ended: failed \(the backend raised ValueError\) in [\d.]+ s", caplog.text)
     assert secret not in caplog.text
+
+
+async def test_a_fresh_store_logs_created_not_migrated(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="maple_acp.store")
+    async with demo_service(tmp_path):
+        pass
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("maple_acp.store")]
+    assert any(line.startswith("task store created at ") for line in lines), lines
+    assert not [line for line in lines if "migrated from 0" in line]
+    caplog.clear()
+    async with demo_service(tmp_path):
+        pass
+    assert not [r for r in caplog.records if "task store" in r.getMessage()]

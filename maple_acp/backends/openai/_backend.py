@@ -305,7 +305,8 @@ class ProviderBackend:
                 max_rate_limit_wait=self._config.max_rate_limit_wait,
             )
         except ProviderFault as fault:
-            raise TurnFailed(fault.line) from None
+            # A fault's line is built here from the provider's address and status only.
+            raise TurnFailed(fault.line, loggable=True) from None
 
     async def _stream(
         self, exchange: _Exchange, messages: list[Message], response: _Response
