@@ -44,7 +44,7 @@ from maple_acp.edge._v1 import V1
 from maple_acp.edge._v2 import V2
 from maple_acp.mcp import ExternalMcpError
 from maple_acp.rpc import JsonRpcPeer, method_not_found
-from maple_acp.runtime import AgentService, RelayValues, RuntimeRejection
+from maple_acp.runtime import AgentService, RejectionKind, RelayValues, RuntimeRejection
 from maple_acp.wire import (
     BRIDGE_HELLO_METHOD,
     INVALID_PARAMS,
@@ -64,6 +64,8 @@ logger = logging.getLogger(__name__)
 
 #: A method name or session id in a DEBUG line, at most (both come from the client).
 MAX_LOGGED_ID_CHARS = 100
+#: A client's name as another client's error quotes it: a product name, not a paragraph.
+MAX_CLIENT_NAME_CHARS = 64
 
 #: The bound for the asynchronous cleanup after a disconnect (SPEC.md).
 DISCONNECT_CLEANUP_S: Final = 5.0
@@ -88,9 +90,14 @@ def choose_dialect(requested: object, maximum: int) -> Dialect:
 def _with_session(error: ProtocolError, request: Any, has_session: bool) -> ProtocolError:
     """An unknown-session error names the session it was about (``SessionNotFoundErrorData``),
     so a client can tell which of its sessions is gone."""
-    if error.code != RESOURCE_NOT_FOUND or error.data is not None or not has_session:
+    if error.code != RESOURCE_NOT_FOUND or not has_session:
         return error
-    return ProtocolError(error.code, error.message, {"sessionId": request.session_id})
+    if error.data is None:
+        return ProtocolError(error.code, error.message, {"sessionId": request.session_id})
+    if isinstance(error.data, dict) and "sessionId" not in error.data:
+        data = {"sessionId": request.session_id, **error.data}
+        return ProtocolError(error.code, error.message, data)
+    return error
 
 
 def _checked_session_id(request: Any) -> Any:
@@ -115,11 +122,16 @@ class AcpConnection:
         config: AcpServiceConfig,
         initialize_response: Callable[[], InitializeResponse],
         host_status: Callable[[], HostStatus],
+        holder_of: Callable[[str], str | None] = lambda session_id: None,
     ) -> None:
         self.runtime = runtime
         self.config = config
         self._initialize_response = initialize_response
         self._host_status = host_status
+        #: The ``clientInfo.name`` of the connection holding a session, if one of ours does.
+        self._holder_of = holder_of
+        #: This client's ``clientInfo.name`` (one safe line), once it has initialized.
+        self.client_name: str | None = None
         self.peer = JsonRpcPeer(
             stream,
             on_request=self._on_request,
@@ -279,7 +291,11 @@ class AcpConnection:
             request = _checked_session_id(request)
         try:
             response = await handler(request)
-        except (RuntimeRejection, ExternalMcpError) as exc:
+        except RuntimeRejection as exc:
+            if exc.kind is RejectionKind.TASK_LEASED and has_session:
+                exc = self._held_elsewhere(exc, request.session_id)
+            raise _with_session(protocol_error(exc), request, has_session) from None
+        except ExternalMcpError as exc:
             raise _with_session(protocol_error(exc), request, has_session) from None
         except ProtocolError as exc:
             raise _with_session(exc, request, has_session) from None
@@ -321,9 +337,22 @@ class AcpConnection:
 
     # -- initialize and status ---------------------------------------------------------------
 
+    def _held_elsewhere(self, exc: RuntimeRejection, session_id: str) -> RuntimeRejection:
+        """A session open in another client: name that client and say how to free it."""
+        holder = self._holder_of(session_id)
+        where = f"in {holder}" if holder else "in another client"
+        return RuntimeRejection(
+            exc.kind,
+            f"the session is open {where}; close it there (or quit that client) to open it here",
+        )
+
     async def _initialize(self, request: InitializeRequest) -> object:
         # A later initialize keeps the version: one connection speaks one for its life.
         self._initialized = True
+        info = getattr(request, "client_info", None)
+        name = getattr(info, "name", None)
+        if isinstance(name, str) and name.strip():
+            self.client_name = one_line(name, MAX_CLIENT_NAME_CHARS)
         dialect = self.dialect
         self.client.elicitation_form, self.client.notices = dialect.client_features(request)
         return dialect.initialize_answer(self._initialize_response())

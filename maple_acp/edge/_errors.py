@@ -46,7 +46,8 @@ def protocol_error(exc: RuntimeRejection | ExternalMcpError) -> ProtocolError:
     """The JSON-RPC error for a refusal. Both kinds of message are already one safe line
     (no headers, no URL credentials, no relay values)."""
     if isinstance(exc, RuntimeRejection):
-        return ProtocolError(REJECTION_CODES[exc.kind], exc.message)
+        data = None if exc.detail is None else {"detail": exc.detail}
+        return ProtocolError(REJECTION_CODES[exc.kind], exc.message, data)
     return ProtocolError(INVALID_PARAMS, exc.message)
 
 

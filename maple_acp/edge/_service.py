@@ -174,6 +174,13 @@ class AcpService:
             for connection, number in self._connections.items()
         )
 
+    def _holder_of(self, session_id: str) -> str | None:
+        """The ``clientInfo.name`` of the connection holding ``session_id``, if any told us."""
+        for connection in self._connections:
+            if connection.sessions.get(session_id) is not None:
+                return connection.client_name
+        return None
+
     def host_status(self) -> HostStatus:
         """``_maple/status``: this service's and the runtime's figures."""
         acp = self.status()
@@ -203,6 +210,7 @@ class AcpService:
             config=self._config,
             initialize_response=lambda: self._initialize_response,
             host_status=self.host_status,
+            holder_of=self._holder_of,
         )
         self._accepted += 1
         self._connections[connection] = self._accepted

@@ -70,11 +70,14 @@ class RejectionKind(enum.Enum):
 
 class RuntimeRejection(MapleAcpError):
     """The runtime refused an operation. ``kind`` says why; ``message`` is one safe line (no
-    credentials, no relay values) of at most ``MAX_MESSAGE_CHARS`` characters."""
+    credentials, no relay values) of at most ``MAX_MESSAGE_CHARS`` characters; ``detail``,
+    when given, is more of the same kind of safe text for a caller to show on request (the
+    edge sends it as the error's ``data.detail``)."""
 
-    def __init__(self, kind: RejectionKind, message: str) -> None:
+    def __init__(self, kind: RejectionKind, message: str, *, detail: str | None = None) -> None:
         self.kind = kind
         self.message = bounded_text(message)
+        self.detail = bounded_text(detail) if detail is not None else None
         super().__init__(self.message)
 
     def __repr__(self) -> str:

@@ -57,6 +57,9 @@ DEFAULT_PROVISIONAL_GRACE_S = 600.0
 MAX_PROVISIONAL_GRACE_S = 10 * 365 * 24 * 3600.0
 #: How often expired, untouched provisional tasks are swept.
 PROVISIONAL_SWEEP_INTERVAL_S = 60.0
+#: Swept never-prompted session ids remembered to say "expired" rather than "unknown": a
+#: client comes back for a handful, and 1,024 ids are a few tens of KiB.
+MAX_REMEMBERED_EXPIRED = 1024
 #: ``drain`` waits this long for cancelled runs to end.
 DRAIN_BOUND_S = 5.0
 #: A task list page, at most.
@@ -115,6 +118,8 @@ class AgentService(ServedInOwnNursery):
         self._leases = LeaseRegistry()
         self._command_bounds = CommandBounds()
         self._sweep_lock = trio.Lock()
+        #: Never-prompted tasks the sweeps deleted, oldest first (see ``_remember_expired``).
+        self._expired: dict[str, None] = {}
         self._wall_anchor_ms = 0
         self._trio_anchor = 0.0
         self._lease_context = LeaseContext(
@@ -150,6 +155,7 @@ class AgentService(ServedInOwnNursery):
         deleted = await self.store.sweep_provisional(now_ms=self.now_ms(), stranded=True)
         if deleted:
             logger.info("start-up sweep deleted %d stranded provisional tasks", len(deleted))
+            self._remember_expired(deleted)
         self._fence.ready = True
         task_status.started()
         try:
@@ -371,6 +377,8 @@ class AgentService(ServedInOwnNursery):
         additional = await self._roots.admit_additional(additional_directories, allowed_roots)
         async with self._sweep_lock:
             found = await self.store.get_task(task_id)
+            if found is None and task_id in self._expired:
+                raise self._expired_rejection(task_id)
             account = self._fence.account_of(generation)
             task = check_attachable(found, account=account, root=root, additional=additional)
             self._leases.reserve(task_id)
@@ -560,7 +568,28 @@ class AgentService(ServedInOwnNursery):
     async def sweep_provisional(self) -> list[str]:
         """Delete provisional tasks whose grace expired and that are still untouched."""
         async with self._sweep_lock:
-            return await self.store.sweep_provisional(now_ms=self.now_ms(), stranded=False)
+            deleted = await self.store.sweep_provisional(now_ms=self.now_ms(), stranded=False)
+        self._remember_expired(deleted)
+        return deleted
+
+    def _remember_expired(self, task_ids: list[str]) -> None:
+        """Keep the ids of swept never-prompted tasks (the newest ones), so a client coming
+        back for one learns that it expired rather than that it never existed."""
+        for task_id in task_ids:
+            self._expired[task_id] = None
+        while len(self._expired) > MAX_REMEMBERED_EXPIRED:
+            del self._expired[next(iter(self._expired))]
+
+    def _expired_rejection(self, task_id: str) -> RuntimeRejection:
+        grace = self.provisional_grace_ms / 1000
+        return RuntimeRejection(
+            RejectionKind.TASK_NOT_FOUND,
+            f"session {task_id} expired before its first prompt",
+            detail=(
+                f"a session that was never prompted is kept {grace:.0f} s after its client "
+                "disconnects, then deleted; the host's grace setting (serve --grace) sets how long"
+            ),
+        )
 
     # -- trust -------------------------------------------------------------------------------
 
