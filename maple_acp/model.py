@@ -1,5 +1,5 @@
 """The plain records of the library: tasks, history items, tool states, plans, usage, goals,
-commands, tool specs, session modes and tool categories.
+commands, tool specs, session modes, tool categories and prompt images.
 
 Plain frozen values that depend on nothing else in the package. The store persists them (and
 assigns nothing but ``seq``), the runtime hands them to backends and re-exports them, and the
@@ -38,6 +38,10 @@ class ItemKind(enum.StrEnum):
     TOOL = "tool"
     #: A whole plan as the backend last sent it; the latest one of a task is replayed.
     PLAN = "plan"
+    #: A compaction's summary (the item id is the compaction's): a backend's later requests
+    #: carry it in place of the history before the turn it happened in. The rows before it
+    #: stay, and are replayed as ever.
+    COMPACTION = "compaction"
 
 
 #: The kinds of a plain message row (the others are tool calls and plans).
@@ -159,6 +163,24 @@ class ToolState:
 
 
 @attrs.frozen(kw_only=True)
+class ImageRef:
+    """An image a user message carries, by its content: the bytes are stored once per
+    ``sha256`` (the store's blobs) and read back when a backend or a replay needs them."""
+
+    #: Lowercase hex SHA-256 of the decoded bytes.
+    sha256: str
+    #: ``image/png``, ``image/jpeg``, ``image/gif`` or ``image/webp`` (as the bytes say).
+    mime_type: str
+    #: Decoded size in bytes.
+    size: int
+    #: Pixel dimensions, when the image's header states them.
+    width: int | None = None
+    height: int | None = None
+    #: Where the client said the image came from, if it did.
+    uri: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class TimelineItem:
     """One visible row of a task's history, identified by a stable ``item_id`` within the task
     (the message id for text rows, the tool call id for tool rows)."""
@@ -172,6 +194,8 @@ class TimelineItem:
     tool: ToolState | None = None
     #: The whole plan, for a row of kind ``PLAN`` (empty otherwise).
     plan: tuple[PlanEntry, ...] = ()
+    #: The images of a ``USER`` row, in the order the prompt gave them (its text comes first).
+    images: tuple[ImageRef, ...] = ()
     #: Assigned by the store on first insert; ordering of history. 0 for an item not yet stored.
     seq: int = 0
 

@@ -56,6 +56,14 @@ A tool the session's mode forbids (``shell``, ``write_file`` and MCP calls in ``
 mode a ``write_file`` inside the task's directory runs without asking (its diff still shown).
 ``/goal OBJECTIVE``
     Give the task an active goal.
+``/compact`` (or ``/compact fail``)
+    A compaction: its summary names how many earlier user and agent messages there are and
+    starts each with a line of its own; ``fail`` ends it failed instead (nothing stored).
+
+Images and embedded text resources (``prompt_capabilities``: both accepted, for every demo
+model) are not read as script: the turn first answers one message describing each (``image
+1: image/png image, 640x480, 12345 bytes``; ``resource file:///a.py: 1200 bytes of text``),
+then runs the script of the prompt's own text.
 
 Steering: after each directive (and before the turn ends) the demo takes the steering
 messages that arrived (``Turn.steering()``) and answers each as agent text ``steered: TEXT``.
@@ -94,9 +102,11 @@ from maple_acp.runtime import (
     FileToolError,
     GoalProgress,
     GoalStatus,
+    ItemKind,
     ModelInfo,
     PlanEntry,
     PlanStatus,
+    PromptCapabilities,
     RunKind,
     StaticModelCatalog,
     ToolLocation,
@@ -108,6 +118,7 @@ from maple_acp.runtime import (
     TurnFailed,
     TurnResult,
     Usage,
+    describe_image,
 )
 
 logger = logging.getLogger(__name__)
@@ -119,6 +130,9 @@ MAX_STREAM_CHUNK_BYTES = 1024 * 1024
 MAX_TOOL_TEXT_CHARS = 16_000
 #: How much of an unknown directive's name a notice repeats.
 MAX_ECHOED_NAME_CHARS = 64
+#: A ``/compact`` summary names at most this many messages, each by its first line, cut.
+MAX_SUMMARY_LINES = 50
+MAX_SUMMARY_LINE_CHARS = 80
 #: Cycles before a goal without a script completes.
 DEFAULT_GOAL_CYCLES = 3
 
@@ -170,6 +184,7 @@ DEMO_COMMANDS = (
         input_hint="ID {json arguments}",
     ),
     CommandInfo(name="goal", description="Give the session an active goal", input_hint="OBJECTIVE"),
+    CommandInfo(name="compact", description="Summarize the session so far (a compaction)"),
 )
 
 _PLAN_MARKERS = {
@@ -220,24 +235,43 @@ _DIRECTIVE_LINE = re.compile(r"/[A-Za-z0-9_-]+(?: |$)")
 class DemoBackend:
     """A deterministic ``AgentBackend``; see the module docstring for its script grammar."""
 
+    #: Every demo model takes images and embedded text resources, and describes them.
+    prompt_capabilities = PromptCapabilities(image=True, embedded_context=True)
+
     def available_commands(self) -> tuple[CommandInfo, ...]:
         return DEMO_COMMANDS
 
     async def run_turn(self, turn: Turn) -> TurnResult | None:
         if turn.kind is RunKind.GOAL_CYCLE:
             return TurnResult(goal_progress=await self._goal_cycle(turn))
+        script = turn.prompt
+        described = [
+            f"image {number}: {describe_image(image)}"
+            for number, image in enumerate(turn.images, 1)
+        ]
+        for resource in turn.resources:
+            # The resource's text is the client's file, not script: it is described, not run.
+            script = script.replace(resource.rendered, "", 1)
+            size = len(resource.text.encode("utf-8", "surrogatepass"))
+            described.append(f"resource {resource.uri}: {size} bytes of text")
+        # After a description, the script's first text is a message of its own.
+        text_id: str | None = None
+        if described:
+            await turn.send_text("\n".join(described), message_id=turn.new_message_id())
+            script, text_id = script.strip("\n"), turn.new_message_id()
         plain: list[str] = []
-        for line in turn.prompt.splitlines():
+        for line in script.splitlines():
             if not _DIRECTIVE_LINE.match(line):
                 plain.append(line)
                 continue
             if plain:
-                await turn.send_text("\n".join(plain))
+                await turn.send_text("\n".join(plain), message_id=text_id)
                 plain.clear()
             await self._directive(turn, line)
+            text_id = None
             await _answer_steering(turn)
         if plain:
-            await turn.send_text("\n".join(plain))
+            await turn.send_text("\n".join(plain), message_id=text_id)
         await _answer_steering(turn)
         return None
 
@@ -323,6 +357,19 @@ class DemoBackend:
     async def _goal(self, turn: Turn, rest: str) -> None:
         goal = await turn.set_goal(rest)
         await turn.send_text(f"goal set: {goal.objective}", message_id=turn.new_message_id())
+
+    async def _compact(self, turn: Turn, rest: str) -> None:
+        earlier = [
+            item
+            for item in turn.history
+            if item.kind in (ItemKind.USER, ItemKind.ASSISTANT) and item.text.strip()
+        ]
+        compaction_id = await turn.start_compaction()
+        await turn.send_compaction_text(compaction_id, f"{len(earlier)} earlier messages.")
+        for item in earlier[-MAX_SUMMARY_LINES:]:
+            first = item.text.strip().splitlines()[0][:MAX_SUMMARY_LINE_CHARS]
+            await turn.send_compaction_text(compaction_id, f"\n- {item.kind.value}: {first}")
+        await turn.end_compaction(compaction_id, error="asked to fail" if rest == "fail" else None)
 
     async def _shell(self, turn: Turn, args: dict[str, Any]) -> None:
         command = args.get("command")
@@ -449,6 +496,7 @@ _DIRECTIVES: dict[str, _Directive] = {
     "tool": DemoBackend._tool,
     "mcp": DemoBackend._mcp,
     "goal": DemoBackend._goal,
+    "compact": DemoBackend._compact,
 }
 
 

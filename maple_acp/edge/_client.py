@@ -44,6 +44,8 @@ class ClientChannel:
         self.elicitation_form = False
         #: Whether the client advertised ``session.notices`` at ``initialize``.
         self.notices = False
+        #: Whether the client advertised ``session.compaction`` at ``initialize``.
+        self.compaction = False
 
     @property
     def closed(self) -> bool:

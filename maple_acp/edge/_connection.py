@@ -152,7 +152,11 @@ class AcpConnection:
         )
         self.trust = TrustDialog(channel)
         self.turns = PromptTurns(
-            table, channel, settle_trust=self.trust.settle, nursery=lambda: self.nursery
+            table,
+            channel,
+            settle_trust=self.trust.settle,
+            nursery=lambda: self.nursery,
+            accepts=runtime.prompt_capabilities,
         )
         self.goals = GoalFlow(table, channel, pump=self.turns.pump, forget=self.closer.forget)
         self.opener = SessionOpener(
@@ -354,7 +358,10 @@ class AcpConnection:
         if isinstance(name, str) and name.strip():
             self.client_name = one_line(name, MAX_CLIENT_NAME_CHARS)
         dialect = self.dialect
-        self.client.elicitation_form, self.client.notices = dialect.client_features(request)
+        client = self.client
+        client.elicitation_form, client.notices, client.compaction = dialect.client_features(
+            request
+        )
         return dialect.initialize_answer(self._initialize_response())
 
     async def _status(self, request: StatusRequest) -> HostStatus:

@@ -19,8 +19,8 @@ from typing import Any, Final, Literal, Protocol
 
 import attrs
 
-from maple_acp.edge._projection import Outbound, SessionSettings
-from maple_acp.model import CommandInfo, GoalRecord, MessageRow, TimelineItem
+from maple_acp.edge._projection import ImageSlot, Outbound, SessionSettings
+from maple_acp.model import CommandInfo, GoalRecord, ImageRef, MessageRow, TimelineItem
 from maple_acp.runtime import ModelChoices, RunEvent, RunState, StopReason, ToolRequest, Usage
 from maple_acp.wire import InitializeResponse
 
@@ -28,6 +28,7 @@ __all__ = [
     "FAIL_CLOSED",
     "ConfigChange",
     "Dialect",
+    "ImageSlot",
     "NoTurnFrames",
     "Outbound",
     "Projection",
@@ -88,7 +89,17 @@ class Projection(Protocol):
         """What a change of the session's mode announces (its config options with it)."""
         ...
 
-    def history(self, rows: Sequence[TimelineItem | MessageRow]) -> Iterable[Outbound]: ...
+    def history(
+        self, rows: Sequence[TimelineItem | MessageRow]
+    ) -> Iterable[Outbound | ImageSlot]: ...
+
+    def image(self, message_id: str, image: ImageRef, data: bytes) -> Outbound:
+        """A user message's image, as a replay shows it."""
+        ...
+
+    def image_placeholder(self, message_id: str, image: ImageRef, why: str) -> list[bytes]:
+        """The text a replay shows for an image it cannot send."""
+        ...
 
     def permission_request(self, request: ToolRequest) -> Any:
         """The client method's request that asks about ``request`` (the channel sends it)."""
@@ -171,8 +182,11 @@ class Dialect(Protocol):
         """The update kind of each text event type (``TextChunk``, ``ThoughtChunk``)."""
         ...
 
-    def projection(self, session_id: str, *, notices: bool = False) -> Projection:
-        """A session's updates; ``notices``: the client shows notice updates."""
+    def projection(
+        self, session_id: str, *, notices: bool = False, compaction: bool = False
+    ) -> Projection:
+        """A session's updates; ``notices``: the client shows notice updates; ``compaction``:
+        it follows compactions (else it is sent none)."""
         ...
 
     def config_options(
@@ -186,9 +200,9 @@ class Dialect(Protocol):
         """The session's config options (the model only offers itself once locked)."""
         ...
 
-    def client_features(self, request: Any) -> tuple[bool, bool]:
-        """From the ``initialize`` request: (form elicitation, notice updates) the client
-        takes."""
+    def client_features(self, request: Any) -> tuple[bool, bool, bool]:
+        """From the ``initialize`` request: (form elicitation, notice updates, compaction
+        updates) the client takes."""
         ...
 
     def initialize_answer(self, answer: InitializeResponse) -> object:

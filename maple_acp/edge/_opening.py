@@ -22,7 +22,7 @@ by a close of the session (its update scope).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING
@@ -31,13 +31,13 @@ import trio
 
 from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._config import AcpServiceConfig
-from maple_acp.edge._dialect import Dialect
+from maple_acp.edge._dialect import Dialect, ImageSlot, Outbound
 from maple_acp.edge._errors import unknown_session
 from maple_acp.edge._prompt import mcp_definitions
 from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
 from maple_acp.mcp import ValidatedServer, validate_servers
-from maple_acp.rpc import after_answer
+from maple_acp.rpc import OutboundFrameTooLarge, after_answer
 from maple_acp.runtime import AgentService, RelayValues, RouterFactory, SessionLease
 from maple_acp.wire import (
     INVALID_PARAMS,
@@ -122,6 +122,7 @@ class SessionOpener:
             self._runtime.cached_model_choices(),
             self._dialect(),
             notices=self._channel.notices,
+            compaction=self._channel.compaction,
         )
         table.register(session)
         nursery.start_soon(self._watch, session)
@@ -216,6 +217,45 @@ class SessionOpener:
         logger.info("session %s loaded", session.id)
         return session.dialect.load_answer(session.options(), session.settings())
 
+    async def _replay(self, session: EdgeSession) -> None:
+        """Send the visible history (then the title), before the answer, through the live
+        projector: runs of updates in batches, each image of a user message on its own once its
+        bytes are read (one at a time: a history of many images never sits in memory)."""
+        channel = self._channel
+        projector = session.projector
+        updates = iter(projector.history(await session.lease.replay_rows()))
+        slot: ImageSlot | None = None
+
+        def until_image() -> Iterator[Outbound]:
+            nonlocal slot
+            for update in updates:
+                if isinstance(update, ImageSlot):
+                    slot = update
+                    return
+                yield update
+
+        while True:
+            slot = None
+            await channel.send_many(until_image())
+            if slot is None:
+                break
+            message_id, image = slot.message_id, slot.image
+            data = await session.lease.image_data(image.sha256)
+            if data is None:
+                await channel.send_many(
+                    projector.image_placeholder(message_id, image, "no longer stored")
+                )
+                continue
+            try:
+                await channel.send(projector.image(message_id, image, data))
+            except OutboundFrameTooLarge:
+                await channel.send_many(
+                    projector.image_placeholder(message_id, image, "too large to replay")
+                )
+        task = session.lease.task
+        if task.title:
+            await channel.send(projector.title(task.title))
+
     async def resume(self, request: ResumeSessionRequest) -> object:
         # A cursor this agent cannot serve is bad params before anything is attached.
         replay = self._dialect().replay_requested(request)
@@ -234,14 +274,6 @@ class SessionOpener:
             raise unknown_session()
         logger.info("session %s resumed", session.id)
         return session.dialect.resume_answer(session.options(), session.settings())
-
-    async def _replay(self, session: EdgeSession) -> None:
-        """The visible history, sent before the answer through the live projector."""
-        channel = self._channel
-        await channel.send_many(session.projector.history(await session.lease.replay_rows()))
-        task = session.lease.task
-        if task.title:
-            await channel.send(session.projector.title(task.title))
 
     async def _announce(self, session: EdgeSession) -> None:
         """What attaching announces (its commands, its goal), sent before a load's or a

@@ -13,6 +13,7 @@ that both give the same bytes.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
@@ -32,6 +33,7 @@ from maple_acp.model import (
     CommandInfo,
     FileDiff,
     GoalRecord,
+    ImageRef,
     ItemKind,
     MessageRow,
     PlanEntry,
@@ -40,7 +42,7 @@ from maple_acp.model import (
     ToolStatus,
 )
 from maple_acp.rpc import encode_notification
-from maple_acp.runtime import ModelChoices
+from maple_acp.runtime import ModelChoices, describe_image
 from maple_acp.wire import (
     GOAL_CONTROL_METHOD,
     AgentMessageChunk,
@@ -48,11 +50,15 @@ from maple_acp.wire import (
     AvailableCommand,
     AvailableCommandsUpdate,
     ChunkKind,
+    CompactionStatus,
+    CompactionSummaryChunk,
+    CompactionUpdate,
     ConfigOptionUpdate,
     Content,
     CurrentModeUpdate,
     Diff,
     GoalSnapshot,
+    ImageContent,
     Notice,
     NoticeSeverity,
     Plan,
@@ -121,6 +127,16 @@ TextTemplate = tuple[bytes, bytes, bytes]
 
 #: What a projection yields: a typed notification, or a text chunk's finished line.
 Outbound = SessionNotification | bytes
+
+
+@attrs.frozen
+class ImageSlot:
+    """Where a history replay shows an image of a user message: the replay reads its bytes
+    (the projection does no I/O) and sends :meth:`SessionProjector.image`, or
+    :meth:`SessionProjector.image_placeholder` when they are gone or too large to send."""
+
+    message_id: str
+    image: ImageRef
 
 
 def _pieces(text: str) -> Iterator[str]:
@@ -283,10 +299,13 @@ def _diff(diff: FileDiff) -> Diff:
 class SessionProjector:
     """Builds every ``session/update`` of one session."""
 
-    def __init__(self, session_id: str, *, notices: bool = False) -> None:
+    def __init__(self, session_id: str, *, notices: bool = False, compaction: bool = False) -> None:
         self.session_id = session_id
         #: The client shows ``notice`` updates (``clientCapabilities.session.notices``).
         self.notices = notices
+        #: The client follows compactions (``clientCapabilities.session.compaction``); others
+        #: are sent no compaction update, live or replayed.
+        self.compaction = compaction
         self._announced: set[str] = set()
         self._templates: dict[str, TextTemplate | None] = {}
         #: The message being streamed: (message id, kind, head bytes, bytes after the text).
@@ -433,11 +452,52 @@ class SessionProjector:
             )
         )
 
-    def history(self, rows: Sequence[TimelineItem | MessageRow]) -> Iterator[Outbound]:
+    def compaction_update(
+        self,
+        compaction_id: str,
+        status: CompactionStatus,
+        *,
+        summary: str | None = None,
+        error: str | None = None,
+    ) -> SessionNotification:
+        """A compaction's state (with its whole summary, for a replay)."""
+        return self._wrap(
+            CompactionUpdate(
+                compaction_id=compaction_id,
+                status=status,
+                summary=None if summary is None else (TextContent(text=summary),),
+                error=None if error is None else bound_text(error, 500),
+            )
+        )
+
+    def compaction_text(self, compaction_id: str, text: str) -> SessionNotification:
+        return self._wrap(
+            CompactionSummaryChunk(compaction_id=compaction_id, content=TextContent(text=text))
+        )
+
+    def image(self, message_id: str, image: ImageRef, data: bytes) -> SessionNotification:
+        """A user message's image as a ``user_message_chunk`` (a replay)."""
+        return self._wrap(
+            UserMessageChunk(
+                content=ImageContent(
+                    data=base64.b64encode(data).decode("ascii"),
+                    mime_type=image.mime_type,
+                    uri=image.uri,
+                ),
+                message_id=message_id,
+            )
+        )
+
+    def image_placeholder(self, message_id: str, image: ImageRef, why: str) -> list[bytes]:
+        """What a replay shows instead of an image it cannot send (one line of user text)."""
+        return self.text("user_message_chunk", message_id, f"[{describe_image(image)}: {why}]")
+
+    def history(self, rows: Sequence[TimelineItem | MessageRow]) -> Iterator[Outbound | ImageSlot]:
         """Replay of stored history through the same rules as live events, as a client that
         has nothing yet must see it: every tool id is announced afresh (a re-attaching client
         rebuilds its view), and only the latest plan is sent (each plan replaces the last).
-        A message row may come as a ``MessageRow`` tuple or as a whole item."""
+        A message row may come as a ``MessageRow`` tuple or as a whole item; a user message's
+        images follow its text as :class:`ImageSlot` values for the replay to fill."""
         self._announced.clear()
         latest_plan = max(
             (
@@ -467,6 +527,9 @@ class SessionProjector:
                     yield wrapper[0] + dumps(text) + wrapper[1] + dumps(item_id) + wrapper[2]
                 elif text:
                     yield from self.text(_CHUNK_KIND[ItemKind(kind)], item_id, text)
+                if item is not None:
+                    for image in item.images:
+                        yield ImageSlot(item_id, image)
             elif item is None:
                 raise ValueError(f"a message row of kind {kind!r}")
             elif kind is ItemKind.TOOL:
@@ -474,3 +537,5 @@ class SessionProjector:
                     yield self.tool(item_id, item.tool, summary=text)
             elif kind is ItemKind.PLAN and index == latest_plan:
                 yield self.plan(item.plan)
+            elif kind is ItemKind.COMPACTION and self.compaction:
+                yield self.compaction_update(item_id, "completed", summary=text)

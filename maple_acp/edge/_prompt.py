@@ -6,10 +6,24 @@ refused with ``-32602`` and nothing is admitted, created or connected.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Final
+import base64
+import binascii
+from collections.abc import Callable, Sequence
+from typing import Final, ParamSpec, TypeVar
+
+import attrs
 
 from maple_acp.mcp import HttpMcpServer, McpServerDefinition, SseMcpServer, StdioMcpServer
+from maple_acp.runtime import (
+    MAX_IMAGE_BYTES,
+    MAX_PROMPT_IMAGES,
+    EmbeddedText,
+    PromptCapabilities,
+    PromptImage,
+    RuntimeRejection,
+    check_embedded_text,
+    check_image,
+)
 from maple_acp.wire import (
     INVALID_PARAMS,
     AudioContent,
@@ -22,7 +36,11 @@ from maple_acp.wire import (
     ProtocolError,
     ResourceLink,
     TextContent,
+    TextResourceContents,
 )
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 #: Text blocks are joined with one blank line between them.
 BLOCK_SEPARATOR: Final = "\n\n"
@@ -34,28 +52,100 @@ _REFUSED_BLOCKS: Final = {
 }
 
 
-def prompt_text(blocks: Sequence[ContentBlock]) -> str:
-    """The prompt as one text: text blocks as they are, a resource link as visible text
-    (its name and URI; it is never fetched), joined with a blank line.
+#: Base64 characters of an image, at most, before decoding is tried: the encoding of
+#: ``MAX_IMAGE_BYTES`` (a larger one is refused without spending memory on it).
+MAX_IMAGE_BASE64_CHARS: Final = 4 * -(-MAX_IMAGE_BYTES // 3)
 
-    Raises ``ProtocolError(-32602)`` for an empty prompt and for image, audio and embedded
-    resource blocks, which this agent does not accept (and does not advertise).
+
+@attrs.frozen
+class PromptContent:
+    """A prompt's blocks as the runtime takes them: the message text (text blocks, resource
+    links and embedded text resources, joined with a blank line), and its checked images."""
+
+    text: str
+    images: tuple[PromptImage, ...] = ()
+    resources: tuple[EmbeddedText, ...] = ()
+
+
+def prompt_text(blocks: Sequence[ContentBlock]) -> str:
+    """``prompt_content``'s text for an agent that takes text and resource links only."""
+    return prompt_content(blocks, PromptCapabilities()).text
+
+
+def prompt_content(blocks: Sequence[ContentBlock], accepts: PromptCapabilities) -> PromptContent:
+    """The prompt as the runtime takes it: text blocks as they are, a resource link as visible
+    text (its name and URI; it is never fetched), an embedded text resource as its URI and
+    text, joined with a blank line; images (and embedded image blobs) decoded and checked.
+
+    Raises ``ProtocolError(-32602)`` naming the block for an empty prompt, for audio, for an
+    image or an embedded resource when ``accepts`` does not take them, for a blob resource that
+    is not an image, and for an image or resource ``maple_acp.runtime`` refuses (bad base64,
+    a type its bytes do not bear out, too large, more than ``MAX_PROMPT_IMAGES``).
     """
     parts: list[str] = []
+    images: list[PromptImage] = []
+    resources: list[EmbeddedText] = []
     for index, block in enumerate(blocks):
         if isinstance(block, TextContent):
             parts.append(block.text)
         elif isinstance(block, ResourceLink):
             label = block.title or block.name
             parts.append(f"{label} <{block.uri}>")
+        elif isinstance(block, ImageContent) and accepts.image:
+            images.append(_image(index, block.data, block.mime_type, block.uri))
+        elif isinstance(block, EmbeddedResource) and accepts.embedded_context:
+            resource = block.resource
+            if isinstance(resource, TextResourceContents):
+                embedded = _checked(index, check_embedded_text, resource.uri, resource.text)
+                resources.append(embedded)
+                parts.append(embedded.rendered)
+            elif accepts.image and _is_image_type(resource.mime_type):
+                images.append(_image(index, resource.blob, resource.mime_type or "", resource.uri))
+            else:
+                raise ProtocolError(
+                    INVALID_PARAMS,
+                    f"prompt[{index}]: embedded blob resources are not supported "
+                    + ("except images; " if accepts.image else "; ")
+                    + "send text",
+                )
         else:
             kind = _REFUSED_BLOCKS.get(type(block), type(block).__name__)
             raise ProtocolError(
                 INVALID_PARAMS, f"prompt[{index}]: {kind} content is not supported; send text"
             )
-    if not parts or not any(part.strip() for part in parts):
+        if len(images) > MAX_PROMPT_IMAGES:
+            raise ProtocolError(
+                INVALID_PARAMS, f"prompt: a prompt carries at most {MAX_PROMPT_IMAGES} images"
+            )
+    if not images and not any(part.strip() for part in parts):
         raise ProtocolError(INVALID_PARAMS, "prompt: expected at least one non-empty text block")
-    return BLOCK_SEPARATOR.join(parts)
+    return PromptContent(BLOCK_SEPARATOR.join(parts), tuple(images), tuple(resources))
+
+
+def _is_image_type(mime_type: str | None) -> bool:
+    return mime_type is not None and mime_type.strip().lower().startswith("image/")
+
+
+def _image(index: int, data: str, mime_type: str, uri: str | None) -> PromptImage:
+    if len(data) > MAX_IMAGE_BASE64_CHARS:
+        raise ProtocolError(
+            INVALID_PARAMS,
+            f"prompt[{index}]: the image is larger than {MAX_IMAGE_BYTES} bytes",
+        )
+    try:
+        decoded = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise ProtocolError(
+            INVALID_PARAMS, f"prompt[{index}]: the image's data is not valid base64"
+        ) from None
+    return _checked(index, check_image, decoded, mime_type, uri=uri)
+
+
+def _checked(index: int, check: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    try:
+        return check(*args, **kwargs)
+    except RuntimeRejection as exc:
+        raise ProtocolError(INVALID_PARAMS, f"prompt[{index}]: {exc.message}") from None
 
 
 def mcp_definitions(servers: Sequence[McpServer]) -> list[McpServerDefinition]:

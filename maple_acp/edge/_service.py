@@ -22,6 +22,7 @@ from maple_acp.edge._goals import GOAL_ACTIONS
 from maple_acp.edge._listener import ConnectionGate, serve_endpoint
 from maple_acp.edge._v1 import VERSION
 from maple_acp.runtime import AgentService
+from maple_acp.runtime import PromptCapabilities as BackendPromptCapabilities
 from maple_acp.wire import (
     AgentCapabilities,
     GoalCapability,
@@ -48,15 +49,19 @@ logger = logging.getLogger(__name__)
 PROTOCOL_VERSION: Final = VERSION
 
 
-def initialize_response(config: AcpServiceConfig) -> InitializeResponse:
+def initialize_response(
+    config: AcpServiceConfig, accepts: BackendPromptCapabilities | None = None
+) -> InitializeResponse:
     """The initialize answer: version 1 and exactly what this agent supports (deletion only
-    when the host's policy allows it)."""
+    when the host's policy allows it; images and embedded context only when the host's
+    backend declares them)."""
+    accepts = accepts or BackendPromptCapabilities()
     return InitializeResponse(
         protocol_version=PROTOCOL_VERSION,
         agent_capabilities=AgentCapabilities(
             load_session=True,
             prompt_capabilities=PromptCapabilities(
-                image=False, audio=False, embedded_context=False
+                image=accepts.image, audio=False, embedded_context=accepts.embedded_context
             ),
             mcp_capabilities=McpCapabilities(http=True, sse=False),
             session_capabilities=SessionCapabilities(
@@ -130,7 +135,7 @@ class AcpService:
         self._endpoint: Path | None = None
         self._listener_scope: trio.CancelScope | None = None
         self._stopped: trio.Event | None = None
-        self._initialize_response = initialize_response(self._config)
+        self._initialize_response = initialize_response(self._config, runtime.prompt_capabilities)
 
     # -- configuration -----------------------------------------------------------------------
 
@@ -147,7 +152,7 @@ class AcpService:
         if self.running:
             raise ConfigError("stop the ACP service before changing its policy")
         self._config = config
-        self._initialize_response = initialize_response(config)
+        self._initialize_response = initialize_response(config, self.runtime.prompt_capabilities)
 
     @property
     def initialize_response(self) -> InitializeResponse:

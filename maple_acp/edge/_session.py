@@ -34,13 +34,15 @@ class EdgeSession:
         dialect: Dialect,
         *,
         notices: bool = False,
+        compaction: bool = False,
     ) -> None:
         self.lease = lease
         self.id = lease.task_id
         #: The protocol version of the connection that opened the session, and its updates
-        #: (``notices``: the client shows notice updates).
+        #: (``notices``: the client shows notice updates; ``compaction``: it follows
+        #: compactions).
         self.dialect = dialect
-        self.projector = dialect.projection(self.id, notices=notices)
+        self.projector = dialect.projection(self.id, notices=notices, compaction=compaction)
         self.choices = choices
         #: Set once the close started; a second close or any new operation is refused.
         self.closing = False

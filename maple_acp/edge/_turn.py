@@ -26,12 +26,13 @@ import trio
 from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._closing import CLOSE_DEADLINE_S
 from maple_acp.edge._dialect import FAIL_CLOSED
-from maple_acp.edge._prompt import prompt_text
+from maple_acp.edge._prompt import PromptContent, prompt_content
 from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
 from maple_acp.rpc import ConnectionClosed, OutboundFrameTooLarge, request_arrival
 from maple_acp.runtime import (
     PermissionRequest,
+    PromptCapabilities,
     PromptClaim,
     Run,
     RunEnded,
@@ -58,31 +59,34 @@ class PromptTurns:
         *,
         settle_trust: Callable[[EdgeSession], Awaitable[bool]],
         nursery: Callable[[], trio.Nursery],
+        accepts: PromptCapabilities | None = None,
     ) -> None:
         self._table = table
         self._channel = channel
         self._settle_trust = settle_trust
         #: Where a turn answered on acceptance goes on (the connection's nursery).
         self._nursery = nursery
+        #: What the host's backend takes in a prompt besides text and resource links.
+        self._accepts = accepts or PromptCapabilities()
 
     async def prompt(self, request: PromptRequest) -> object:
         # The blocks first: a refused block is bad params whatever the session.
-        text = prompt_text(request.prompt)
+        content = prompt_content(request.prompt, self._accepts)
         session = self._table.live(request.session_id)
         arrival = request_arrival()
         if session.dialect.answers_on_acceptance:
             # The answer leaves once the message is inserted; the turn goes on in the
             # connection's nursery, and ends in updates.
             answer: object = await self._nursery().start(
-                self._accepted_turn, session, text, arrival
+                self._accepted_turn, session, content, arrival
             )
             return answer
-        return await self._claimed_turn(session, text, arrival, None)
+        return await self._claimed_turn(session, content, arrival, None)
 
     async def _accepted_turn(
         self,
         session: EdgeSession,
-        text: str,
+        content: PromptContent,
         arrival: int,
         *,
         task_status: trio.TaskStatus[object] = trio.TASK_STATUS_IGNORED,
@@ -97,7 +101,7 @@ class PromptTurns:
             task_status.started(answer)
 
         try:
-            await self._claimed_turn(session, text, arrival, accept)
+            await self._claimed_turn(session, content, arrival, accept)
         except Exception as exc:
             if not accepted:
                 raise
@@ -107,16 +111,18 @@ class PromptTurns:
     async def _claimed_turn(
         self,
         session: EdgeSession,
-        text: str,
+        content: PromptContent,
         arrival: int,
         accept: Callable[[object], None] | None,
     ) -> object:
         answer = session.dialect.prompt_answer
         # The runtime's prompt slot: RUN_ACTIVE (-32600) while another prompt holds it.
         with session.lease.claim_prompt() as claim:
+            # A model that does not see images is refused before the trust question.
+            await session.lease.check_images(len(content.images))
             try:
                 with session.update_scope():
-                    return await self._turn(session, claim, text, arrival, accept)
+                    return await self._turn(session, claim, content, arrival, accept)
             except SessionClosed:
                 return answer(RunState.CANCELLED)
             # A closed session's pump is cancelled from outside; the turn ends cancelled.
@@ -126,7 +132,7 @@ class PromptTurns:
         self,
         session: EdgeSession,
         claim: PromptClaim,
-        text: str,
+        content: PromptContent,
         arrival: int,
         accept: Callable[[object], None] | None,
     ) -> object:
@@ -144,14 +150,18 @@ class PromptTurns:
         if before_run.cancelled_caught or session.cancelled_since(arrival):
             return answer(RunState.CANCELLED)
         was_locked = session.model_locked
-        run = await lease.start_run(text, claim=claim)
+        run = await lease.start_run(
+            content.text, claim=claim, images=content.images, resources=content.resources
+        )
         if session.cancelled_since(arrival):
             # A cancel or close arrived while the run was being admitted; it found no run.
             run.cancel()
         if accept is not None:
             accept(session.dialect.acceptance_answer(run.user_message_id))
         try:
-            await self._channel.send_many(session.projector.accepted(run.user_message_id, text))
+            await self._channel.send_many(
+                session.projector.accepted(run.user_message_id, content.text)
+            )
             if not was_locked:
                 await self._channel.send(session.projector.config_update(session.options()))
             state = await self.pump(session, run)

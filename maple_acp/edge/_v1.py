@@ -27,6 +27,8 @@ from maple_acp.edge._projection import (
 )
 from maple_acp.runtime import (
     CommandsChanged,
+    CompactionChanged,
+    CompactionText,
     ContextUsage,
     ModelChoices,
     PlanUpdated,
@@ -169,6 +171,14 @@ class V1Projection(NoTurnFrames, SessionProjector):
             return self.context_usage(event.used, event.size)
         if isinstance(event, CommandsChanged):
             return self.commands(event.commands)
+        if isinstance(event, CompactionChanged):
+            if not self.compaction:
+                return None
+            return self.compaction_update(event.compaction_id, event.status, error=event.error)
+        if isinstance(event, CompactionText):
+            return (
+                self.compaction_text(event.compaction_id, event.text) if self.compaction else None
+            )
         if isinstance(event, RunNotice):
             # A terminal notice (failure, overflow) is the turn's visible answer: text for all.
             if self.notices and not event.terminal:
@@ -206,12 +216,13 @@ class V1Dialect:
     answers_on_acceptance: Final = False
     accepts_batches: Final = False
 
-    def client_features(self, request: InitializeRequest) -> tuple[bool, bool]:
+    def client_features(self, request: InitializeRequest) -> tuple[bool, bool, bool]:
         elicitation = request.client_capabilities.elicitation
         session = request.client_capabilities.session
         return (
             elicitation is not None and elicitation.form is not None,
             session is not None and session.notices is not None,
+            session is not None and session.compaction is not None,
         )
 
     def initialize_answer(self, answer: InitializeResponse) -> InitializeResponse:
@@ -225,8 +236,10 @@ class V1Dialect:
     def acceptance_answer(self, message_id: str) -> None:
         return None  # never asked: a v1 prompt is answered when its turn ends
 
-    def projection(self, session_id: str, *, notices: bool = False) -> V1Projection:
-        return V1Projection(session_id, notices=notices)
+    def projection(
+        self, session_id: str, *, notices: bool = False, compaction: bool = False
+    ) -> V1Projection:
+        return V1Projection(session_id, notices=notices, compaction=compaction)
 
     def config_options(
         self,

@@ -46,6 +46,7 @@ from maple_acp.model import (
     CommandInfo,
     FileDiff,
     GoalRecord,
+    ImageRef,
     ItemKind,
     MessageRow,
     PlanEntry,
@@ -181,7 +182,7 @@ class V2Projection:
     """v2's updates of one session. Text goes through v1's projector (same line); the rest is
     built here. Keeps how many permission questions wait, for ``requires_action``."""
 
-    def __init__(self, session_id: str, *, notices: bool = True) -> None:
+    def __init__(self, session_id: str, *, notices: bool = True, compaction: bool = False) -> None:
         self.session_id = session_id
         self._text = SessionProjector(session_id)
         self.text_line = self._text.text_line
@@ -287,9 +288,18 @@ class V2Projection:
         # v2 has no session modes: the mode is the ``mode`` config option.
         return [self.config_update(options)]
 
+    def image(self, message_id: str, image: ImageRef, data: bytes) -> Outbound:
+        # A v2 replay shows a message's text only (``history`` yields no image slot); were
+        # one asked for, it is named in a line of text.
+        return self.image_placeholder(message_id, image, "not replayed")[0]
+
+    def image_placeholder(self, message_id: str, image: ImageRef, why: str) -> list[bytes]:
+        return self._text.image_placeholder(message_id, image, why)
+
     def history(self, rows: Sequence[TimelineItem | MessageRow]) -> Iterator[Outbound]:
-        """Stored history as upserts: each message by its id, each tool by its latest row,
-        the latest plan."""
+        """Stored history as upserts: each message by its id (its text; images and
+        compactions are not replayed on v2 yet), each tool by its latest row, the latest
+        plan."""
         latest_plan = max(
             (
                 index
@@ -395,13 +405,16 @@ class V2Dialect:
     answers_on_acceptance: Final = True
     accepts_batches: Final = True
 
-    def projection(self, session_id: str, *, notices: bool = True) -> V2Projection:
-        return V2Projection(session_id, notices=notices)
+    def projection(
+        self, session_id: str, *, notices: bool = True, compaction: bool = False
+    ) -> V2Projection:
+        return V2Projection(session_id, notices=notices, compaction=compaction)
 
-    def client_features(self, request: v2.V2InitializeRequest) -> tuple[bool, bool]:
+    def client_features(self, request: v2.V2InitializeRequest) -> tuple[bool, bool, bool]:
         # v2's elicitation is another shape; the trust question asks with the chooser. A
-        # notice is a baseline v2 update, shown by every client that knows it.
-        return False, True
+        # notice is a baseline v2 update, shown by every client that knows it. Compactions
+        # are not projected to v2 yet.
+        return False, True, False
 
     def initialize_answer(self, answer: InitializeResponse) -> v2.V2InitializeResponse:
         v1_session = answer.agent_capabilities.session_capabilities

@@ -10,6 +10,7 @@ import attrs
 
 from maple_acp._exceptions import MapleAcpError
 from maple_acp.model import CommandInfo, GoalStatus
+from maple_acp.runtime._attachments import PromptCapabilities
 from maple_acp.runtime._events import StopReason
 
 if TYPE_CHECKING:
@@ -123,3 +124,42 @@ def backend_thought_levels(backend: AgentBackend, model_id: str | None) -> tuple
         logger.warning("the agent backend listed malformed thought levels; none are offered")
         return ()
     return tuple(dict.fromkeys(levels))
+
+
+class PromptContentSource(Protocol):
+    """What a backend that takes more than text declares (optional: a backend without
+    ``prompt_capabilities`` takes text and resource links only, and images and embedded
+    resources are refused before they reach it). ``accepts_images`` (also optional; default:
+    ``prompt_capabilities.image``) says whether one model sees images (``model_id`` ``None``:
+    the backend's default model)."""
+
+    @property
+    def prompt_capabilities(self) -> PromptCapabilities: ...
+
+    def accepts_images(self, model_id: str | None) -> bool: ...
+
+
+def backend_prompt_capabilities(backend: AgentBackend) -> PromptCapabilities:
+    """What the backend declares it takes in a prompt; nothing beyond text if it declares
+    nothing (or something that is not a ``PromptCapabilities``)."""
+    declared = getattr(backend, "prompt_capabilities", None)
+    if declared is None:
+        return PromptCapabilities()
+    if not isinstance(declared, PromptCapabilities):
+        logger.warning("the agent backend's prompt_capabilities is malformed; text only")
+        return PromptCapabilities()
+    return declared
+
+
+def backend_accepts_images(backend: AgentBackend, model_id: str | None) -> bool:
+    """Whether the backend takes images for ``model_id`` (False if it fails to say)."""
+    if not backend_prompt_capabilities(backend).image:
+        return False
+    accepts = getattr(backend, "accepts_images", None)
+    if accepts is None:
+        return True
+    try:
+        return bool(accepts(model_id))
+    except Exception:
+        logger.warning("the agent backend failed to say whether a model sees images", exc_info=True)
+        return False

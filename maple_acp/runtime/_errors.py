@@ -66,6 +66,9 @@ class RejectionKind(enum.Enum):
     TRUST_BUSY = "trust_busy"
     #: A fork names a message the source task does not have.
     UNKNOWN_MESSAGE = "unknown_message"
+    #: A prompt's content is refused: a malformed or oversized image or resource, too many
+    #: images, or images for a model that does not see them.
+    INVALID_PROMPT = "invalid_prompt"
 
 
 class RuntimeRejection(MapleAcpError):

@@ -153,6 +153,30 @@ class RunNotice:
     level: NoticeLevel = "info"
 
 
+#: Where a compaction stands: ``in_progress``, then ``completed``, ``failed`` or ``cancelled``.
+CompactionStatus: TypeAlias = Literal["in_progress", "completed", "failed", "cancelled"]
+
+
+@attrs.frozen
+class CompactionChanged:
+    """A compaction of the conversation started or ended (``status``); ``error`` says why one
+    failed. Only a caller that follows compactions shows it."""
+
+    run_id: str
+    compaction_id: str
+    status: CompactionStatus
+    error: str | None = None
+
+
+@attrs.frozen
+class CompactionText:
+    """A piece of a running compaction's summary."""
+
+    run_id: str
+    compaction_id: str
+    text: str
+
+
 @attrs.frozen
 class RunEnded:
     """Always the last event of a run."""
@@ -172,6 +196,8 @@ RunEvent: TypeAlias = (
     | ContextUsage
     | CommandsChanged
     | RunNotice
+    | CompactionChanged
+    | CompactionText
     | RunEnded
 )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import trio
@@ -24,6 +24,12 @@ from maple_acp.model import (
     TaskRecord,
     TimelineItem,
 )
+from maple_acp.runtime._attachments import (
+    EmbeddedText,
+    PromptImage,
+    check_image_count,
+)
+from maple_acp.runtime._backend import backend_accepts_images
 from maple_acp.runtime._barrier import OperationBarrier, PromptClaim
 from maple_acp.runtime._context import LeaseContext
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
@@ -329,6 +335,13 @@ class SessionLease:
             self._life.check_live()
             return replay_view(items)
 
+    async def image_data(self, sha256: str) -> bytes | None:
+        """The bytes of an image the task's history names (``None``: no longer stored)."""
+        with self.operation():
+            data = await self._context.store.read_blob(sha256)
+            self._life.check_live()
+            return data
+
     async def replay_rows(self) -> list[TimelineItem | MessageRow]:
         """``history()`` as a replay to a client needs it, cheaper to read: message rows may
         come as ``(kind, item_id, text)`` tuples (see ``TaskStore.replay_rows``)."""
@@ -402,17 +415,56 @@ class SessionLease:
                 self._claim = None
                 self._slot.changed()
 
-    async def start_run(self, prompt: str, *, claim: PromptClaim | None = None) -> Run:
+    async def check_images(self, count: int = 1) -> None:
+        """Refuse (``INVALID_PROMPT``, naming the model) a prompt of ``count`` images when
+        the session's model does not see images, or when there are too many of them."""
+        if count <= 0:
+            return
+        with self.operation():
+            model = self._task.model
+            if backend_accepts_images(self._context.backend, model):
+                return
+            if model is None:
+                model = (await self._context.model_choices(self.generation, False)).default
+                self._life.check_live()
+            shown = one_line(model, MAX_SHOWN_MODEL_CHARS)
+            raise RuntimeRejection(
+                RejectionKind.INVALID_PROMPT,
+                f"the model {shown} does not accept images; send text, or choose a model that does",
+            )
+
+    async def start_run(
+        self,
+        prompt: str,
+        *,
+        claim: PromptClaim | None = None,
+        images: Sequence[PromptImage] = (),
+        resources: Sequence[EmbeddedText] = (),
+    ) -> Run:
         """Admit ``prompt`` as the task's next user message (durably, before the backend sees
         it) and start a run for it. A running goal cycle is cancelled first and the prompt
         admitted after it ended. ``RUN_ACTIVE`` if another prompt holds the slot or a prompt's
-        run is still active. Without ``claim`` the slot is claimed for the admission only."""
+        run is still active. Without ``claim`` the slot is claimed for the admission only.
+
+        ``images`` (checked by ``check_image``) are stored with the message, once per hash;
+        ``INVALID_PROMPT`` if there are more than ``MAX_PROMPT_IMAGES`` or the session's
+        model does not see images. ``resources`` are the embedded text resources ``prompt``
+        already holds as text, for a backend that shows them apart."""
+        check_image_count(images)
+        await self.check_images(len(images))
+        content = (tuple(images), tuple(resources))
         if claim is None:
             with self.claim_prompt() as own:
-                return await self._admit_prompt(prompt, own)
-        return await self._admit_prompt(prompt, claim)
+                return await self._admit_prompt(prompt, own, content)
+        return await self._admit_prompt(prompt, claim, content)
 
-    async def _admit_prompt(self, prompt: str, claim: PromptClaim) -> Run:
+    async def _admit_prompt(
+        self,
+        prompt: str,
+        claim: PromptClaim,
+        content: tuple[tuple[PromptImage, ...], tuple[EmbeddedText, ...]] = ((), ()),
+    ) -> Run:
+        images = content[0]
         with self.operation():
             if claim is not self._claim:
                 raise RuntimeRejection(RejectionKind.RUN_ACTIVE, "a prompt is already running")
@@ -435,15 +487,21 @@ class SessionLease:
                         created_ms=now,
                         run_id=run_id,
                         text=prompt,
+                        images=tuple(image.ref for image in images),
                     )
                     record = await self._context.store.admit_user_message(
-                        self.task_id, item, now_ms=now
+                        self.task_id,
+                        item,
+                        now_ms=now,
+                        blobs={image.ref.sha256: image.data for image in images} or None,
                     )
                     self._task = record
                     self._row.admitted()
                     history = await self._turn_inputs(run_id)
                     self._life.check_live()
-                    return await self._launch(run_id, RunKind.PROMPT, prompt, history)
+                    return await self._launch(
+                        run_id, RunKind.PROMPT, prompt, history, content=content
+                    )
                 finally:
                     self._prompt_waiting -= 1
                     self._goals.poke()
@@ -483,7 +541,13 @@ class SessionLease:
         return await self._launch(self._new_run_id(), RunKind.GOAL_CYCLE, objective, history)
 
     async def _launch(
-        self, run_id: str, kind: RunKind, prompt: str, history: tuple[TimelineItem, ...]
+        self,
+        run_id: str,
+        kind: RunKind,
+        prompt: str,
+        history: tuple[TimelineItem, ...],
+        *,
+        content: tuple[tuple[PromptImage, ...], tuple[EmbeddedText, ...]] = ((), ()),
     ) -> Run:
         # No checkpoint before the run is the active one: whoever checked that the task was
         # free (the prompt admission, the goal driver) must still be right when it starts.
@@ -517,6 +581,9 @@ class SessionLease:
                 tools=tools,
                 history=history,
                 offered_tools=offered,
+                images=content[0],
+                resources=content[1],
+                read_blob=context.store.read_blob,
             )
 
         run = Run(

@@ -20,6 +20,8 @@ from maple_acp.model import (
 from maple_acp.runtime._event_queue import RunEventQueue
 from maple_acp.runtime._events import (
     CommandsChanged,
+    CompactionChanged,
+    CompactionText,
     PermissionRequest,
     PlanUpdated,
     RunEvent,
@@ -98,6 +100,8 @@ class RunOutlet:
         self._overflowed = False
         #: Tool calls whose permission question ended with the run, not with an answer.
         self._cancelled_asks: set[str] = set()
+        #: Running compactions and their summary so far (stored only once one completes).
+        self._compactions: dict[str, list[str]] = {}
 
     @property
     def usage(self) -> Usage:
@@ -204,6 +208,43 @@ class RunOutlet:
     async def send_commands(self, commands: tuple[CommandInfo, ...]) -> None:
         self.hooks.set_commands(commands)
         await self._queue.send(CommandsChanged(self.run_id, commands))
+
+    async def start_compaction(self) -> str:
+        compaction_id = self.next_id("c")
+        self._journal.interrupt()
+        self._compactions[compaction_id] = []
+        await self._queue.send(CompactionChanged(self.run_id, compaction_id, "in_progress"))
+        return compaction_id
+
+    async def send_compaction_text(self, compaction_id: str, text: str) -> None:
+        parts = self._compactions.get(compaction_id)
+        if parts is None:
+            raise ValueError("no such compaction is running")
+        parts.append(text)
+        await self._queue.send(CompactionText(self.run_id, compaction_id, text))
+
+    async def end_compaction(self, compaction_id: str, error: str | None) -> str | None:
+        """End a running compaction; a completed one's summary is written to the history at
+        once (the next request of a later turn is built from it). Returns the summary."""
+        parts = self._compactions.pop(compaction_id, None)
+        if parts is None:
+            raise ValueError("no such compaction is running")
+        summary = "".join(parts)
+        if error is None and summary.strip():
+            self._journal.add_text(ItemKind.COMPACTION, summary, compaction_id)
+            self._journal.interrupt()
+            await self._journal.flush()
+            await self._queue.send(CompactionChanged(self.run_id, compaction_id, "completed"))
+            return summary
+        error = error or "the summary was empty"
+        await self._queue.send(CompactionChanged(self.run_id, compaction_id, "failed", error))
+        return None
+
+    def open_compactions(self) -> list[CompactionChanged]:
+        """What ends the compactions still running when the run ends: each is cancelled."""
+        ended = [CompactionChanged(self.run_id, cid, "cancelled") for cid in self._compactions]
+        self._compactions.clear()
+        return ended
 
     async def add_usage(self, usage: Usage) -> None:
         self._usage = self._usage + usage

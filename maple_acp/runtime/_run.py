@@ -232,6 +232,7 @@ class Run:
             with trio.CancelScope(shield=True):
                 # Every tool's final state reaches the caller, even if writing it times out.
                 tail: list[RunEvent] = list(self._journal.close_open_tools(state, failure))
+                tail.extend(self._outlet.open_compactions())
                 with trio.move_on_after(RUN_FINALIZE_BOUND_S):
                     title = await self._write_final_rows()
                     if title is not None:

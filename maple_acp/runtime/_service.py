@@ -31,7 +31,13 @@ from maple_acp.runtime._admission import (
     check_attachable,
     check_directories,
 )
-from maple_acp.runtime._backend import AgentBackend, backend_commands, backend_thought_levels
+from maple_acp.runtime._attachments import PromptCapabilities
+from maple_acp.runtime._backend import (
+    AgentBackend,
+    backend_commands,
+    backend_prompt_capabilities,
+    backend_thought_levels,
+)
 from maple_acp.runtime._context import LeaseContext
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
 from maple_acp.runtime._history import replay_view
@@ -140,6 +146,11 @@ class AgentService(ServedInOwnNursery):
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def prompt_capabilities(self) -> PromptCapabilities:
+        """What the backend takes in a prompt besides text and resource links."""
+        return backend_prompt_capabilities(self.backend)
 
     def now_ms(self) -> int:
         """Unix milliseconds, advanced by trio's clock from the moment ``serve`` started (so a

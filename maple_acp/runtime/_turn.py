@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 from maple_acp.model import (
     CommandInfo,
     GoalRecord,
+    ImageRef,
     ItemKind,
     PlanEntry,
     SessionMode,
@@ -18,6 +19,7 @@ from maple_acp.model import (
     ToolState,
     Usage,
 )
+from maple_acp.runtime._attachments import EmbeddedText, PromptImage
 from maple_acp.runtime._errors import bounded_text
 from maple_acp.runtime._events import (
     NOTICE_LEVELS,
@@ -69,6 +71,9 @@ class Turn:
         tools: ToolContext,
         history: tuple[TimelineItem, ...] = (),
         offered_tools: tuple[ToolSpec, ...] = (),
+        images: tuple[PromptImage, ...] = (),
+        resources: tuple[EmbeddedText, ...] = (),
+        read_blob: Callable[[str], Awaitable[bytes | None]] | None = None,
     ) -> None:
         self._outlet = outlet
         self.run_id = outlet.run_id
@@ -90,6 +95,20 @@ class Turn:
         #: assistant, thought, tool rows with their final state, plans), read once per turn.
         self.history = history
         self._offered_tools = offered_tools
+        #: The prompt's images, in order (their bytes: ``image_data``). The prompt text
+        #: already holds the embedded ``resources``, each as its ``rendered`` text.
+        self.images: tuple[ImageRef, ...] = tuple(image.ref for image in images)
+        self.resources = resources
+        self._image_bytes = {image.ref.sha256: image.data for image in images}
+        self._read_blob = read_blob
+
+    async def image_data(self, image: ImageRef) -> bytes | None:
+        """The bytes of an image of this prompt or of the history (``None``: no longer
+        stored)."""
+        data = self._image_bytes.get(image.sha256)
+        if data is None and self._read_blob is not None:
+            data = await self._read_blob(image.sha256)
+        return data
 
     def follow_up(self, prompt: str, history: tuple[TimelineItem, ...]) -> Turn:
         """The same run's next backend turn, for steering messages this one did not take
@@ -198,6 +217,24 @@ class Turn:
         deny, a cancellation or any invalid answer is False (the invalid ones also cancel the
         run)."""
         return await self._outlet.ask_permission(request)
+
+    async def start_compaction(self) -> str:
+        """Start a compaction of the conversation (the caller is told, if it follows them);
+        returns its id. Send its summary with ``send_compaction_text`` and end it with
+        ``end_compaction``; one still running when the turn ends is cancelled."""
+        return await self._outlet.start_compaction()
+
+    async def send_compaction_text(self, compaction_id: str, text: str) -> None:
+        """A piece of a running compaction's summary."""
+        await self._outlet.send_compaction_text(compaction_id, text)
+
+    async def end_compaction(self, compaction_id: str, *, error: str | None = None) -> bool:
+        """End a compaction: completed (its whole summary is stored as a ``COMPACTION`` row of
+        the history, where it happened), or failed with ``error`` (nothing stored). True if it
+        completed."""
+        if error is not None:
+            error = bounded_text(self._outlet.hooks.redactor.text(error))
+        return await self._outlet.end_compaction(compaction_id, error) is not None
 
     async def report_usage(self, usage: Usage) -> None:
         """Add token usage to this run's total."""

@@ -20,6 +20,7 @@ import orjson
 from maple_acp.model import (
     MESSAGE_KINDS,
     FileDiff,
+    ImageRef,
     ItemKind,
     MessageRow,
     PlanEntry,
@@ -48,6 +49,7 @@ _ITEM_COLUMNS = (
     "locations",
     "diffs",
     "plan",
+    "images",
 )
 _ITEM_SELECT = ", ".join(_ITEM_COLUMNS)
 
@@ -105,6 +107,48 @@ def _encode_plan(plan: Sequence[PlanEntry]) -> str | None:
     )
 
 
+def _encode_images(images: Sequence[ImageRef]) -> str | None:
+    if not images:
+        return None
+    return _dumps(
+        [
+            {
+                "sha256": i.sha256,
+                "mime": i.mime_type,
+                "size": i.size,
+                "width": i.width,
+                "height": i.height,
+                "uri": i.uri,
+            }
+            for i in images
+        ]
+    )
+
+
+def _optional_int(value: object) -> bool:
+    return value is None or type(value) is int
+
+
+def _decode_images(text: str | None) -> tuple[ImageRef, ...]:
+    images = []
+    for obj in _json_objects(text, "image"):
+        sha, mime, size = obj.get("sha256"), obj.get("mime"), obj.get("size")
+        width, height, uri = obj.get("width"), obj.get("height"), obj.get("uri")
+        if (
+            not isinstance(sha, str)
+            or not isinstance(mime, str)
+            or type(size) is not int
+            or not _optional_int(width)
+            or not _optional_int(height)
+            or not (uri is None or isinstance(uri, str))
+        ):
+            raise StoreError("a stored image reference is malformed")
+        images.append(
+            ImageRef(sha256=sha, mime_type=mime, size=size, width=width, height=height, uri=uri)
+        )
+    return tuple(images)
+
+
 def _item_params(item: TimelineItem) -> tuple[Any, ...]:
     """Encode everything up front, so a value that cannot be stored fails before any write."""
     tool = item.tool
@@ -129,6 +173,7 @@ def _item_params(item: TimelineItem) -> tuple[Any, ...]:
         item.text,
         *tool_params,
         _encode_plan(item.plan),
+        _encode_images(item.images),
     )
 
 
@@ -214,6 +259,7 @@ def _item_from_row(row: Sequence[Any]) -> TimelineItem:
             text=row[5],
             tool=tool,
             plan=_decode_plan(row[14]) if row[14] is not None else (),
+            images=_decode_images(row[15]) if row[15] is not None else (),
         )
     except (KeyError, ValueError) as exc:
         raise StoreError("a stored item row holds a value this version does not know") from exc
@@ -289,11 +335,15 @@ def encode_items(items: Sequence[TimelineItem]) -> list[tuple[Any, ...]]:
 #: (NULL ones included): a 15-column fetch of 10,000 text rows costs about 2.5x a fetch of
 #: the text columns. So text rows are read with these columns, and only the rows that carry a
 #: tool or a plan (few, in a history) are read again whole.
-_LEAN_COLUMNS = "seq, item_id, kind, run_id, created_ms, text, tool_name IS NULL AND plan IS NULL"
+_LEAN_COLUMNS = (
+    "seq, item_id, kind, run_id, created_ms, text, "
+    "tool_name IS NULL AND plan IS NULL AND images IS NULL"
+)
 _READ_LEAN = f"SELECT {_LEAN_COLUMNS} FROM items WHERE task_id = ? ORDER BY seq"
 _READ_WHOLE = (
     f"SELECT {_ITEM_SELECT} FROM items "
-    "WHERE task_id = ? AND (tool_name IS NOT NULL OR plan IS NOT NULL) ORDER BY seq"
+    "WHERE task_id = ? AND (tool_name IS NOT NULL OR plan IS NOT NULL OR images IS NOT NULL) "
+    "ORDER BY seq"
 )
 
 
@@ -335,7 +385,7 @@ def read_history(conn: sqlite3.Connection, task_id: str) -> list[TimelineItem]:
 #: above): the first query reads those three, with the kind NULL for a row that is not a plain
 #: message; the second reads exactly those rows whole, in the same order.
 _MESSAGE_ROW = (
-    "tool_name IS NULL AND plan IS NULL AND kind IN "
+    "tool_name IS NULL AND plan IS NULL AND images IS NULL AND kind IN "
     f"({', '.join(repr(kind.value) for kind in MESSAGE_KINDS)})"
 )
 _READ_REPLAY = (
@@ -423,6 +473,8 @@ def _weight(item: TimelineItem) -> int:
             weight += len(diff.new_text) + len(diff.old_text or "") + len(diff.path)
     for entry in item.plan:
         weight += len(entry.content)
+    # An image costs its reference here, never its bytes: those stay in ``blobs``.
+    weight += len(item.images) * _ITEM_OVERHEAD_CHARS
     return weight
 
 

@@ -233,6 +233,25 @@ CREATE TABLE forks (
 )
 """
 
+#: Step 8: prompt images. A user row lists its images (``items.images``, a JSON array of
+#: references: hash, type, size, dimensions, URI); the bytes live once per SHA-256 in
+#: ``blobs``, however many messages or tasks carry them. ``blob_refs`` says which tasks hold
+#: which blob, so that deleting a task (its refs go with it) lets the blobs nobody holds be
+#: dropped in the same transaction.
+_BLOBS = """
+ALTER TABLE items ADD COLUMN images TEXT;
+CREATE TABLE blobs (
+    sha256 TEXT PRIMARY KEY NOT NULL,
+    data BLOB NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE blob_refs (
+    task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    sha256 TEXT NOT NULL,
+    PRIMARY KEY (task_id, sha256)
+) WITHOUT ROWID;
+CREATE INDEX blob_refs_by_blob ON blob_refs (sha256)
+"""
+
 #: One schema step: a SQL script, or a function that runs inside the step's transaction (for
 #: a change of stored values that SQL cannot state exactly).
 Step = str | Callable[[sqlite3.Connection], None]
@@ -246,6 +265,7 @@ MIGRATIONS: tuple[Step, ...] = (
     _ITEMS_WITH_ROWID,
     _TASK_SETTINGS,
     _FORKS,
+    _BLOBS,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -7,7 +7,7 @@ none of these records has a field for them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from maple_acp._exceptions import MapleAcpError
@@ -88,11 +88,23 @@ class TaskStore(Protocol):
 
     # -- timeline ----------------------------------------------------------------------------
     async def admit_user_message(
-        self, task_id: str, item: TimelineItem, *, now_ms: int
+        self,
+        task_id: str,
+        item: TimelineItem,
+        *,
+        now_ms: int,
+        blobs: Mapping[str, bytes] | None = None,
     ) -> TaskRecord:
         """Durably append a user message and, in the same transaction, end the task's
         provisional state (clearing any grace expiry) and bump ``updated_ms``. Once this
-        returns, the message survives a crash. Raises ``StoreError`` if the task is gone."""
+        returns, the message survives a crash. The bytes of ``item.images`` come in ``blobs``
+        (by SHA-256) and are stored once per hash, however many messages carry them; a blob
+        no stored task refers to any more is dropped when its last task is deleted. Raises
+        ``StoreError`` if the task is gone, or an image's bytes are missing or do not match
+        its hash."""
+
+    async def read_blob(self, sha256: str) -> bytes | None:
+        """The bytes of a stored image, ``None`` if no task holds it any more."""
 
     async def upsert_items(
         self, task_id: str, items: Sequence[TimelineItem], *, now_ms: int

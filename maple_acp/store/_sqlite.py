@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Self, TypeVar, cast
 
@@ -27,7 +27,7 @@ from maple_acp.model import (
     TimelineItem,
     Usage,
 )
-from maple_acp.store import _history, _tasks
+from maple_acp.store import _blobs, _history, _tasks
 from maple_acp.store._lock import DataDirectoryLock
 from maple_acp.store._migrations import SCHEMA_VERSION, migrate
 from maple_acp.store._protocol import ForkSourceMissing, StoreError, TaskStore
@@ -227,14 +227,20 @@ class SqliteTaskStore:
     async def delete_task(self, task_id: str) -> bool:
         def change(conn: sqlite3.Connection) -> bool:
             self._histories.forget(task_id)
-            return _tasks.delete_task(conn, task_id)
+            deleted = _tasks.delete_task(conn, task_id)
+            _blobs.drop_unreferenced_locked(conn)
+            return deleted
 
         return await self._delete(change)
 
     async def delete_task_if_unchanged(self, snapshot: TaskRecord) -> bool:
         def change(conn: sqlite3.Connection) -> bool:
             self._histories.forget(snapshot.id)
-            return _tasks.delete_task_if_unchanged(conn, snapshot)
+            deleted = _tasks.delete_task_if_unchanged(conn, snapshot)
+            if deleted:
+                # A fork's copied rows may name images; its refs went with it.
+                _blobs.drop_unreferenced_locked(conn)
+            return deleted
 
         # No checkpoint: an unchanged task was never prompted, so it holds no conversation
         # text, and truncating the WAL after every closed empty session made the next write
@@ -256,7 +262,12 @@ class SqliteTaskStore:
     # -- timeline ----------------------------------------------------------------------------
 
     async def admit_user_message(
-        self, task_id: str, item: TimelineItem, *, now_ms: int
+        self,
+        task_id: str,
+        item: TimelineItem,
+        *,
+        now_ms: int,
+        blobs: Mapping[str, bytes] | None = None,
     ) -> TaskRecord:
         if item.kind is not ItemKind.USER:
             raise ValueError("only a user item can be admitted as a user message")
@@ -266,6 +277,8 @@ class SqliteTaskStore:
         # in ``upsert_items``, so a retry never duplicates the message.
         def change(conn: sqlite3.Connection) -> tuple[TaskRecord, int | None]:
             task = _tasks.end_provisional(conn, task_id, now_ms)
+            if item.images:
+                _blobs.put_images_locked(conn, task_id, item.images, blobs or {})
             return task, _history.upsert_items_locked(conn, task_id, encoded)
 
         # Durability: the store runs WAL with synchronous=NORMAL, so once COMMIT returns the
@@ -325,9 +338,13 @@ class SqliteTaskStore:
             if copied is None:
                 # Raised inside the transaction: the new task's row is rolled back with it.
                 raise ForkSourceMissing(message=True)
+            _blobs.refer_copied_locked(conn, task.id)
             return copied
 
         return await self._transaction(change)
+
+    async def read_blob(self, sha256: str) -> bytes | None:
+        return await self._run(lambda conn: _blobs.read_blob(conn, sha256))
 
     async def item_count(self, task_id: str) -> int:
         return await self._run(lambda conn: _history.count_items(conn, task_id))
@@ -363,7 +380,10 @@ class SqliteTaskStore:
     async def sweep_provisional(self, *, now_ms: int, stranded: bool) -> list[str]:
         def change(conn: sqlite3.Connection) -> list[str]:
             self._histories.forget()
-            return _tasks.sweep_provisional(conn, now_ms, stranded)
+            swept = _tasks.sweep_provisional(conn, now_ms, stranded)
+            if swept:
+                _blobs.drop_unreferenced_locked(conn)
+            return swept
 
         deleted = await self._transaction(change)
         if deleted:

@@ -419,6 +419,8 @@ _TAGGED_UNIONS: Final = (
             "session_info_update": u.SessionInfoUpdate,
             "usage_update": u.UsageUpdate,
             "notice": u.Notice,
+            "compaction_update": u.CompactionUpdate,
+            "compaction_summary_chunk": u.CompactionSummaryChunk,
         },
     ),
     _TaggedUnion(

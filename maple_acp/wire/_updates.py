@@ -191,6 +191,31 @@ class Notice:
     meta: Meta | None = None
 
 
+CompactionStatus = Literal["in_progress", "completed", "failed", "cancelled"]
+
+
+@attrs.frozen(kw_only=True)
+class CompactionUpdate:
+    """A context compaction created or updated (``sessionUpdate: "compaction_update"``); sent
+    only to a client whose ``clientCapabilities.session.compaction`` is set."""
+
+    compaction_id: str
+    status: CompactionStatus
+    #: The whole summary, replacing any earlier one (``None``: left as it is).
+    summary: tuple[ContentBlock, ...] | None = None
+    error: str | None = None
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class CompactionSummaryChunk:
+    """A piece of a compaction's summary (``sessionUpdate: "compaction_summary_chunk"``)."""
+
+    compaction_id: str
+    content: ContentBlock
+    meta: Meta | None = None
+
+
 #: Tagged on ``sessionUpdate`` with the snake_case name of each variant.
 SessionUpdate = (
     UserMessageChunk
@@ -205,6 +230,8 @@ SessionUpdate = (
     | SessionInfoUpdate
     | UsageUpdate
     | Notice
+    | CompactionUpdate
+    | CompactionSummaryChunk
 )
 
 

@@ -48,10 +48,11 @@ async def test_initialize_answers_version_one(
         assert result["protocolVersion"] == 1
         caps = result["agentCapabilities"]
         assert caps["loadSession"] is True
+        # The demo backend declares images and embedded text resources; never audio.
         assert caps["promptCapabilities"] == {
-            "image": False,
+            "image": True,
             "audio": False,
-            "embeddedContext": False,
+            "embeddedContext": True,
         }
         assert caps["mcpCapabilities"] == {"http": True, "sse": False}
         # Deletion is host policy: off unless the host's config allows it.
@@ -196,9 +197,13 @@ async def test_text_blocks_joined_and_resource_link_is_visible_text(
 @pytest.mark.parametrize(
     "block",
     [
+        # Bytes that are no image, whatever the mimeType says.
         {"type": "image", "data": "aGk=", "mimeType": "image/png"},
         {"type": "audio", "data": "aGk=", "mimeType": "audio/wav"},
-        {"type": "resource", "resource": {"uri": "file:///x", "text": "x"}},
+        {
+            "type": "resource",
+            "resource": {"uri": "file:///x.pdf", "blob": "aGk=", "mimeType": "application/pdf"},
+        },
     ],
 )
 async def test_unsupported_blocks_refused_before_anything_is_admitted(

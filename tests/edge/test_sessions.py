@@ -290,7 +290,7 @@ async def test_a_session_id_is_trimmed_and_a_blank_one_is_bad_params(
     [
         {"type": "image", "data": "AAAA", "mimeType": "image/png"},
         {"type": "audio", "data": "AAAA", "mimeType": "audio/wav"},
-        {"type": "resource", "resource": {"uri": "file:///x", "text": "x"}},
+        {"type": "resource", "resource": {"uri": "file:///x", "blob": "AAAA"}},
     ],
 )
 async def test_refused_blocks_are_bad_params_even_for_an_unknown_session(

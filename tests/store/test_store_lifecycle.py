@@ -53,6 +53,7 @@ DOCUMENTED_SCHEMA = {
         "locations",
         "diffs",
         "plan",
+        "images",
     ],
     "usage": [
         "task_id",
@@ -76,6 +77,8 @@ DOCUMENTED_SCHEMA = {
         "tokens_used",
     ],
     "forks": ["task_id", "copied_seq"],
+    "blobs": ["sha256", "data"],
+    "blob_refs": ["task_id", "sha256"],
 }
 
 

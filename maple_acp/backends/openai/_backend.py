@@ -23,12 +23,29 @@ from maple_acp.backends.openai._client import (
     open_provider_client,
     where,
 )
-from maple_acp.backends.openai._config import ProviderConfig, ProviderEntry, split_model_id
+from maple_acp.backends.openai._compaction import (
+    COMPACT_AT_FRACTION,
+    COMPACT_COMMAND,
+    SUMMARY_REQUEST,
+    after_compaction,
+    split_for_compaction,
+    summary_message,
+)
+from maple_acp.backends.openai._config import (
+    ModelSettings,
+    ProviderConfig,
+    ProviderEntry,
+    split_model_id,
+)
 from maple_acp.backends.openai._conversation import (
     Message,
     bound_result,
+    data_url,
+    estimate_tokens,
     fit_to_window,
     history_messages,
+    user_message,
+    wanted_images,
 )
 from maple_acp.backends.openai._faults import (
     BACKOFF_S,
@@ -47,8 +64,10 @@ from maple_acp.backends.openai._native import (
 )
 from maple_acp.model import ItemKind
 from maple_acp.runtime import (
+    CommandInfo,
     GoalProgress,
     GoalStatus,
+    PromptCapabilities,
     RunKind,
     StopReason,
     Turn,
@@ -172,15 +191,40 @@ class ProviderBackend:
         self._backoff = tuple(backoff) or BACKOFF_S
         self._tls = TlsContext()
 
-    def thought_levels(self, model_id: str | None) -> tuple[str, ...]:
-        """``REASONING_EFFORTS`` for a configured model marked ``reasoning = true``, else
-        none."""
+    def available_commands(self) -> tuple[CommandInfo, ...]:
+        return (
+            CommandInfo(
+                name=COMPACT_COMMAND[1:],
+                description="Summarize the conversation so far, to free the context window",
+            ),
+        )
+
+    @property
+    def prompt_capabilities(self) -> PromptCapabilities:
+        """Embedded text resources always; images when a configured model is marked
+        ``vision = true`` (``accepts_images`` then says which)."""
+        sees = any(
+            settings.vision for entry in self._config.providers for settings in entry.model_settings
+        )
+        return PromptCapabilities(image=sees, embedded_context=True)
+
+    def _settings(self, model_id: str | None) -> ModelSettings | None:
         try:
             provider_name, model = split_model_id(model_id or self._config.default_model)
         except ValueError:
-            return ()
+            return None
         entry = self._config.provider(provider_name)
-        settings = entry.settings_for(model) if entry is not None else None
+        return entry.settings_for(model) if entry is not None else None
+
+    def accepts_images(self, model_id: str | None) -> bool:
+        """Whether the configuration marks the model ``vision = true``."""
+        settings = self._settings(model_id)
+        return settings is not None and settings.vision
+
+    def thought_levels(self, model_id: str | None) -> tuple[str, ...]:
+        """``REASONING_EFFORTS`` for a configured model marked ``reasoning = true``, else
+        none."""
+        settings = self._settings(model_id)
         return REASONING_EFFORTS if settings is not None and settings.reasoning else ()
 
     async def run_turn(self, turn: Turn) -> TurnResult:
@@ -192,18 +236,23 @@ class ProviderBackend:
         entry = self._config.provider(provider_name)
         if entry is None:
             raise TurnFailed(f"the model {model_id[:200]!r} is no longer configured")
-        messages = self._conversation(turn)
+        messages = await self._conversation(turn, self.accepts_images(model_id))
+        forced = turn.kind is RunKind.PROMPT and turn.prompt.strip() == COMPACT_COMMAND
         async with open_provider_client(
             entry, self._keys.key_for(entry.name), self._timeouts, self._tls
         ) as client:
             exchange = _Exchange(turn, client, entry, model)
+            if forced:
+                if await self._compact(exchange, messages) is None:
+                    await turn.notice("There is nothing to compact yet.")
+                return TurnResult()
             answer, stop = await self._loop(exchange, messages)
         if stop is not StopReason.END_TURN:
             logger.info("turn %s stopped: %s", turn.run_id, stop.value)
         progress = _goal_progress(answer) if turn.kind is RunKind.GOAL_CYCLE else None
         return TurnResult(stop_reason=stop, goal_progress=progress)
 
-    def _conversation(self, turn: Turn) -> list[Message]:
+    async def _conversation(self, turn: Turn, sees: bool) -> list[Message]:
         system = self._config.system_prompt or DEFAULT_SYSTEM_PROMPT.format(root=turn.root)
         if turn.skills:
             listed = "\n".join(f"- {skill.name}: {skill.path}" for skill in turn.skills)
@@ -212,8 +261,8 @@ class ProviderBackend:
             )
         if turn.planning:
             system += f"\n\n{PLANNING_PROMPT}"
-        history = turn.history
-        plans = [item.plan for item in history if item.kind is ItemKind.PLAN and item.plan]
+        summary, history = after_compaction(turn.history)
+        plans = [item.plan for item in turn.history if item.kind is ItemKind.PLAN and item.plan]
         if plans:
             # A plan is not a message a provider accepts back; the model still should know it.
             steps = "\n".join(f"- [{entry.status.value}] {entry.content}" for entry in plans[-1])
@@ -221,20 +270,35 @@ class ProviderBackend:
         prompt = turn.prompt
         if turn.kind is RunKind.GOAL_CYCLE:
             prompt = GOAL_PROMPT.format(objective=turn.prompt)
+        # Images go as data URLs, read once per turn (none for a model that does not see).
+        urls: dict[str, str] = {}
+        for image in wanted_images(history, turn.images) if sees else ():
+            data = await turn.image_data(image)
+            if data is not None:
+                urls[image.sha256] = data_url(image, data)
         return [
             {"role": "system", "content": system},
-            *history_messages(history),
-            {"role": "user", "content": prompt},
+            *([summary_message(summary)] if summary is not None else []),
+            *history_messages(history, urls),
+            user_message(prompt, turn.images, urls),
         ]
 
     async def _loop(self, exchange: _Exchange, messages: list[Message]) -> tuple[str, StopReason]:
         """The model's last answer text and why the turn stops."""
         turn = exchange.turn
-        window = exchange.entry.context_window
+        window = self._window(exchange)
         answer = ""
+        used = 0
+        compacted = False
         for number in range(1, self._max_requests + 1):
             # What the user added while the turn worked goes in before the next request.
             messages.extend(history_messages(turn.steering()))
+            if window is not None and not compacted:
+                # At most once a turn: what is left after one is this turn's own work.
+                used = max(used, sum(estimate_tokens(message) for message in messages))
+                if used >= window * COMPACT_AT_FRACTION:
+                    compacted = True
+                    messages = await self._compact(exchange, messages) or messages
             sent = messages
             if window is not None:
                 sent = fit_to_window(messages, int(window * (1 - ANSWER_RESERVE_FRACTION)))
@@ -243,6 +307,7 @@ class ProviderBackend:
                 await turn.report_usage(response.usage)
             if window is not None and response.context_used is not None:
                 await turn.report_context(response.context_used, window)
+                used = response.context_used
             answer = "".join(response.text)
             if response.finish_reason == "length":
                 return answer, StopReason.MAX_TOKENS
@@ -281,6 +346,39 @@ class ProviderBackend:
                 )
         return answer, StopReason.END_TURN
 
+    def _window(self, exchange: _Exchange) -> int | None:
+        """The model's context window when known (its own setting, else its provider's)."""
+        settings = exchange.entry.settings_for(exchange.model)
+        if settings is not None and settings.context_window is not None:
+            return settings.context_window
+        return exchange.entry.context_window
+
+    async def _compact(self, exchange: _Exchange, messages: list[Message]) -> list[Message] | None:
+        """Have the model summarize the older part of ``messages`` as a compaction of the
+        turn; the messages to go on with (system prompt, summary, recent part), or ``None``
+        when there is nothing older or the summary failed (the turn goes on without it)."""
+        split = split_for_compaction(messages)
+        if split is None:
+            return None
+        head, older, recent = split
+        turn = exchange.turn
+        request = [*head, *older, {"role": "user", "content": SUMMARY_REQUEST}]
+        window = self._window(exchange)
+        if window is not None:
+            request = fit_to_window(request, int(window * (1 - ANSWER_RESERVE_FRACTION)))
+        compaction_id = await turn.start_compaction()
+        response = _Response()
+        try:
+            await self._stream(exchange, request, response, compaction_id=compaction_id)
+        except ProviderFault as fault:
+            await turn.end_compaction(compaction_id, error=fault.line)
+            return None
+        if response.usage is not None:
+            await turn.report_usage(response.usage)
+        if not await turn.end_compaction(compaction_id):
+            return None
+        return [*head, summary_message("".join(response.text)), *recent]
+
     async def _request(self, exchange: _Exchange, messages: list[Message]) -> _Response:
         async def attempt() -> _Response:
             response = _Response()
@@ -309,13 +407,20 @@ class ProviderBackend:
             raise TurnFailed(fault.line, loggable=True) from None
 
     async def _stream(
-        self, exchange: _Exchange, messages: list[Message], response: _Response
+        self,
+        exchange: _Exchange,
+        messages: list[Message],
+        response: _Response,
+        *,
+        compaction_id: str | None = None,
     ) -> None:
+        """One streamed request; with ``compaction_id`` it asks for a summary (no tools), and
+        its text is that compaction's, not the agent's."""
         entry, model = exchange.entry, exchange.model
         # Messages and tools are plain dicts built here; the SDK's typed overloads add nothing.
         create: Any = exchange.client.chat.completions.create
         # Read at each request: a mode or effort chosen during the turn applies from the next.
-        tools = offered_tools(exchange.turn)
+        tools = offered_tools(exchange.turn) if compaction_id is None else []
         extra: dict[str, Any] = {"tools": tools} if tools else {}
         effort = exchange.turn.thought_level
         if effort is not None:
@@ -331,7 +436,7 @@ class ProviderBackend:
         except Exception as exc:
             _raise_fault(exc, entry, model)
         try:
-            await _read_stream(exchange.turn, stream, response)
+            await _read_stream(exchange.turn, stream, response, compaction_id)
         except ProviderFault:
             raise
         except Exception as exc:
@@ -373,7 +478,9 @@ async def _telling_if_slow(
         raise inner from None
 
 
-async def _read_stream(turn: Turn, stream: Any, response: _Response) -> None:
+async def _read_stream(
+    turn: Turn, stream: Any, response: _Response, compaction_id: str | None = None
+) -> None:
     text_id: str | None = None
     thought_id: str | None = None
     async for chunk in stream:
@@ -381,7 +488,10 @@ async def _read_stream(turn: Turn, stream: Any, response: _Response) -> None:
         content, reasoning, fragments, finish, usage = _parts(chunk)
         if usage is not None:
             response.usage, response.context_used = _usage(usage)
-        if content:
+        if content and compaction_id is not None:
+            response.text.append(content)
+            await turn.send_compaction_text(compaction_id, content)
+        elif content:
             response.forwarded = True
             response.text.append(content)
             text_id = await turn.send_text(content, message_id=text_id)

@@ -3,13 +3,15 @@ known context window. Pure functions over Chat Completions message dicts."""
 
 from __future__ import annotations
 
+import base64
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
-from maple_acp.model import ItemKind, TimelineItem
+from maple_acp.model import ImageRef, ItemKind, TimelineItem
+from maple_acp.runtime import describe_image
 
 Message = dict[str, Any]
 
@@ -23,13 +25,60 @@ DROPPED_OUTPUT = "[output dropped to fit the context window]"
 #: A tool result the model is sent; the row shown to the user has its own bound.
 MAX_TOOL_RESULT_CHARS = 32_000
 
+#: What one image is estimated to cost, in tokens (a detailed 1024x1024 image costs ~800 at
+#: the providers that publish their rule).
+IMAGE_TOKENS = 1_000
+#: Images one request carries, at most: the latest ones (providers cap a request's images
+#: near this); older ones are named in text instead.
+MAX_REQUEST_IMAGES = 32
+
 _TOOL_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
 
-def history_messages(items: Sequence[TimelineItem]) -> list[Message]:
-    """Chat messages for a task's visible history: user and agent messages, and each tool call
-    as an assistant ``tool_calls`` entry followed by its result. Thoughts and plans are not
-    sent back (providers do not accept foreign reasoning)."""
+def data_url(image: ImageRef, data: bytes) -> str:
+    """An image as the ``data:`` URL Chat Completions takes in an ``image_url`` part."""
+    return f"data:{image.mime_type};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def user_message(text: str, images: Sequence[ImageRef], urls: Mapping[str, str]) -> Message:
+    """A user message: plain text, or (with images) a text part and one ``image_url`` part
+    per image whose URL ``urls`` holds (by SHA-256); any other image is named in text."""
+    if not images:
+        return {"role": "user", "content": text}
+    parts: list[dict[str, Any]] = []
+    missing = [
+        f"[{describe_image(image)}: not sent]" for image in images if image.sha256 not in urls
+    ]
+    shown = "\n\n".join(part for part in (text, "\n".join(missing)) if part)
+    if shown:
+        parts.append({"type": "text", "text": shown})
+    for image in images:
+        url = urls.get(image.sha256)
+        if url is not None:
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+    return {"role": "user", "content": parts}
+
+
+def wanted_images(items: Sequence[TimelineItem], prompt: Sequence[ImageRef]) -> list[ImageRef]:
+    """The images a request carries: the latest ``MAX_REQUEST_IMAGES`` of the history's user
+    messages and the prompt, each hash once."""
+    wanted: dict[str, ImageRef] = {}
+    every = [image for item in items if item.kind is ItemKind.USER for image in item.images]
+    for image in reversed([*every, *prompt]):
+        if len(wanted) >= MAX_REQUEST_IMAGES:
+            break
+        wanted.setdefault(image.sha256, image)
+    return list(wanted.values())
+
+
+def history_messages(
+    items: Sequence[TimelineItem], urls: Mapping[str, str] | None = None
+) -> list[Message]:
+    """Chat messages for a task's visible history: user and agent messages (a user message's
+    images as ``image_url`` parts when ``urls`` has them), and each tool call as an assistant
+    ``tool_calls`` entry followed by its result. Thoughts and plans are not sent back
+    (providers do not accept foreign reasoning)."""
+    urls = urls or {}
     messages: list[Message] = []
     text: list[str] = []
     calls: list[dict[str, Any]] = []
@@ -49,7 +98,7 @@ def history_messages(items: Sequence[TimelineItem]) -> list[Message]:
     for item in items:
         if item.kind is ItemKind.USER:
             flush()
-            messages.append({"role": "user", "content": item.text})
+            messages.append(user_message(item.text, item.images, urls))
         elif item.kind is ItemKind.ASSISTANT:
             if calls:
                 flush()
@@ -101,13 +150,20 @@ def _arguments(tool: Any) -> str:
 
 def estimate_tokens(message: Message) -> int:
     size = 0
+    images = 0
     content = message.get("content")
     if isinstance(content, str):
         size += len(content)
+    elif isinstance(content, list):
+        for part in content:
+            if part.get("type") == "image_url":
+                images += 1
+            else:
+                size += len(part.get("text") or "")
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
         size += len(function.get("name") or "") + len(function.get("arguments") or "")
-    return size // CHARS_PER_TOKEN + MESSAGE_OVERHEAD_TOKENS
+    return size // CHARS_PER_TOKEN + MESSAGE_OVERHEAD_TOKENS + images * IMAGE_TOKENS
 
 
 def fit_to_window(messages: Sequence[Message], budget: int) -> list[Message]:

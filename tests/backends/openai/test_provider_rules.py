@@ -386,7 +386,7 @@ def test_the_turn_in_progress_is_never_split() -> None:
     assert [m["role"] for m in fitted] == ["system", "user", "assistant", "tool"]
 
 
-def test_the_request_carries_system_prompt_skills_latest_plan_history_and_prompt() -> None:
+async def test_the_request_carries_system_prompt_skills_latest_plan_history_and_prompt() -> None:
     from types import SimpleNamespace
 
     from maple_acp.backends.openai._backend import ProviderBackend
@@ -411,8 +411,9 @@ def test_the_request_carries_system_prompt_skills_latest_plan_history_and_prompt
         prompt="now",
         kind=RunKind.PROMPT,
         planning=False,
+        images=(),
     )
-    messages = backend._conversation(turn)  # type: ignore[arg-type]
+    messages = await backend._conversation(turn, False)  # type: ignore[arg-type]
     system = messages[0]["content"]
     assert system.startswith("Be exact.")
     assert "- deploy: /project/.agents/skills/deploy/SKILL.md" in system
