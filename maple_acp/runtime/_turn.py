@@ -125,6 +125,8 @@ class Turn:
             tools=self.tools,
             history=history,
             offered_tools=self._offered_tools,
+            # The history's images (the first prompt's among them) stay readable.
+            read_blob=self._read_blob,
         )
 
     # -- steering: messages the user adds while the turn works ---------------------------------
