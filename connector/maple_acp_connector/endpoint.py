@@ -216,8 +216,10 @@ def config_file_socket(env: Mapping[str, str]) -> str | None:
     ``~/.config/maple-acp/config.toml``), absolute; ``None`` when there is no file, no such
     key, or a file ``serve`` would refuse anyway (its own error says what is wrong).
 
-    Cheap when unused: ``tomllib`` is imported only for a file that names a socket, and the
-    file is opened without following a FIFO's wait (``O_NONBLOCK``)."""
+    Cheap: the plain ``socket = "PATH"`` line is read by hand, and ``tomllib`` (which imports
+    ``re`` and ``datetime``, several times the connector's own start-up) only for a file that
+    mentions ``socket`` in some other form. The file is opened without waiting on a FIFO
+    (``O_NONBLOCK``)."""
     base = env.get("XDG_CONFIG_HOME", "")
     if not os.path.isabs(base):
         base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".config")
@@ -237,15 +239,46 @@ def config_file_socket(env: Mapping[str, str]) -> str | None:
         os.close(fd)
     if b"socket" not in data:
         return None
-    import tomllib
-
     try:
-        value = tomllib.loads(data.decode("utf-8")).get("socket")
-    except (ValueError, UnicodeDecodeError):
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
         return None
+    value = _plain_socket_line(text)
+    if value is None:
+        import tomllib
+
+        try:
+            value = tomllib.loads(text).get("socket")
+        except ValueError:
+            return None
     if not isinstance(value, str) or not (os.path.isabs(value) or value.startswith("~")):
         return None
     return os.path.abspath(os.path.expanduser(value))
+
+
+def _plain_socket_line(text: str) -> str | None:
+    """The value of a top-level ``socket = "PATH"`` (or ``'PATH'``) line with nothing but a
+    comment after it and no escapes in it; ``None`` for any other form (``tomllib`` decides)."""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            return None  # past the top-level keys
+        if not line.startswith("socket"):
+            continue
+        rest = line[len("socket") :].lstrip()
+        if not rest.startswith("="):
+            continue
+        value = rest[1:].strip()
+        quote = value[:1]
+        if quote not in ('"', "'") or value.startswith(quote * 3):
+            return None
+        end = value.find(quote, 1)
+        after = value[end + 1 :].strip() if end > 0 else "x"
+        if end <= 0 or (after and not after.startswith("#")):
+            return None
+        found = value[1:end]
+        return None if quote == '"' and "\\" in found else found
+    return None
 
 
 def resolve_endpoint(

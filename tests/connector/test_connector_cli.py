@@ -199,3 +199,20 @@ def test_the_config_files_socket_is_found_after_flag_and_variable(
     result = run_connector(env=env)
     assert result.returncode == 1
     assert str(host.path).encode() not in result.stderr
+
+
+def test_a_plain_socket_line_is_read_without_tomllib(short_dir: Path) -> None:
+    """The connector starts for every session: the usual ``socket = "PATH"`` line is read by
+    hand, so ``tomllib`` (and the ``re`` and ``datetime`` it imports) stays unloaded."""
+    config = short_dir / "cfg" / "maple-acp" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('data_dir = "~/d"\nsocket = "/run/x/acp.sock"   # moved\n[[providers]]\n')
+    probe = (
+        "import sys; from maple_acp_connector.endpoint import config_file_socket; "
+        f"print(config_file_socket({{'XDG_CONFIG_HOME': {str(short_dir / 'cfg')!r}}})); "
+        "print('tomllib' in sys.modules, 're' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split("\n")[:2] == ["/run/x/acp.sock", "False False"]
