@@ -6,14 +6,18 @@ fixed reply, records every request it read, and notices when a client drops a co
 Streaming replies are ``data:`` lines with ``[DONE]``; a reply can also stall, break off, carry
 a malformed line, or be an error status with a body and headers (``Retry-After``).
 
-Run as a script (``python loopback.py PORT_FILE N_TOKENS``) it serves one endless stream
-script for the provider benchmark from a separate process.
+Run as a script (``python loopback.py PORT_FILE N_TOKENS``) it serves the provider benchmark
+from a separate process: every chat request gets a stream of N one-token events (or as many as
+its last message asks for, when that message is a number), and the moment each chat request's
+first bytes arrived (``time.monotonic_ns``, one clock for every process) is printed as a line
+``arrived NS`` on stdout.
 """
 
 from __future__ import annotations
 
 import json
 import ssl
+import time
 from collections import deque
 from typing import Any
 
@@ -38,6 +42,9 @@ class Reply:
     stall: bool = False
     #: After the events, drop the connection without ending the chunked body.
     break_off: bool = False
+    #: Send the events (and the end) in one write, as a fast server's buffered stream
+    #: arrives: the client reads many events at once.
+    one_write: bool = False
     #: Wait for this event before sending the events (to hold a stream open).
     hold: trio.Event | None = None
     #: Send nothing at all, not even the status line, until the client goes away.
@@ -50,6 +57,8 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: Any
+    #: ``time.monotonic_ns()`` when the request's first bytes were read.
+    arrived_ns: int = 0
 
 
 def chunk(
@@ -158,6 +167,8 @@ class LoopbackProvider:
         self.script: deque[Reply] = deque()
         self.models: Reply = error_reply(404, "no model list")
         self.requests: list[Recorded] = []
+        #: Connections the client opened, counted as they are accepted.
+        self.connections = 0
         #: Connections the client closed, counted as they close.
         self.closed = 0
         self.closed_event = trio.Event()
@@ -187,6 +198,7 @@ class LoopbackProvider:
         await trio.serve_listeners(self._connection, listeners)
 
     async def _connection(self, stream: trio.abc.Stream) -> None:
+        self.connections += 1
         buffer = bytearray()
         try:
             while True:
@@ -237,6 +249,15 @@ class LoopbackProvider:
         if reply.hold is not None:
             self.streaming.set()
             await _wait_or_peer_gone(stream, reply.hold)
+        if reply.one_write:
+            body = b"".join(
+                f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n".encode()
+                for e in reply.events
+            )
+            if reply.done:
+                body += b"data: [DONE]\n\n"
+            await stream.send_all(f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n")
+            return True
         for event in reply.events:
             payload = event if isinstance(event, str) else json.dumps(event)
             await _send_chunk(stream, f"data: {payload}\n\n".encode())
@@ -281,10 +302,13 @@ async def _wait_or_peer_gone(stream: trio.abc.Stream, event: trio.Event) -> None
 
 
 async def _read_request(stream: trio.abc.Stream, buffer: bytearray) -> Recorded | None:
+    arrived_ns = time.monotonic_ns() if buffer else 0
     while b"\r\n\r\n" not in buffer:
         data = await stream.receive_some(65536)
         if not data:
             return None
+        if not buffer:
+            arrived_ns = time.monotonic_ns()
         buffer += data
         if len(buffer) > _MAX_HEAD:
             raise trio.BrokenResourceError("request head too large")
@@ -306,16 +330,23 @@ async def _read_request(stream: trio.abc.Stream, buffer: bytearray) -> Recorded 
         body += data
     buffer[:] = body[length:]
     parsed: Any = json.loads(bytes(body[:length])) if length else None
-    return Recorded(method=method, path=path, headers=headers, body=parsed)
+    return Recorded(method=method, path=path, headers=headers, body=parsed, arrived_ns=arrived_ns)
 
 
 async def _bench_main(port_file: str, tokens: int) -> None:
-    """Serve the same long text stream to every chat request, for the benchmark."""
+    """Serve the benchmark's streams (see the module docstring)."""
     server = LoopbackProvider()
 
     class Endless(deque[Reply]):
         def popleft(self) -> Reply:
-            return text_reply(*(["tok "] * tokens), usage=(10, tokens))
+            request = server.requests[-1]
+            print(f"arrived {request.arrived_ns}", flush=True)
+            count = tokens
+            messages = request.body.get("messages") if isinstance(request.body, dict) else None
+            last = messages[-1].get("content") if messages else None
+            if isinstance(last, str) and last.strip().isdigit():
+                count = int(last)
+            return text_reply(*(["tok "] * count), usage=(10, count))
 
         def __bool__(self) -> bool:
             return True
