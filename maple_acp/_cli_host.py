@@ -10,6 +10,7 @@ line.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import getpass
 import json
@@ -160,7 +161,10 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
     ``options.endpoint``; yield the :class:`~maple_acp.edge.HostLifecycle`.
 
     Resource handling: on exit the ACP service is stopped before the runtime is drained
-    (``HostLifecycle.shutdown``), then the store is closed; the socket file is removed.
+    (``HostLifecycle.shutdown``), then the backend's resources (a provider's HTTP clients) and
+    the store are closed; the socket file is removed. A backend that can warm up (import its
+    SDK, open its clients) does so in the background once the service listens, so that
+    neither the start nor the first prompt waits for it.
 
     Error handling: :class:`~maple_acp.edge.ListenerError` (the endpoint is refused or
     another service answers on it) and ``maple_acp.edge.ConfigError`` propagate before
@@ -182,7 +186,10 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
     )
     grace = options.provisional_grace_s
     store = await SqliteTaskStore.open(options.data_dir / STORE_FILE_NAME)
-    async with store:
+    async with store, contextlib.AsyncExitStack() as resources:
+        if hasattr(backend, "__aenter__"):
+            # Closed after the runtime has drained every run that used it.
+            await resources.enter_async_context(backend)
         runtime = AgentService(
             store=store,
             backend=backend,
@@ -201,6 +208,9 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
             lifecycle = HostLifecycle(runtime, acp)
             async with trio.open_nursery() as nursery:
                 await acp.start(nursery, options.endpoint)
+                warm_up = getattr(backend, "warm_up", None)
+                if warm_up is not None:
+                    nursery.start_soon(warm_up)
                 if probing:
                     # After the socket is up: a provider that is down never delays serving.
                     nursery.start_soon(check_engine, catalog, engine)

@@ -22,12 +22,18 @@ A host (or ``maple-acp serve``) checks it with :func:`load_provider_config` (or
 model catalog to hand to ``AgentService``, with :func:`provider_policy` as its permission
 policy. A model marked ``reasoning = true`` offers the thinking levels ``low``, ``medium`` and
 ``high`` (``AgentBackend.thought_levels``); the task's chosen level goes with each request as
-``reasoning_effort``. The ``openai`` SDK is imported only by :func:`build_backend`; without the
-extra it raises :class:`ProviderUnavailable` saying which ``pip install`` fixes it.
+``reasoning_effort``. Without the extra :func:`build_backend` raises
+:class:`ProviderUnavailable` saying which ``pip install`` fixes it; with it, the ``openai`` SDK
+is imported only by the backend's ``warm_up`` (in a worker thread: a host starts it once it
+serves) or its first turn.
+
+The backend keeps one HTTP client per provider for its life: use it as ``async with backend:``
+(or call ``await backend.aclose()``) around the runtime that uses it, so its connections close.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -67,6 +73,8 @@ __all__ = [
 ]
 
 INSTALL_HINT = "pip install 'maple-acp[openai]'"
+#: The packages of the ``openai`` extra.
+SDK_PACKAGES = ("openai", "httpx2")
 
 
 class ProviderUnavailable(MapleAcpError):
@@ -92,15 +100,16 @@ def build_backend(
 
     Raises ``ProviderUnavailable`` without the ``openai`` extra, and ``ProviderConfigError``
     when a named key variable is unset or empty (naming the variable, never a value)."""
-    try:
-        from maple_acp.backends.openai._backend import MAX_TURN_REQUESTS, ProviderBackend
-        from maple_acp.backends.openai._client import ProviderCatalog, ProviderKeys
-    except ImportError as exc:
-        if exc.name is not None and exc.name.split(".")[0] in ("openai", "httpx2"):
+    # Only whether the SDK is there: importing it takes longer than the host's whole start, so
+    # the backend imports it in the background once the host serves (``warm_up``).
+    for package in SDK_PACKAGES:
+        if importlib.util.find_spec(package) is None:
             raise ProviderUnavailable(
                 f"the OpenAI-compatible provider needs the openai package: {INSTALL_HINT}"
-            ) from None
-        raise
+            )
+    from maple_acp.backends.openai._backend import MAX_TURN_REQUESTS, ProviderBackend
+    from maple_acp.backends.openai._client import ProviderCatalog, ProviderKeys, SdkLoader
+
     keys: dict[str, str | None] = {}
     for index, entry in enumerate(config.providers):
         if entry.api_key_env is None:
@@ -118,11 +127,14 @@ def build_backend(
             )
         keys[entry.name] = value
     held = ProviderKeys(keys)
+    # One import of the SDK, in a worker thread, for the backend and the catalog alike.
+    sdk = SdkLoader()
     backend = ProviderBackend(
         config,
         held,
         timeouts=timeouts,
         max_turn_requests=max_turn_requests or MAX_TURN_REQUESTS,
+        sdk=sdk,
         **({"backoff": backoff} if backoff is not None else {}),
     )
-    return backend, ProviderCatalog(config, held)
+    return backend, ProviderCatalog(config, held, sdk=sdk)

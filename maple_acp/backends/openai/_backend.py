@@ -4,23 +4,22 @@ model answers without tools (or a bound or a fault ends the turn)."""
 
 from __future__ import annotations
 
-import json
 import logging
-import ssl
 from collections.abc import Coroutine, Sequence
 from functools import partial
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
-import openai
 import trio
 
 from maple_acp._groups import single_exception
 from maple_acp.backends.openai._client import (
+    ProviderClients,
     ProviderKeys,
     RequestTimeouts,
+    SdkLoader,
     TlsContext,
-    open_provider_client,
+    sdk_fault,
     where,
 )
 from maple_acp.backends.openai._compaction import (
@@ -52,16 +51,10 @@ from maple_acp.backends.openai._faults import (
     BROKEN_STREAM,
     MALFORMED_STREAM,
     ProviderFault,
-    connection_fault,
     retrying,
-    status_fault,
 )
-from maple_acp.backends.openai._native import (
-    MAX_ARGUMENT_CHARS,
-    ToolCall,
-    offered_tools,
-    run_tool_call,
-)
+from maple_acp.backends.openai._native import offered_tools, run_tool_call
+from maple_acp.backends.openai._stream import StreamedAnswer, read_answer
 from maple_acp.model import ItemKind
 from maple_acp.runtime import (
     CommandInfo,
@@ -73,8 +66,10 @@ from maple_acp.runtime import (
     Turn,
     TurnFailed,
     TurnResult,
-    Usage,
 )
+
+if TYPE_CHECKING:
+    import openai
 
 logger = logging.getLogger(__name__)
 
@@ -87,8 +82,6 @@ STREAM_CLOSE_BOUND_S = 1.0
 SLOW_ANSWER_NOTICE_S = 5.0
 #: Part of a known context window kept free for the model's answer when trimming.
 ANSWER_RESERVE_FRACTION = 0.25
-#: Tool calls kept from one response; more is a broken model, not a plan.
-MAX_TOOL_CALLS_PER_RESPONSE = 64
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a coding assistant working in the project directory {root}. Use the tools to "
@@ -109,14 +102,6 @@ GOAL_PROMPT = (
 )
 
 
-@attrs.define
-class _ToolDraft:
-    call_id: str = ""
-    name: str = ""
-    arguments: list[str] = attrs.field(factory=list)
-    size: int = 0
-
-
 @attrs.frozen
 class _Exchange:
     """What stays the same across one turn's model requests."""
@@ -128,44 +113,14 @@ class _Exchange:
     model: str
 
 
-@attrs.define
-class _Response:
-    """One streamed answer as it was assembled."""
-
-    text: list[str] = attrs.field(factory=list)
-    tools: dict[int, _ToolDraft] = attrs.field(factory=dict)
-    finish_reason: str | None = None
-    usage: Usage | None = None
-    context_used: int | None = None
-    #: Something of this answer already reached the caller: it can no longer be retried.
-    forwarded: bool = False
-    #: The provider has streamed at least one chunk of it.
-    started: bool = False
-
-    def tool_calls(self, request_number: int) -> list[ToolCall]:
-        """The calls asked for; a call without an id (some local servers send none) gets one
-        that is unique within the turn, so every result pairs with its call."""
-        calls = []
-        for index in sorted(self.tools):
-            draft = self.tools[index]
-            # Arguments past the bound were not kept; the call fails as "too long".
-            arguments = "".join(draft.arguments) if draft.size <= MAX_ARGUMENT_CHARS else None
-            calls.append(
-                ToolCall(
-                    call_id=draft.call_id or f"call_{request_number}_{index}",
-                    name=draft.name,
-                    arguments=arguments,
-                )
-            )
-        return calls
-
-
 class ProviderBackend:
     """An ``AgentBackend`` over OpenAI-compatible Chat Completions endpoints.
 
-    Resource handling: each turn opens its own HTTP client and closes it (and every stream)
-    when the turn ends, is cancelled or fails; a cancelled turn's stream is closed at once, so
-    the provider sees its connection end.
+    Resource handling: one HTTP client per provider serves every turn (pooled keep-alive
+    connections); ``async with backend`` (or :meth:`aclose`) closes them all, and
+    :meth:`warm_up` makes them (importing the SDK in a worker thread) before the first turn
+    needs them. Every stream is closed when its request ends, is cancelled or fails; a
+    cancelled turn's stream is closed at once, so the provider sees its connection end.
 
     Error handling: provider faults end the turn with ``TurnFailed`` and one safe line (never
     the key or the provider's own error text). Rate limits, server errors and lost connections
@@ -182,6 +137,7 @@ class ProviderBackend:
         timeouts: RequestTimeouts | None = None,
         max_turn_requests: int = MAX_TURN_REQUESTS,
         backoff: Sequence[float] = BACKOFF_S,
+        sdk: SdkLoader | None = None,
     ) -> None:
         self._config = config
         self._keys = keys
@@ -189,7 +145,25 @@ class ProviderBackend:
         self._max_requests = max(1, min(max_turn_requests, MAX_TURN_REQUESTS))
         #: Waits before retries 1, 2, 3 when the provider names none.
         self._backoff = tuple(backoff) or BACKOFF_S
-        self._tls = TlsContext()
+        self._clients = ProviderClients(keys, self._timeouts, TlsContext(), sdk)
+
+    async def warm_up(self) -> None:
+        """Import the SDK and make every provider's client, ahead of the first turn (a host
+        starts this once it serves). Never raises: a turn meets the same failure and says it."""
+        try:
+            await self._clients.warm_up(self._config.providers)
+        except Exception as exc:
+            logger.warning("could not prepare the provider clients ahead (%s)", type(exc).__name__)
+
+    async def aclose(self) -> None:
+        """Close every provider's client and its connections."""
+        await self._clients.aclose()
+
+    async def __aenter__(self) -> ProviderBackend:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     def available_commands(self) -> tuple[CommandInfo, ...]:
         return (
@@ -238,15 +212,16 @@ class ProviderBackend:
             raise TurnFailed(f"the model {model_id[:200]!r} is no longer configured")
         messages = await self._conversation(turn, self.accepts_images(model_id))
         forced = turn.kind is RunKind.PROMPT and turn.prompt.strip() == COMPACT_COMMAND
-        async with open_provider_client(
-            entry, self._keys.key_for(entry.name), self._timeouts, self._tls
-        ) as client:
-            exchange = _Exchange(turn, client, entry, model)
-            if forced:
-                if await self._compact(exchange, messages) is None:
-                    await turn.notice("There is nothing to compact yet.")
-                return TurnResult()
-            answer, stop = await self._loop(exchange, messages)
+        try:
+            client = await self._clients.get(entry)
+        except ProviderFault as fault:
+            raise TurnFailed(fault.line) from None
+        exchange = _Exchange(turn, client, entry, model)
+        if forced:
+            if await self._compact(exchange, messages) is None:
+                await turn.notice("There is nothing to compact yet.")
+            return TurnResult()
+        answer, stop = await self._loop(exchange, messages)
         if stop is not StopReason.END_TURN:
             logger.info("turn %s stopped: %s", turn.run_id, stop.value)
         progress = _goal_progress(answer) if turn.kind is RunKind.GOAL_CYCLE else None
@@ -367,7 +342,7 @@ class ProviderBackend:
         if window is not None:
             request = fit_to_window(request, int(window * (1 - ANSWER_RESERVE_FRACTION)))
         compaction_id = await turn.start_compaction()
-        response = _Response()
+        response = StreamedAnswer()
         try:
             await self._stream(exchange, request, response, compaction_id=compaction_id)
         except ProviderFault as fault:
@@ -379,9 +354,9 @@ class ProviderBackend:
             return None
         return [*head, summary_message("".join(response.text)), *recent]
 
-    async def _request(self, exchange: _Exchange, messages: list[Message]) -> _Response:
-        async def attempt() -> _Response:
-            response = _Response()
+    async def _request(self, exchange: _Exchange, messages: list[Message]) -> StreamedAnswer:
+        async def attempt() -> StreamedAnswer:
+            response = StreamedAnswer()
             try:
                 await _telling_if_slow(
                     exchange, response, self._stream(exchange, messages, response)
@@ -410,45 +385,51 @@ class ProviderBackend:
         self,
         exchange: _Exchange,
         messages: list[Message],
-        response: _Response,
+        response: StreamedAnswer,
         *,
         compaction_id: str | None = None,
     ) -> None:
-        """One streamed request; with ``compaction_id`` it asks for a summary (no tools), and
-        its text is that compaction's, not the agent's."""
+        """One request through the SDK's raw-response path (its authentication, base URL and
+        status errors), the answer read as bytes (``_stream``); with ``compaction_id`` it asks
+        for a summary (no tools), and its text is that compaction's, not the agent's."""
         entry, model = exchange.entry, exchange.model
         # Messages and tools are plain dicts built here; the SDK's typed overloads add nothing.
-        create: Any = exchange.client.chat.completions.create
+        create: Any = exchange.client.chat.completions.with_streaming_response.create
         # Read at each request: a mode or effort chosen during the turn applies from the next.
         tools = offered_tools(exchange.turn) if compaction_id is None else []
-        extra: dict[str, Any] = {"tools": tools} if tools else {}
+        # The body is plain JSON already: handed over as ``extra_body`` it skips the SDK's
+        # typed walk of every message, which costs milliseconds per request on a long
+        # conversation. ``messages`` there replaces the empty one given for the signature.
+        body: dict[str, Any] = {"messages": messages}
+        if tools:
+            body["tools"] = tools
         effort = exchange.turn.thought_level
         if effort is not None:
-            extra["reasoning_effort"] = effort
+            body["reasoning_effort"] = effort
         try:
-            stream = await create(
+            async with create(
                 model=model,
-                messages=messages,
+                messages=(),
                 stream=True,
                 stream_options={"include_usage": True},
-                **extra,
-            )
-        except Exception as exc:
-            _raise_fault(exc, entry, model)
-        try:
-            await _read_stream(exchange.turn, stream, response, compaction_id)
+                extra_body=body,
+            ) as raw:
+                http = raw.http_response
+                try:
+                    await read_answer(exchange.turn, http.aiter_bytes(), response, compaction_id)
+                finally:
+                    # On a cancel the provider must see the connection end now, not at
+                    # collection; a stream read to its end returns its connection to the pool.
+                    with trio.CancelScope(shield=True), trio.move_on_after(STREAM_CLOSE_BOUND_S):
+                        await http.aclose()
         except ProviderFault:
             raise
         except Exception as exc:
             _raise_fault(exc, entry, model)
-        finally:
-            # On a cancel the provider must see the connection end now, not at collection.
-            with trio.CancelScope(shield=True), trio.move_on_after(STREAM_CLOSE_BOUND_S):
-                await stream.close()
 
 
 async def _telling_if_slow(
-    exchange: _Exchange, response: _Response, work: Coroutine[Any, Any, None]
+    exchange: _Exchange, response: StreamedAnswer, work: Coroutine[Any, Any, None]
 ) -> None:
     """Run ``work`` (one streamed request); if the provider has streamed nothing after
     :data:`SLOW_ANSWER_NOTICE_S`, tell the user once that the turn is waiting on it.
@@ -478,158 +459,12 @@ async def _telling_if_slow(
         raise inner from None
 
 
-async def _read_stream(
-    turn: Turn, stream: Any, response: _Response, compaction_id: str | None = None
-) -> None:
-    text_id: str | None = None
-    thought_id: str | None = None
-    async for chunk in stream:
-        response.started = True
-        content, reasoning, fragments, finish, usage = _parts(chunk)
-        if usage is not None:
-            response.usage, response.context_used = _usage(usage)
-        if content and compaction_id is not None:
-            response.text.append(content)
-            await turn.send_compaction_text(compaction_id, content)
-        elif content:
-            response.forwarded = True
-            response.text.append(content)
-            text_id = await turn.send_text(content, message_id=text_id)
-        if reasoning:
-            response.forwarded = True
-            thought_id = await turn.send_thought(reasoning, message_id=thought_id)
-        if fragments:
-            _add_tool_fragments(response, fragments)
-        if finish:
-            response.finish_reason = finish
-
-
-_Parts = tuple[str | None, str | None, Any, str | None, Any]
-
-
-def _parts(chunk: Any) -> _Parts:
-    """Text, reasoning, tool-call fragments, finish reason and usage of one chunk. The SDK
-    builds chunks without validating them, so a chunk of the wrong shape surfaces here."""
-    try:
-        usage = chunk.usage
-        choices = chunk.choices
-        if not choices:
-            return (None, None, None, None, usage)
-        choice = choices[0]
-        delta = choice.delta
-        finish = choice.finish_reason
-        if delta is None:
-            return (None, None, None, finish, usage)
-        content = delta.content
-        extra = delta.model_extra
-        reasoning = extra.get("reasoning_content") or extra.get("reasoning") if extra else None
-        fragments = delta.tool_calls
-    except (AttributeError, TypeError, IndexError, KeyError):
-        raise ProviderFault(MALFORMED_STREAM) from None
-    if (
-        (content is not None and not isinstance(content, str))
-        or (reasoning is not None and not isinstance(reasoning, str))
-        or (finish is not None and not isinstance(finish, str))
-    ):
-        raise ProviderFault(MALFORMED_STREAM)
-    return (content, reasoning, fragments, finish, usage)
-
-
-def _add_tool_fragments(response: _Response, fragments: Any) -> None:
-    try:
-        _add_fragments(response, fragments)
-    except (AttributeError, TypeError):
-        raise ProviderFault(MALFORMED_STREAM) from None
-
-
-def _add_fragments(response: _Response, fragments: Any) -> None:
-    for fragment in fragments:
-        index = fragment.index if isinstance(fragment.index, int) else len(response.tools)
-        draft = response.tools.get(index)
-        if draft is None:
-            if len(response.tools) >= MAX_TOOL_CALLS_PER_RESPONSE:
-                raise ProviderFault(MALFORMED_STREAM)
-            draft = response.tools[index] = _ToolDraft()
-        if fragment.id and not draft.call_id:
-            draft.call_id = str(fragment.id)
-        function = fragment.function
-        if function is None:
-            continue
-        if function.name and not draft.name:
-            draft.name = str(function.name)
-        arguments = function.arguments
-        if arguments:
-            draft.size += len(arguments)
-            if draft.size <= MAX_ARGUMENT_CHARS:
-                draft.arguments.append(str(arguments))
-
-
-def _usage(usage: Any) -> tuple[Usage, int]:
-    prompt = _int(getattr(usage, "prompt_tokens", 0))
-    completion = _int(getattr(usage, "completion_tokens", 0))
-    total = _int(getattr(usage, "total_tokens", 0)) or prompt + completion
-    details = getattr(usage, "prompt_tokens_details", None)
-    cached = _int(getattr(details, "cached_tokens", 0)) if details is not None else 0
-    return (
-        Usage(
-            input_tokens=prompt,
-            output_tokens=completion,
-            total_tokens=total,
-            cache_read_tokens=cached,
-        ),
-        prompt + completion,
-    )
-
-
-def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
 def _raise_fault(exc: Exception, entry: ProviderEntry, model: str) -> NoReturn:
-    fault = _fault(exc, entry, model)
+    fault = sdk_fault(exc, where(entry), model)
     if fault is exc:
         raise exc
     # Not chained: the SDK's exception text may quote the provider's answer.
     raise fault from None
-
-
-def _fault(exc: Exception, entry: ProviderEntry, model: str) -> Exception:
-    """The ``ProviderFault`` an SDK or transport error means; anything else (a bug) as it
-    was."""
-    inner = single_exception(exc)
-    if isinstance(inner, openai.APIStatusError):
-        body: object = inner.body
-        return status_fault(inner.status_code, inner.response.headers, body, model)
-    if isinstance(inner, openai.APITimeoutError):
-        return connection_fault(where(entry), timed_out=True)
-    if isinstance(inner, openai.APIConnectionError):
-        if _caused_by(inner, ssl.SSLError):
-            # Retrying cannot make an untrusted certificate trusted.
-            return ProviderFault(
-                f"the provider at {where(entry)} has a TLS certificate not trusted here"
-            )
-        return connection_fault(where(entry), timed_out=False)
-    if isinstance(
-        inner, (json.JSONDecodeError, UnicodeDecodeError, openai.APIResponseValidationError)
-    ):
-        return ProviderFault(MALFORMED_STREAM)
-    if isinstance(inner, openai.APIError):
-        # An error event inside the stream; its text is the provider's, so not shown.
-        return ProviderFault("the provider reported an error inside its stream")
-    return exc
-
-
-def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, kind):
-            return True
-        seen.add(id(current))
-        if isinstance(current, BaseExceptionGroup):
-            return any(_caused_by(member, kind) for member in current.exceptions)
-        current = current.__cause__ or current.__context__
-    return False
 
 
 def _goal_progress(answer: str) -> GoalProgress:

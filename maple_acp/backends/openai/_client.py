@@ -1,27 +1,42 @@
-"""The HTTP side: one SDK client per turn over our own ``httpx2`` client (no ambient proxy or
-environment settings, no redirects, explicit timeouts), and the model catalog read from the
-configuration or discovered from ``GET /models``."""
+"""The HTTP side: SDK clients over our own ``httpx2`` client (no ambient proxy or environment
+settings, no redirects, explicit timeouts), one per provider for the backend's life
+(:class:`ProviderClients`); what an SDK or transport error means (:func:`sdk_fault`); and the
+model catalog read from the configuration or discovered from ``GET /models``.
+
+The SDK (``openai``, ``httpx2``) is imported only inside the functions that make a client or
+read an error, never when this module is: a host imports it in a worker thread once it serves
+(:meth:`ProviderClients.warm_up`), so neither its start nor its first prompt waits for it.
+"""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import ssl
+import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import attrs
-import httpx2
-import openai
 import trio
 
 from maple_acp._groups import single_exception
 from maple_acp.backends.openai._config import ProviderConfig, ProviderEntry
+from maple_acp.backends.openai._faults import (
+    MALFORMED_STREAM,
+    ProviderFault,
+    connection_fault,
+    status_fault,
+)
 from maple_acp.runtime import MODEL_DISCOVERY_BOUND_S, ModelInfo
 
 if TYPE_CHECKING:
+    import httpx2
+    import openai
+
     from maple_acp.backends.openai._probe import ProviderCheck
 
 logger = logging.getLogger(__name__)
@@ -35,6 +50,28 @@ _NOT_CHAT = ("embed", "whisper", "tts", "dall-e", "moderation", "rerank", "trans
 _AMBIENT_HEADERS = "OPENAI_CUSTOM_HEADERS"
 #: Models kept from one provider's discovery.
 MAX_DISCOVERED_MODELS = 1024
+#: Where the in-memory rehearsal request "goes" (its transport never opens a socket).
+_REHEARSAL_URL = "http://rehearsal.invalid/v1"
+#: Keep-alive connections each provider's client keeps open: one per streaming turn at once.
+MAX_KEEPALIVE_CONNECTIONS = 8
+#: An idle pooled connection is closed after this long (servers drop theirs around a minute).
+KEEPALIVE_EXPIRY_S = 30.0
+#: Closing the clients at stop: shielded, but never for long.
+CLIENT_CLOSE_BOUND_S = 2.0
+#: What the first client and the first request would otherwise import on the event loop: the
+#: SDK, its chat resource, the HTTP stack's Trio pieces, and the IDNA codec a host name is
+#: encoded with. Each costs the loop tens of milliseconds; a worker thread pays instead.
+SDK_MODULES = (
+    "openai",
+    "openai.resources.chat.chat",
+    "openai.resources.chat.completions.completions",
+    "httpx2",
+    "httpcore2",
+    "httpcore2._backends.trio",
+    "h11",
+    "anyio._backends._trio",
+    "encodings.idna",
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -48,6 +85,8 @@ class RequestTimeouts:
     pool: float = 10.0
 
     def for_httpx(self) -> httpx2.Timeout:
+        import httpx2
+
         return httpx2.Timeout(
             connect=self.connect, read=self.read, write=self.write, pool=self.pool
         )
@@ -91,55 +130,263 @@ class TlsContext:
 
     def get(self) -> ssl.SSLContext:
         if self._context is None:
+            import httpx2
+
             self._context = httpx2.create_ssl_context(trust_env=False)
         return self._context
+
+
+def import_sdk() -> None:
+    """Import what the first request would (``SDK_MODULES``); run in a worker thread."""
+    for name in SDK_MODULES:
+        importlib.import_module(name)
+
+
+def _prepare_sdk() -> None:
+    import_sdk()
+    rehearse_request()
+
+
+def rehearse_request() -> None:
+    """One streaming chat request through a throwaway synchronous SDK client whose transport
+    answers in memory: the SDK's first-use work (its typed parameter tables, its platform
+    headers) is done here, in the worker thread, instead of in a host's first prompt. Nothing
+    leaves the process."""
+    import httpx2
+    import openai
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(
+            200, headers={"content-type": "text/event-stream"}, content=b"data: [DONE]\n\n"
+        )
+
+    with httpx2.Client(transport=httpx2.MockTransport(answer), trust_env=False) as http:
+        client = openai.OpenAI(
+            api_key=NO_KEY, base_url=_REHEARSAL_URL, max_retries=0, http_client=http
+        )
+        create: Any = client.chat.completions.with_streaming_response.create
+        with create(
+            model="rehearsal",
+            messages=(),
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"messages": [{"role": "user", "content": "-"}]},
+        ) as raw:
+            for _ in raw.iter_bytes():
+                pass
+
+
+def sdk_imported() -> bool:
+    return all(name in sys.modules for name in SDK_MODULES)
+
+
+def _http_client(
+    entry: ProviderEntry, timeouts: RequestTimeouts, tls: TlsContext | None
+) -> httpx2.AsyncClient:
+    import httpx2
+
+    verify: ssl.SSLContext | bool = True
+    if tls is not None and entry.base_url.startswith("https:"):
+        verify = tls.get()
+    elif not entry.base_url.startswith("https:"):
+        # Plain HTTP needs no certificates: loading them costs more than a short answer.
+        verify = False
+    return httpx2.AsyncClient(
+        trust_env=False,
+        follow_redirects=False,
+        max_redirects=0,
+        timeout=timeouts.for_httpx(),
+        transport=httpx2.AsyncHTTPTransport(
+            trust_env=False,
+            verify=verify,
+            limits=httpx2.Limits(
+                max_connections=None,
+                max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
+                keepalive_expiry=KEEPALIVE_EXPIRY_S,
+            ),
+        ),
+    )
+
+
+def _sdk_client(
+    entry: ProviderEntry, key: str | None, timeouts: RequestTimeouts, http: httpx2.AsyncClient
+) -> openai.AsyncOpenAI:
+    """The SDK's client for ``entry`` over ``http``. The SDK's own retries are off: retrying
+    is the backend's (bounded, cancellation-aware)."""
+    import openai
+
+    client = openai.AsyncOpenAI(
+        api_key=key or NO_KEY,
+        base_url=entry.base_url,
+        max_retries=0,
+        timeout=timeouts.for_httpx(),
+        http_client=http,
+        default_headers={
+            **_without_ambient_headers(),
+            # Named here so that the SDK drops an Authorization from the environment.
+            "Authorization": f"Bearer {key or NO_KEY}",
+        },
+    )
+    # The SDK would add these from OPENAI_ORG_ID / OPENAI_PROJECT_ID: meant for
+    # api.openai.com, not for whatever endpoint the user configured.
+    client.organization = None
+    client.project = None
+    return client
 
 
 @asynccontextmanager
 async def open_provider_client(
     entry: ProviderEntry, key: str | None, timeouts: RequestTimeouts, tls: TlsContext | None = None
 ) -> AsyncIterator[openai.AsyncOpenAI]:
-    """An SDK client for ``entry`` whose connections close when the block ends.
-
-    The SDK's own retries are off: retrying is the backend's (bounded, cancellation-aware)."""
-    verify: ssl.SSLContext | bool = True
-    if tls is not None and entry.base_url.startswith("https:"):
-        verify = tls.get()
-    http = httpx2.AsyncClient(
-        trust_env=False,
-        follow_redirects=False,
-        max_redirects=0,
-        timeout=timeouts.for_httpx(),
-        transport=httpx2.AsyncHTTPTransport(trust_env=False, verify=verify),
-    )
+    """An SDK client for ``entry`` whose connections close when the block ends."""
+    http = _http_client(entry, timeouts, tls)
     async with http:
-        client = openai.AsyncOpenAI(
-            api_key=key or NO_KEY,
-            base_url=entry.base_url,
-            max_retries=0,
-            timeout=timeouts.for_httpx(),
-            http_client=http,
-            default_headers={
-                **_without_ambient_headers(),
-                # Named here so that the SDK drops an Authorization from the environment.
-                "Authorization": f"Bearer {key or NO_KEY}",
-            },
-        )
-        # The SDK would add these from OPENAI_ORG_ID / OPENAI_PROJECT_ID: meant for
-        # api.openai.com, not for whatever endpoint the user configured.
-        client.organization = None
-        client.project = None
-        yield client
+        yield _sdk_client(entry, key, timeouts, http)
+
+
+class SdkLoader:
+    """The SDK imported (and one request rehearsed in memory) once, in a worker thread, for
+    everyone that needs it: the backend's clients, the start-up check, model discovery. The
+    event loop never imports it itself, so a prompt is never stuck behind an import.
+
+    Cancellation: the worker thread is abandoned by a cancel (the import finishes on its own);
+    a caller waiting for another's import is woken when that one ends, however it ended."""
+
+    def __init__(self) -> None:
+        self._done: trio.Event | None = None
+
+    async def ready(self) -> None:
+        if self._done is None:
+            if sdk_imported():
+                return
+            done = self._done = trio.Event()
+            try:
+                await trio.to_thread.run_sync(_prepare_sdk, abandon_on_cancel=True)
+            finally:
+                done.set()
+        else:
+            await self._done.wait()
+
+
+class ProviderClients:
+    """One SDK client per provider for as long as the owner (a backend) lives: its pooled
+    keep-alive connections and its TLS context serve every turn, so no turn pays for making
+    them.
+
+    Resource handling: a client is made on first use, or ahead of it by :meth:`warm_up`;
+    :meth:`aclose` closes every client and its connections, and no client is made after it.
+    Each client belongs to the Trio run that made it.
+
+    Error handling: a client asked for after :meth:`aclose` is a ``ProviderFault`` (the turn
+    fails with one line).
+
+    Cancellation: the SDK's import (``SdkLoader``) runs in a worker thread that a cancel
+    abandons; :meth:`aclose` is shielded and bounded.
+    """
+
+    def __init__(
+        self,
+        keys: ProviderKeys,
+        timeouts: RequestTimeouts,
+        tls: TlsContext,
+        sdk: SdkLoader | None = None,
+    ) -> None:
+        self._keys = keys
+        self._timeouts = timeouts
+        self._tls = tls
+        self._sdk = sdk or SdkLoader()
+        self._clients: dict[str, tuple[openai.AsyncOpenAI, httpx2.AsyncClient]] = {}
+        self._closed = False
+
+    async def warm_up(self, entries: Sequence[ProviderEntry]) -> None:
+        """Import the SDK in a worker thread, then make each provider's client, so that the
+        first turn finds everything ready. A turn that starts meanwhile waits for the same
+        import instead of importing the modules from a second thread."""
+        await self._sdk.ready()
+        if any(entry.base_url.startswith("https:") for entry in entries):
+            await trio.to_thread.run_sync(self._tls.get, abandon_on_cancel=True)
+        for entry in entries:
+            if not self._closed and entry.name not in self._clients:
+                self._make(entry)
+
+    async def get(self, entry: ProviderEntry) -> openai.AsyncOpenAI:
+        made = self._clients.get(entry.name)
+        if made is not None:
+            return made[0]
+        await self._sdk.ready()
+        made = self._clients.get(entry.name)
+        if made is not None:
+            return made[0]
+        return self._make(entry)
+
+    def _make(self, entry: ProviderEntry) -> openai.AsyncOpenAI:
+        if self._closed:
+            raise ProviderFault("the host is stopping; the provider's client is closed")
+        http = _http_client(entry, self._timeouts, self._tls)
+        client = _sdk_client(entry, self._keys.key_for(entry.name), self._timeouts, http)
+        self._clients[entry.name] = (client, http)
+        return client
+
+    @property
+    def open_clients(self) -> int:
+        return len(self._clients)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        clients, self._clients = self._clients, {}
+        with trio.CancelScope(shield=True), trio.move_on_after(CLIENT_CLOSE_BOUND_S):
+            for _client, http in clients.values():
+                await http.aclose()
 
 
 def _without_ambient_headers() -> dict[str, Any]:
     """Headers that cancel the SDK's ``OPENAI_CUSTOM_HEADERS``: meant for api.openai.com (it
     may hold an Authorization header), they must not go to whatever endpoint is configured."""
+    import openai
+
     text = os.environ.get(_AMBIENT_HEADERS)
     if not text:
         return {}
     names = (line.partition(":")[0].strip() for line in text.split("\n") if ":" in line)
     return {name: openai.omit for name in names if name and name.lower() != "authorization"}
+
+
+def sdk_fault(exc: Exception, where: str, model: str) -> Exception:
+    """The ``ProviderFault`` an SDK or transport error means (``where`` names the provider);
+    anything else (a bug) as it was."""
+    import httpx2
+    import openai
+
+    inner = single_exception(exc)
+    if isinstance(inner, openai.APIStatusError):
+        body: object = inner.body
+        return status_fault(inner.status_code, inner.response.headers, body, model)
+    if isinstance(inner, (openai.APITimeoutError, httpx2.TimeoutException)):
+        return connection_fault(where, timed_out=True)
+    if isinstance(inner, (openai.APIConnectionError, httpx2.TransportError)):
+        if _caused_by(inner, ssl.SSLError):
+            # Retrying cannot make an untrusted certificate trusted.
+            return ProviderFault(f"the provider at {where} has a TLS certificate not trusted here")
+        return connection_fault(where, timed_out=False)
+    if isinstance(inner, (UnicodeDecodeError, openai.APIResponseValidationError)):
+        return ProviderFault(MALFORMED_STREAM)
+    if isinstance(inner, openai.APIError):
+        # An error event inside the stream; its text is the provider's, so not shown.
+        return ProviderFault("the provider reported an error inside its stream")
+    return exc
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return True
+        seen.add(id(current))
+        if isinstance(current, BaseExceptionGroup):
+            return any(_caused_by(member, kind) for member in current.exceptions)
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def is_chat_model(model_id: str) -> bool:
@@ -159,11 +406,14 @@ class ProviderCatalog:
         keys: ProviderKeys,
         *,
         timeouts: RequestTimeouts | None = None,
+        sdk: SdkLoader | None = None,
     ) -> None:
         self._config = config
         self._keys = keys
         self._timeouts = timeouts or RequestTimeouts(read=MODEL_DISCOVERY_BOUND_S)
         self._tls = TlsContext()
+        #: Shared with the backend (``build_backend``): one import for both.
+        self._sdk = sdk or SdkLoader()
 
     def default_model(self, account: str) -> ModelInfo:
         return self._info(self._config.default_model)
@@ -172,6 +422,8 @@ class ProviderCatalog:
         """Each provider's start-up check (``GET /models``, bounded): see ``_probe``."""
         from maple_acp.backends.openai._probe import check_providers
 
+        # Before the checks' own bound starts: an import is not a slow provider.
+        await self._sdk.ready()
         return await check_providers(self._config, self._keys)
 
     def pending_checks(self) -> Sequence[ProviderCheck]:
@@ -190,6 +442,7 @@ class ProviderCatalog:
         return models
 
     async def _discover(self, entry: ProviderEntry) -> list[str]:
+        await self._sdk.ready()
         names: list[str] = []
         with trio.move_on_after(MODEL_DISCOVERY_BOUND_S) as scope:
             try:

@@ -54,7 +54,7 @@ async def provider_service(
     backend, catalog = build_backend(config, {"TEST_PROVIDER_KEY": TEST_KEY}, **backend_options)
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
-    async with temp_store(data) as store:
+    async with backend, temp_store(data) as store:
         service = make_demo_service(
             store,
             backend=backend,

@@ -26,9 +26,12 @@ async def provider_acp(tmp_path: Path, provider: LoopbackProvider) -> AsyncItera
         provider.base_url, "test-model", api_key_env="TEST_PROVIDER_KEY"
     )
     backend, catalog = build_backend(config, {"TEST_PROVIDER_KEY": TEST_KEY}, backoff=(0.0,))
-    async with running_demo_acp(
-        tmp_path, backend=backend, catalog=catalog, policy=provider_policy()
-    ) as harness:
+    async with (
+        backend,
+        running_demo_acp(
+            tmp_path, backend=backend, catalog=catalog, policy=provider_policy()
+        ) as harness,
+    ):
         yield harness
 
 

@@ -34,7 +34,7 @@ async def test_a_real_endpoint_answers_and_uses_a_tool(tmp_path: Path, project: 
     (project / "secret-word.txt").write_text("periwinkle\n")
     config = provider_config_from_flags(BASE_URL, MODEL, api_key_env=KEY_ENV)
     backend, catalog = build_backend(config, os.environ)
-    async with temp_store(tmp_path) as store:
+    async with backend, temp_store(tmp_path) as store:
         service = make_demo_service(
             store, backend=backend, catalog=catalog, policy=provider_policy()
         )

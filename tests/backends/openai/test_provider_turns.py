@@ -478,9 +478,9 @@ async def test_oversized_tool_arguments_fail_the_call_not_the_turn(
     project: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from maple_acp.backends.openai import _backend, _native
+    from maple_acp.backends.openai import _native, _stream
 
-    monkeypatch.setattr(_backend, "MAX_ARGUMENT_CHARS", 64)
+    monkeypatch.setattr(_stream, "MAX_ARGUMENT_CHARS", 64)
     monkeypatch.setattr(_native, "MAX_ARGUMENT_CHARS", 64)
     provider.add(
         tool_call_reply(("big", "write_file", {"path": "x.txt", "content": "y" * 500}), pieces=10),

@@ -127,7 +127,7 @@ async def reasoning_service(
     assert backend.thought_levels(None) == ("low", "medium", "high")
     data = tmp_path / "data"
     data.mkdir()
-    async with temp_store(data) as store:
+    async with backend, temp_store(data) as store:
         service = make_demo_service(
             store, backend=backend, catalog=catalog, policy=provider_policy()
         )
