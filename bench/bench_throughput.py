@@ -84,6 +84,10 @@ asyncio.run(run_agent(StreamAgent()))
 '''
 
 
+#: What precedes a text chunk's text on the wire, with or without a space after the colon.
+_TEXT_KEY = b'"text":'
+
+
 class LineClient:
     """A minimal blocking ACP client over a child's stdin/stdout (the same for both sides)."""
 
@@ -107,12 +111,15 @@ class LineClient:
         self._stdin.flush()
 
     def call(self, method: str, params: Any) -> tuple[Any, int]:
-        """Send a request; return its result and how many agent-message chunks came first."""
+        """Send a request; return its result and how many characters of agent-message text
+        came first."""
         return self.answer(self.send(method, params), method)
 
     def answer(self, request_id: int, method: str = "the request") -> tuple[Any, int]:
-        """Read up to the answer of ``request_id``; count agent-message chunks on the way."""
-        updates = 0
+        """Read up to the answer of ``request_id``; count agent-message text on the way, in
+        characters (the load's text is plain ``x``: no escapes). Characters, not chunks: an
+        agent may join chunks queued together into one, as ours does."""
+        chars = 0
         readline = self._stdout.readline
         while True:
             line = readline()
@@ -120,13 +127,16 @@ class LineClient:
                 raise RuntimeError(f"the agent closed its stdout during {method}")
             if b'"session/update"' in line:
                 # Other updates (our model lock on the first prompt) are not the load.
-                updates += b'"agent_message_chunk"' in line
+                if b'"agent_message_chunk"' in line:
+                    # The text's opening quote, then its closing one.
+                    start = line.find(b'"', line.find(_TEXT_KEY) + len(_TEXT_KEY)) + 1
+                    chars += line.find(b'"', start) - start
                 continue
             message = json.loads(line)
             if message.get("id") == request_id and "method" not in message:
                 if "error" in message:
                     raise RuntimeError(f"{method} failed: {message['error']}")
-                return message["result"], updates
+                return message["result"], chars
 
     def until_idle(self) -> tuple[int, str]:
         """(v2) Read up to the turn's ``idle`` state update; count chunks on the way."""
@@ -186,8 +196,10 @@ class Side:
             result = {"stopReason": reason}
         elapsed = time.perf_counter() - started
         used = cpu_seconds(self.pids) - cpu
-        if seen != updates or result.get("stopReason") != "end_turn":
-            raise RuntimeError(f"expected {updates} updates and end_turn, got {seen}: {result}")
+        if seen != updates * size or result.get("stopReason") != "end_turn":
+            raise RuntimeError(
+                f"expected {updates * size} characters and end_turn, got {seen}: {result}"
+            )
         self.rates.append(updates / elapsed)
         self.cpu_per_update.append(used / updates)
 

@@ -20,12 +20,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 
 from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._closing import CLOSE_DEADLINE_S
-from maple_acp.edge._dialect import FAIL_CLOSED
+from maple_acp.edge._dialect import FAIL_CLOSED, Projection
 from maple_acp.edge._prompt import PromptContent, prompt_content
 from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
@@ -193,27 +194,37 @@ class PromptTurns:
     async def _pump_events(self, session: EdgeSession, run: Run) -> tuple[RunState, StopReason]:
         """Send every event of ``run`` as it comes; return the run's final state and reason.
 
-        Events arrive in batches (everything queued at that moment). The text chunks of a
-        batch become finished lines handed to the peer together, one hand-off per run of
-        chunks; any other event first sends the lines before it, so the order holds."""
+        Events arrive in batches (everything queued at that moment). Consecutive text chunks
+        of a batch for the same message become one chunk (their text joined in order: a
+        client sees the same text in fewer frames when tokens come faster than it reads;
+        nothing waits for more). The chunks' finished lines are handed to the peer together,
+        one hand-off per run of chunks; any other event first sends the lines before it, so
+        the order holds."""
         projector = session.projector
-        text_line = projector.text_line
         chunk_kinds = session.dialect.chunk_kinds
         dropped = False
         async with trio.open_nursery() as permissions:
             try:
                 async for batch in run.event_batches():
                     lines: list[bytes] = []
+                    # The chunk being joined: its kind, message id and text pieces.
+                    kind: Any = None
+                    message_id = ""
+                    texts: list[str] = []
                     for event in batch:
-                        kind = chunk_kinds.get(type(event))
-                        if kind is not None:
+                        event_kind = chunk_kinds.get(type(event))
+                        if event_kind is not None:
                             chunk: TextChunk | ThoughtChunk = event  # type: ignore[assignment]
-                            line = text_line(kind, chunk.message_id, chunk.text)
-                            if line is not None:
-                                lines.append(line)
-                            else:
-                                lines.extend(projector.text(kind, chunk.message_id, chunk.text))
+                            if event_kind == kind and chunk.message_id == message_id:
+                                texts.append(chunk.text)
+                                continue
+                            if texts:
+                                _add_lines(lines, projector, kind, message_id, texts)
+                            kind, message_id, texts = event_kind, chunk.message_id, [chunk.text]
                             continue
+                        if texts:
+                            _add_lines(lines, projector, kind, message_id, texts)
+                            kind, texts = None, []
                         if lines:
                             dropped |= await self._send_lines(session, run, lines)
                             lines = []
@@ -227,6 +238,8 @@ class PromptTurns:
                             permissions.start_soon(self._ask_permission, session, event)
                         else:
                             dropped |= await self._send_event(session, run, event)
+                    if texts:
+                        _add_lines(lines, projector, kind, message_id, texts)
                     if lines:
                         dropped |= await self._send_lines(session, run, lines)
             finally:
@@ -285,3 +298,15 @@ class PromptTurns:
             event.responder.answer(answer)
         with contextlib.suppress(ConnectionClosed):
             await self._channel.send_many(projector.permission_settled())
+
+
+def _add_lines(
+    lines: list[bytes], projector: Projection, kind: Any, message_id: str, texts: list[str]
+) -> None:
+    """Append the finished lines of one message's joined text pieces."""
+    text = texts[0] if len(texts) == 1 else "".join(texts)
+    line = projector.text_line(kind, message_id, text)
+    if line is not None:
+        lines.append(line)
+    else:
+        lines.extend(projector.text(kind, message_id, text))

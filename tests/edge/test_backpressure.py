@@ -19,6 +19,8 @@ from maple_acp.runtime import ToolState, ToolStatus, Turn
 
 #: Updates the backend tries to stream at a client that has stopped reading.
 STREAM_UPDATES = 200_000
+#: Characters in each of them.
+UPDATE_CHARS = 100
 #: Host memory may grow by at most this much while the client stalls (SPEC: bounded).
 MEMORY_BOUND = 8 * 1024 * 1024
 
@@ -46,16 +48,18 @@ class LineClient:
         return orjson.loads(line)
 
     async def answer(self, request_id: int) -> tuple[Any, int]:
-        """Read until the answer to ``request_id``; also count the message chunks read on the
-        way (other updates - the commands after an open, a title - are not the load)."""
-        updates = 0
+        """Read until the answer to ``request_id``; also count the message text read on the
+        way, in characters (chunks queued together arrive joined, so their number is not the
+        load; other updates - the commands after an open, a title - are not either)."""
+        chars = 0
         while True:
             message = await self.read()
             if message.get("id") == request_id and "method" not in message:
-                return message, updates
+                return message, chars
             if message.get("method") == "session/update":
-                kind = message["params"]["update"]["sessionUpdate"]
-                updates += kind == "agent_message_chunk"
+                update = message["params"]["update"]
+                if update["sessionUpdate"] == "agent_message_chunk":
+                    chars += len(update["content"]["text"])
 
 
 async def _connect(harness: Harness, nursery: trio.Nursery) -> LineClient:
@@ -77,11 +81,12 @@ async def test_stalled_client_bounds_host_memory_and_loses_nothing(
         tracemalloc.start()
         try:
             baseline = tracemalloc.get_traced_memory()[0]
+            load = f"/stream {STREAM_UPDATES} {UPDATE_CHARS}"
             prompt_id = await client.send(
                 "session/prompt",
                 {
                     "sessionId": sid,
-                    "prompt": [{"type": "text", "text": f"/stream {STREAM_UPDATES} 100"}],
+                    "prompt": [{"type": "text", "text": load}],
                 },
             )
             # The client reads nothing: the writer fills the socket, the outbound credit runs
@@ -93,9 +98,9 @@ async def test_stalled_client_bounds_host_memory_and_loses_nothing(
             tracemalloc.stop()
         assert stalled_growth < MEMORY_BOUND, stalled_growth
         # Now read: every update arrives, in order, and the turn completes.
-        answer, updates = await client.answer(prompt_id)
+        answer, chars = await client.answer(prompt_id)
         assert answer["result"]["stopReason"] == "end_turn"
-        assert updates == STREAM_UPDATES
+        assert chars == STREAM_UPDATES * UPDATE_CHARS
         nursery.cancel_scope.cancel()
 
 

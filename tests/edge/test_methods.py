@@ -170,10 +170,47 @@ async def test_prompt_streams_with_stable_message_ids(
         answer = await client.prompt(sid, "/stream 5 10\n/think pondering")
         assert answer["stopReason"] == "end_turn"
         chunks = [u for u in client.updates(sid) if u["sessionUpdate"] == "agent_message_chunk"]
-        assert len(chunks) == 5
+        # Chunks queued together arrive joined: at most as many frames as were sent.
+        assert 1 <= len(chunks) <= 5
         assert len({c["messageId"] for c in chunks}) == 1
         assert client.text(sid) == "x" * 50
         assert client.text(sid, "agent_thought_chunk") == "pondering"
+        client.validate(acp_schema)
+
+
+class TwoMessagesBackend:
+    """Streams two messages back to back (no other event between them), then a thought."""
+
+    async def run_turn(self, turn: Turn) -> None:
+        first = turn.new_message_id()
+        second = turn.new_message_id()
+        for _ in range(100):
+            await turn.send_text("x", message_id=first)
+        for _ in range(100):
+            await turn.send_text("y", message_id=second)
+        await turn.send_thought("hmm")
+
+
+async def test_chunks_queued_together_go_out_as_one_frame(
+    tmp_path: Path, project: Path, acp_schema: AcpSchema
+) -> None:
+    async with (
+        running_service(tmp_path, backend=TwoMessagesBackend()) as harness,
+        harness.connect() as client,
+    ):
+        sid = (await client.new_session(str(project)))["sessionId"]
+        answer = await client.prompt(sid, "go")
+        assert answer["stopReason"] == "end_turn"
+        chunks = [u for u in client.updates(sid) if u["sessionUpdate"] == "agent_message_chunk"]
+        # The backend queues its chunks without waiting: the pump finds them together.
+        assert len(chunks) < 200
+        assert client.text(sid) == "x" * 100 + "y" * 100
+        # Joined in order, never across messages (nor kinds).
+        for update in chunks:
+            text = update["content"]["text"]
+            assert text == text[0] * len(text)
+        assert len({c["messageId"] for c in chunks}) == 2
+        assert client.text(sid, "agent_thought_chunk") == "hmm"
         client.validate(acp_schema)
 
 
