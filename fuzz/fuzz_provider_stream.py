@@ -1,16 +1,15 @@
 """Fuzz target: a provider's streamed Chat Completions answer, from the bytes on the wire to the
 text, reasoning, tool calls and usage the provider backend assembles.
 
-The bytes go through the same parts a turn uses: the ``openai`` SDK's server-sent-events
-stream (``openai.Stream`` over an ``httpx2`` response whose body arrives in chunks of a
-fuzzed size) yields chunk objects, which the backend's own reading
-(``maple_acp.backends.openai._backend``: ``_parts``, ``_add_tool_fragments``, ``_usage``,
-``_Response.tool_calls``) turns into what the turn sends. The first byte picks the input:
+The bytes go through the very reading a turn uses (``maple_acp.backends.openai._stream``:
+``read_answer`` over the body arriving in chunks of a fuzzed size, its ``SseEvents`` framing,
+the ``orjson`` decoding of each event, ``StreamedAnswer.tool_calls``), with a stand-in turn
+that keeps what it is sent. The first byte picks the input:
 
-- even: raw bytes as the event stream. Whatever they are, the only failures are the SDK's
-  decoding errors that the backend maps to a ``ProviderFault`` (``_fault``) and the backend's
-  own ``ProviderFault``; and the outcome does not depend on how the body was split into
-  chunks (the same answer or the same fault for the whole body at once).
+- even: raw bytes as the event stream. Whatever they are, the only failure is the backend's
+  own ``ProviderFault`` (a malformed stream, or an error event); and the outcome does not
+  depend on how the body was split into chunks (the same answer or the same fault for the
+  whole body at once).
 - odd: a well-formed answer as a provider streams it: text and reasoning pieces and up to
   three tool calls whose ``arguments`` strings are cut into fragments at fuzzed places and
   interleaved with other chunks, plus a usage chunk. The assembled text, reasoning, tool call
@@ -22,19 +21,14 @@ Run ``python fuzz/fuzz_provider_stream.py -atheris_runs=N``; tests import :func:
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx2
-import openai
-from openai.types.chat import ChatCompletionChunk
+import trio
 
-from maple_acp.backends.openai import _backend as backend
-from maple_acp.backends.openai._config import ProviderEntry
+from maple_acp.backends.openai import _stream as stream
 from maple_acp.backends.openai._faults import MALFORMED_STREAM, ProviderFault
 
-_CLIENT = openai.OpenAI(api_key="fuzz", base_url="http://127.0.0.1:9/v1", max_retries=0)
-_REQUEST = httpx2.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
-_ENTRY = ProviderEntry(name="fuzz", base_url="http://127.0.0.1:9/v1")
 _FINISH = ("stop", "tool_calls", "length", "content_filter", None)
 #: SSE event separators a provider may use.
 _ENDINGS = ("\n\n", "\r\n\r\n", "\r\r")
@@ -42,57 +36,52 @@ _ENDINGS = ("\n\n", "\r\n\r\n", "\r\r")
 Outcome = tuple[Any, ...]
 
 
-def _stream(body: bytes, chunk: int) -> openai.Stream[ChatCompletionChunk]:
-    parts = [body[i : i + chunk] for i in range(0, len(body), chunk)] or [b""]
-    response = httpx2.Response(
-        200,
-        content=iter(parts),
-        request=_REQUEST,
-        headers={"content-type": "text/event-stream"},
+class _Turn:
+    """What ``read_answer`` sends to a turn, kept."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.thought: list[str] = []
+
+    async def send_text(self, text: str, *, message_id: str | None = None) -> str:
+        self.text.append(text)
+        return "m"
+
+    async def send_thought(self, text: str, *, message_id: str | None = None) -> str:
+        self.thought.append(text)
+        return "t"
+
+
+async def _read(body: bytes, chunk: int) -> Outcome:
+    async def chunks() -> AsyncIterator[bytes]:
+        for start in range(0, len(body), chunk):
+            yield body[start : start + chunk]
+
+    turn = _Turn()
+    answer = stream.StreamedAnswer()
+    try:
+        await stream.read_answer(turn, chunks(), answer)  # type: ignore[arg-type]
+    except ProviderFault as fault:
+        assert fault.line in (MALFORMED_STREAM, stream.STREAM_ERROR), fault.line  # noqa: PT017
+        return ("fault", fault.line)
+    assert "".join(turn.text) == "".join(answer.text)
+    calls = tuple(
+        (call.call_id, call.name, call.arguments) for call in answer.tool_calls(request_number=1)
     )
-    return openai.Stream(cast_to=ChatCompletionChunk, response=response, client=_CLIENT)
+    return (
+        "answer",
+        "".join(turn.text),
+        "".join(turn.thought),
+        calls,
+        answer.finish_reason,
+        answer.usage,
+    )
 
 
 def assemble(body: bytes, chunk: int) -> Outcome:
     """What the backend makes of ``body`` arriving ``chunk`` bytes at a time: ``("answer",
     text, reasoning, calls, finish, usage)`` or ``("fault", line)``. Anything else raises."""
-    response = backend._Response()
-    reasoning: list[str] = []
-    try:
-        for item in _stream(body, chunk):
-            content, thought, fragments, finish, usage = backend._parts(item)
-            if usage is not None:
-                response.usage, response.context_used = backend._usage(usage)
-            if content:
-                response.text.append(content)
-            if thought:
-                reasoning.append(thought)
-            if fragments:
-                backend._add_tool_fragments(response, fragments)
-            if finish:
-                response.finish_reason = finish
-    except ProviderFault as fault:
-        assert fault.line == MALFORMED_STREAM, fault.line  # noqa: PT017
-        return ("fault", fault.line)
-    except Exception as exc:
-        fault = backend._fault(exc, _ENTRY, "fuzz/model")
-        if not isinstance(fault, ProviderFault):
-            raise
-        assert fault.line
-        assert "\n" not in fault.line
-        assert len(fault.line) <= 500
-        return ("fault", fault.line)
-    calls = tuple(
-        (call.call_id, call.name, call.arguments) for call in response.tool_calls(request_number=1)
-    )
-    return (
-        "answer",
-        "".join(response.text),
-        "".join(reasoning),
-        calls,
-        response.finish_reason,
-        response.usage,
-    )
+    return trio.run(_read, body, chunk)
 
 
 class _Reader:
@@ -212,9 +201,8 @@ def fuzz_one(data: bytes) -> None:
 def main() -> None:
     from _atheris import run
 
-    # The SDK is not ours to guide the fuzzer by; the backend's reading and this file are.
-    # Each event costs the SDK a model construction: a bound on the input keeps runs quick.
-    modules = ["maple_acp.backends.openai._backend", __name__]
+    # The backend's reading and this file guide the fuzzer.
+    modules = ["maple_acp.backends.openai._stream", __name__]
     run("fuzz_provider_stream", fuzz_one, modules, max_len=1024)
 
 
