@@ -202,7 +202,7 @@ def run_demo(
 
         transcript.say("-> session/close")
         client.request("session/close", {"sessionId": session_id})
-        transcript.say("   <- closed (the task stays in history)")
+        transcript.say("   <- closed (the session stays in history)")
 
     transcript.restart()
     with _connector_client("connection 2", endpoint, connector, transcript, on_request) as client:

@@ -282,7 +282,7 @@ def acp(ctx: click.Context) -> None:
 
 
 _DATA_DIR_HELP = (
-    f"Directory of the task store (also: ${DATA_DIR_ENV}; config: data_dir).  "
+    f"Directory of the session store (also: ${DATA_DIR_ENV}; config: data_dir).  "
     "[default: $XDG_DATA_HOME/maple-acp, else ~/.local/share/maple-acp; "
     f"here: {default_data_dir(os.environ)}]"
 )

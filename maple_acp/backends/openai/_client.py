@@ -458,7 +458,7 @@ class ProviderCatalog:
                 # The SDK's text may quote the key; say only what kind of failure it was.
                 status = getattr(single_exception(exc), "status_code", None)
                 logger.warning(
-                    "could not list the models of provider %s at %s (%s%s)",
+                    'could not list the models of provider "%s" at %s (%s%s)',
                     entry.name,
                     where(entry),
                     type(single_exception(exc)).__name__,
@@ -466,7 +466,7 @@ class ProviderCatalog:
                 )
                 return []
         if scope.cancelled_caught:
-            logger.warning("listing the models of provider %s timed out", entry.name)
+            logger.warning('listing the models of provider "%s" timed out', entry.name)
         return names
 
     def _info(self, model_id: str) -> ModelInfo:
