@@ -421,11 +421,18 @@ class V2Dialect:
         delete: dict[str, Any] | None = (
             None if v1_session is None or v1_session.delete is None else {}
         )
+        accepts = answer.agent_capabilities.prompt_capabilities
+        prompt: dict[str, Any] = {
+            key: {}
+            for key, on in (("image", accepts.image), ("embeddedContext", accepts.embedded_context))
+            if on
+        }
         return v2.V2InitializeResponse(
             protocol_version=VERSION,
             info=_info(answer),
             capabilities=v2.V2AgentCapabilities(
                 session=v2.V2SessionCapabilities(
+                    prompt=prompt or None,
                     mcp=v2.V2McpCapabilities(http={}),
                     delete=delete,
                     additional_directories={},

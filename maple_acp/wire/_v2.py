@@ -102,6 +102,8 @@ class V2McpCapabilities:
 class V2SessionCapabilities:
     """Present (even empty) means the baseline: new, list, resume, close, prompt, cancel."""
 
+    #: ``image`` / ``embeddedContext`` as empty objects when accepted (absent: text and links).
+    prompt: dict[str, Any] | None = None
     mcp: V2McpCapabilities | None = None
     delete: Meta | None = None
     additional_directories: Meta | None = None

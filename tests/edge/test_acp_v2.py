@@ -19,6 +19,7 @@ from test_close import StallingBackend
 from maple_acp.edge import CLOSE_DEADLINE_S, AcpServiceConfig
 from maple_acp.rpc import MAX_BATCH_MESSAGES
 from maple_acp.testing.client import AcpTestClient, reject
+from maple_acp.testing.images import image_block, png
 from maple_acp.testing.schema import AcpSchema
 from maple_acp.wire import ProtocolError
 
@@ -108,6 +109,12 @@ async def test_initialize_advertises_the_session_baseline(
         assert answer["info"]["name"] == "maple-acp"
         assert "goal" in answer["_meta"]
         client.validate(acp_schema_v2)
+    # The same prompt content as v1 offers, in v2's words.
+    async with v2_harness.connect() as client:
+        v1 = (await client.initialize())["agentCapabilities"]["promptCapabilities"]
+    offered = {"image": v1["image"], "embeddedContext": v1["embeddedContext"]}
+    assert set(session.get("prompt") or {}) == {key for key, on in offered.items() if on}
+    assert offered["image"]  # the demo backend takes images: the mapping is exercised
 
 
 async def test_stream_answers_on_acceptance_and_ends_idle(
@@ -442,4 +449,16 @@ async def test_v2_close_during_a_permission_wait_denies(
         await trio.testing.wait_all_tasks_blocked()
         assert not marker.exists()
         assert v2_harness.runtime.lease_of(sid) is None
+        client.validate(acp_schema_v2)
+
+
+async def test_an_image_prompt_on_v2(
+    v2_harness: Harness, project: Path, acp_schema_v2: AcpSchema
+) -> None:
+    async with v2_client(v2_harness) as client:
+        sid = (await client.call("session/new", {"cwd": str(project)}))["sessionId"]
+        answer = await client.prompt(sid, [{"type": "text", "text": "look"}, image_block(png())])
+        assert answer["messageId"]
+        await wait_idle(client, sid)
+        assert states(client, sid) == ["running", "idle:end_turn"]
         client.validate(acp_schema_v2)
