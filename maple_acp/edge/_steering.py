@@ -81,6 +81,7 @@ class SteeringFlow:
 
     async def steer(self, request: SteeringRequest) -> object:
         # The blocks first, as for a prompt: a refused block is bad params whatever the session.
+        # Text and resource links only: an injected message has no place for images yet.
         text = prompt_text(request.prompt)
         only_inject = prompt_required(request.meta)
         session = self._table.live(request.session_id)
