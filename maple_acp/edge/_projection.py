@@ -433,8 +433,12 @@ class SessionProjector:
             )
         )
 
-    def context_usage(self, used: int, size: int) -> SessionNotification:
-        return self._wrap(UsageUpdate(used=used, size=size))
+    def context_usage(
+        self, used: int, size: int, cost_usd: float | None = None
+    ) -> SessionNotification:
+        """Context use, with the session's cumulative cost only when the backend knows it."""
+        cost = None if cost_usd is None else wire.Cost(amount=cost_usd, currency="USD")
+        return self._wrap(UsageUpdate(used=used, size=size, cost=cost))
 
     def commands(self, commands: Sequence[CommandInfo]) -> SessionNotification:
         return self._wrap(

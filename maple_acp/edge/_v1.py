@@ -168,7 +168,7 @@ class V1Projection(NoTurnFrames, SessionProjector):
         if isinstance(event, PlanUpdated):
             return self.plan(event.entries)
         if isinstance(event, ContextUsage):
-            return self.context_usage(event.used, event.size)
+            return self.context_usage(event.used, event.size, event.cost_usd)
         if isinstance(event, CommandsChanged):
             return self.commands(event.commands)
         if isinstance(event, CompactionChanged):

@@ -207,7 +207,7 @@ class V2Projection:
         if isinstance(event, PlanUpdated):
             return self.plan(event.entries)
         if isinstance(event, ContextUsage):
-            return self._shared(self._text.context_usage(event.used, event.size))
+            return self._shared(self._text.context_usage(event.used, event.size, event.cost_usd))
         if isinstance(event, CommandsChanged):
             return self.commands(event.commands)
         if isinstance(event, RunNotice):

@@ -121,11 +121,13 @@ class PlanUpdated:
 
 @attrs.frozen
 class ContextUsage:
-    """How much of the model's context window is in use (``used`` may exceed ``size``)."""
+    """How much of the model's context window is in use (``used`` may exceed ``size``), and
+    the session's cumulative cost in USD when the backend knows the model's prices."""
 
     run_id: str
     used: int
     size: int
+    cost_usd: float | None = None
 
 
 @attrs.frozen

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
@@ -247,13 +248,18 @@ class Turn:
         also written to the task history, whose latest plan is replayed on load."""
         await self._outlet.send_plan(bounded_plan(entries))
 
-    async def report_context(self, used: int, size: int) -> None:
+    async def report_context(self, used: int, size: int, *, cost_usd: float | None = None) -> None:
         """How many tokens of the model's context window are in use (``used`` may exceed
-        ``size``). Not persisted."""
+        ``size``), and the session's cumulative cost in USD when the backend has prices for
+        the model (never an estimate without them). Not persisted."""
         for value in (used, size):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError("context usage is two integers >= 0")
-        await self._outlet.send(ContextUsage(self.run_id, used, size))
+        if cost_usd is not None and (
+            not isinstance(cost_usd, (int, float)) or not math.isfinite(cost_usd) or cost_usd < 0
+        ):
+            raise ValueError("a cost is a finite number >= 0")
+        await self._outlet.send(ContextUsage(self.run_id, used, size, cost_usd))
 
     async def set_commands(self, commands: Sequence[CommandInfo]) -> None:
         """Replace the commands the backend offers (each a prompt starting with
