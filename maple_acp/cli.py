@@ -185,6 +185,7 @@ def _provider_engine(
     model: str | None,
     key_env: str | None,
     tool_env_allow: tuple[str, ...] = (),
+    kind: str | None = None,
 ) -> EngineFactory | None:
     """The provider engine when one is configured (``None``: the demo engine), built now so
     that a bad section, a missing key variable or a missing extra is one line before anything
@@ -194,13 +195,16 @@ def _provider_engine(
     providers (flags win over the file, as everywhere); the file's ``system_prompt`` and
     ``max_rate_limit_wait`` still apply.
     """
-    flags_given = not (url is None and model is None and key_env is None)
+    flags_given = not (url is None and model is None and key_env is None and kind is None)
     # A file that only bounds rate-limit waits configures no provider (the demo engine runs).
     if not flags_given and not (config.providers.keys() - {"max_rate_limit_wait"}):
         return None
     if flags_given and (url is None or model is None):
         # A usage error (exit 2), like any other pair of flags used wrongly.
-        raise click.UsageError("--provider-url and --model go together (--api-key-env is optional)")
+        raise click.UsageError(
+            "--provider-url and --model go together (--api-key-env and --provider-kind are "
+            "optional)"
+        )
     from maple_acp.backends.openai import (
         ProviderConfigError,
         ProviderUnavailable,
@@ -219,6 +223,7 @@ def _provider_engine(
                 api_key_env=key_env,
                 system_prompt=prompt if isinstance(prompt, str) else None,
                 max_rate_limit_wait=config.providers.get("max_rate_limit_wait"),
+                kind=kind or "openai",
             )
         else:
             provider = load_provider_config(config.providers, f"config file {config.path}")
@@ -375,6 +380,13 @@ _config_option = click.option(
     help="The NAME of the environment variable holding the API key for --provider-url "
     "(read once at start; the key itself is never a flag).",
 )
+@click.option(
+    "--provider-kind",
+    type=click.Choice(("openai", "anthropic")),
+    default=None,
+    help="What --provider-url speaks: openai (Chat Completions) or anthropic (the Messages "
+    "API, e.g. https://api.anthropic.com/v1).  [default: openai]",
+)
 def serve(
     config_path: Path | None,
     socket_path: str | None,
@@ -389,6 +401,7 @@ def serve(
     provider_url: str | None,
     model: str | None,
     api_key_env: str | None,
+    provider_kind: str | None,
 ) -> None:
     """Run the agent runtime and the ACP service until SIGINT or SIGTERM.
 
@@ -416,7 +429,7 @@ def serve(
         raise CliError(str(exc)) from None
     configure_logging(settings.log_level, settings.log_format)
     try:
-        _serve_with(settings, config, (provider_url, model, api_key_env))
+        _serve_with(settings, config, (provider_url, model, api_key_env), provider_kind)
     except CliError as exc:
         exc.as_json = settings.log_format == "json"
         raise
@@ -433,6 +446,7 @@ def _serve_with(
     settings: ServeSettings,
     config: ConfigFile,
     provider_flags: tuple[str | None, str | None, str | None],
+    provider_kind: str | None = None,
 ) -> None:
     for root in settings.allowed_roots:
         if not os.path.isabs(root) or not os.path.isdir(root):
@@ -440,7 +454,7 @@ def _serve_with(
                 f"an allowed root (--allowed-root, allowed_roots) must be an existing absolute "
                 f"directory: {root!r}"
             )
-    engine = _provider_engine(config, *provider_flags, settings.tool_env_allow)
+    engine = _provider_engine(config, *provider_flags, settings.tool_env_allow, provider_kind)
     endpoint = _prepare_endpoint(settings.socket)
     _refuse_live_endpoint(endpoint)
     try:

@@ -316,7 +316,13 @@ def test_a_bad_log_level_in_the_environment_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "flags", [("--model", "m"), ("--provider-url", "http://127.0.0.1:9/v1"), ("--api-key-env", "K")]
+    "flags",
+    [
+        ("--model", "m"),
+        ("--provider-url", "http://127.0.0.1:9/v1"),
+        ("--api-key-env", "K"),
+        ("--provider-kind", "anthropic"),
+    ],
 )
 def test_provider_flags_go_together_as_a_usage_error(
     tmp_path: Path, flags: tuple[str, str]
@@ -324,7 +330,8 @@ def test_provider_flags_go_together_as_a_usage_error(
     done = run_main("serve", *flags, env=home_env(tmp_path))
     assert done.returncode == 2
     assert done.stderr.rstrip().endswith(
-        "Error: --provider-url and --model go together (--api-key-env is optional)"
+        "Error: --provider-url and --model go together (--api-key-env and --provider-kind "
+        "are optional)"
     )
     assert "Usage: " in done.stderr
 

@@ -35,12 +35,14 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from maple_acp._exceptions import MapleAcpError
 from maple_acp.backends.openai._config import (
+    ANTHROPIC_KIND,
     FLAG_PROVIDER_NAME,
     FLAG_SOURCE,
+    OPENAI_KIND,
     ModelPrices,
     ModelSettings,
     ProviderConfig,
@@ -53,7 +55,7 @@ from maple_acp.backends.openai._config import (
 from maple_acp.runtime import AskForTools
 
 if TYPE_CHECKING:
-    from maple_acp.backends.openai._backend import ProviderBackend
+    from maple_acp.backends._routing import KindBackend
     from maple_acp.backends.openai._client import ProviderCatalog, RequestTimeouts
 
 __all__ = [
@@ -94,18 +96,29 @@ def build_backend(
     timeouts: RequestTimeouts | None = None,
     max_turn_requests: int | None = None,
     backoff: Sequence[float] | None = None,
-) -> tuple[ProviderBackend, ProviderCatalog]:
+) -> tuple[KindBackend, ProviderCatalog]:
     """The backend and the model catalog for ``config``. Each provider's key is read from
-    ``env`` (usually ``os.environ``) here, once, and kept only in memory.
+    ``env`` (usually ``os.environ``) here, once, and kept only in memory. Providers of
+    ``kind = "anthropic"`` get the Anthropic Messages backend (``maple_acp.backends.anthropic``);
+    a configuration mixing kinds gets one backend routing each turn by its model's provider.
 
-    Raises ``ProviderUnavailable`` without the ``openai`` extra, and ``ProviderConfigError``
-    when a named key variable is unset or empty (naming the variable, never a value)."""
+    Raises ``ProviderUnavailable`` without the ``openai`` extra (or, for an Anthropic provider,
+    the ``anthropic`` extra), and ``ProviderConfigError`` when a named key variable is unset or
+    empty (naming the variable, never a value)."""
     # Only whether the SDK is there: importing it takes longer than the host's whole start, so
     # the backend imports it in the background once the host serves (``warm_up``).
     for package in SDK_PACKAGES:
         if importlib.util.find_spec(package) is None:
             raise ProviderUnavailable(
                 f"the OpenAI-compatible provider needs the openai package: {INSTALL_HINT}"
+            )
+    if any(entry.kind == ANTHROPIC_KIND for entry in config.providers):
+        from maple_acp.backends.anthropic import ANTHROPIC_SDK
+        from maple_acp.backends.anthropic import INSTALL_HINT as ANTHROPIC_HINT
+
+        if importlib.util.find_spec(ANTHROPIC_SDK) is None:
+            raise ProviderUnavailable(
+                f"the Anthropic provider needs the anthropic package: {ANTHROPIC_HINT}"
             )
     from maple_acp.backends.openai._backend import MAX_TURN_REQUESTS, ProviderBackend
     from maple_acp.backends.openai._client import ProviderCatalog, ProviderKeys, SdkLoader
@@ -129,12 +142,23 @@ def build_backend(
     held = ProviderKeys(keys)
     # One import of the SDK, in a worker thread, for the backend and the catalog alike.
     sdk = SdkLoader()
-    backend = ProviderBackend(
-        config,
-        held,
-        timeouts=timeouts,
-        max_turn_requests=max_turn_requests or MAX_TURN_REQUESTS,
-        sdk=sdk,
+    options: dict[str, Any] = {
+        "timeouts": timeouts,
+        "max_turn_requests": max_turn_requests or MAX_TURN_REQUESTS,
         **({"backoff": backoff} if backoff is not None else {}),
-    )
-    return backend, ProviderCatalog(config, held, sdk=sdk)
+    }
+    kinds = {entry.kind for entry in config.providers}
+    backends: dict[str, KindBackend] = {}
+    if OPENAI_KIND in kinds:
+        backends[OPENAI_KIND] = ProviderBackend(config, held, sdk=sdk, **options)
+    if ANTHROPIC_KIND in kinds:
+        from maple_acp.backends.anthropic._backend import AnthropicBackend
+
+        backends[ANTHROPIC_KIND] = AnthropicBackend(config, held, **options)
+    catalog = ProviderCatalog(config, held, sdk=sdk)
+    if len(backends) == 1:
+        (backend,) = backends.values()
+        return backend, catalog
+    from maple_acp.backends._routing import ProviderRouter
+
+    return ProviderRouter(config, backends), catalog

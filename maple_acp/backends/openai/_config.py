@@ -34,7 +34,13 @@ FLAG_SOURCE = "the command line"
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_KNOWN_PROVIDER_KEYS = frozenset({"name", "base_url", "api_key_env", "models", "context_window"})
+_KNOWN_PROVIDER_KEYS = frozenset(
+    {"name", "kind", "base_url", "api_key_env", "models", "context_window"}
+)
+#: The wire protocol a provider speaks: Chat Completions, or Anthropic's Messages.
+OPENAI_KIND = "openai"
+ANTHROPIC_KIND = "anthropic"
+PROVIDER_KINDS = (OPENAI_KIND, ANTHROPIC_KIND)
 _KNOWN_MODEL_KEYS = frozenset({"id", "reasoning", "vision", "context_window", "prices"})
 _KNOWN_PRICE_KEYS = ("input", "output", "cache_read", "cache_write")
 #: Bound on the text of a configuration error (one line).
@@ -74,7 +80,7 @@ class ModelSettings:
 
 @attrs.frozen(kw_only=True)
 class ProviderEntry:
-    """One OpenAI-compatible endpoint."""
+    """One endpoint: OpenAI-compatible, or Anthropic's Messages API (``kind``)."""
 
     name: str
     #: The Chat Completions base URL (``.../v1``), without credentials.
@@ -88,6 +94,8 @@ class ProviderEntry:
     context_window: int | None = None
     #: The settings of each listed model, in the order of ``models``.
     model_settings: tuple[ModelSettings, ...] = ()
+    #: ``OPENAI_KIND`` or ``ANTHROPIC_KIND``.
+    kind: str = OPENAI_KIND
 
     def settings_for(self, model: str) -> ModelSettings | None:
         """The configured settings of ``model`` (an id without the provider's name), ``None``
@@ -179,13 +187,16 @@ def provider_config_from_flags(
     context_window: int | None = None,
     system_prompt: str | None = None,
     max_rate_limit_wait: float | None = None,
+    kind: str = OPENAI_KIND,
 ) -> ProviderConfig:
-    """The configuration of ``serve --provider-url URL --model ID [--api-key-env NAME]``: one
-    provider named ``provider`` offering exactly ``ID`` (clients see ``provider/ID``)."""
+    """The configuration of ``serve --provider-url URL --model ID [--api-key-env NAME]
+    [--provider-kind KIND]``: one provider named ``provider`` offering exactly ``ID`` (clients
+    see ``provider/ID``)."""
     raw: dict[str, Any] = {
         "providers": [
             {
                 "name": FLAG_PROVIDER_NAME,
+                "kind": kind,
                 "base_url": base_url,
                 "models": [model],
                 **({"api_key_env": api_key_env} if api_key_env is not None else {}),
@@ -208,6 +219,7 @@ def provider_config_from_flags(
             ("providers[0].models[0]", "--model"),
             ("providers[0].api_key_env", "--api-key-env"),
             ("providers[0].context_window", "--context-window"),
+            ("providers[0].kind", "--provider-kind"),
         ):
             text = text.replace(key, flag)
         raise ProviderConfigError(text) from None
@@ -227,6 +239,9 @@ def _provider(table: object, where: str, fail: Any) -> ProviderEntry:
             f"{where}.name",
             f"must be 1-{MAX_PROVIDER_NAME_CHARS} letters, digits, '.', '_' or '-' (no '/')",
         )
+    kind = table.get("kind", OPENAI_KIND)
+    if kind not in PROVIDER_KINDS:
+        raise fail(f"{where}.kind", f"must be one of {', '.join(map(repr, PROVIDER_KINDS))}")
     base_url = _base_url(table.get("base_url"), f"{where}.base_url", fail)
     api_key_env = table.get("api_key_env")
     if api_key_env is not None and (
@@ -263,6 +278,7 @@ def _provider(table: object, where: str, fail: Any) -> ProviderEntry:
         models=listed,
         context_window=window,
         model_settings=settings,
+        kind=kind,
     )
 
 

@@ -1,0 +1,106 @@
+"""The HTTP side of the Anthropic backend: one SDK client per turn over our own ``httpx2``
+client (no ambient proxy, environment credentials or headers, no redirects, explicit timeouts).
+
+Resource handling: the SDK cleans up a forgotten client only under asyncio; on Trio every client
+is closed here, explicitly, when the block ends (shielded and bounded, so a cancel cannot leave
+a connection open).
+
+The SDK is imported by the functions that use it, never with this module: importing it costs a
+host more than its whole start (``import_sdk`` does it in a worker thread ahead of a turn)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from maple_acp.backends.openai._client import NO_KEY, RequestTimeouts, TlsContext
+from maple_acp.backends.openai._config import ProviderEntry
+
+if TYPE_CHECKING:
+    import anthropic
+
+#: The SDK adds the headers listed in this environment variable to every request.
+_AMBIENT_HEADERS = "ANTHROPIC_CUSTOM_HEADERS"
+#: The configured base URL names the API root like an OpenAI-compatible one (``.../v1``,
+#: which model discovery uses); the SDK adds this part itself.
+_VERSION_SUFFIX = "/v1"
+#: Closing a client after its turn: shielded, but never for long.
+CLIENT_CLOSE_BOUND_S = 1.0
+
+
+def sdk_base_url(base_url: str) -> str:
+    """The SDK's base URL for a configured one: without the trailing ``/v1``."""
+    if base_url.endswith(_VERSION_SUFFIX):
+        return base_url[: -len(_VERSION_SUFFIX)]
+    return base_url
+
+
+@asynccontextmanager
+async def open_messages_client(
+    entry: ProviderEntry, key: str | None, timeouts: RequestTimeouts, tls: TlsContext | None = None
+) -> AsyncIterator[anthropic.AsyncAnthropic]:
+    """An SDK client for ``entry``, closed when the block ends.
+
+    The key is passed explicitly, so the SDK consults no credential variable, profile or
+    federation file; its own retries are off (retrying is the backend's, bounded and
+    cancellation-aware)."""
+    import anthropic
+    import httpx2
+
+    verify: ssl.SSLContext | bool = True
+    if tls is not None and entry.base_url.startswith("https:"):
+        verify = tls.get()
+    http = httpx2.AsyncClient(
+        trust_env=False,
+        follow_redirects=False,
+        max_redirects=0,
+        timeout=timeouts.for_httpx(),
+        transport=httpx2.AsyncHTTPTransport(trust_env=False, verify=verify),
+    )
+    async with http:
+        client = anthropic.AsyncAnthropic(
+            api_key=key or NO_KEY,
+            base_url=sdk_base_url(entry.base_url),
+            max_retries=0,
+            timeout=timeouts.for_httpx(),
+            http_client=http,
+            default_headers={
+                **_without_ambient_headers(),
+                # Named here so that an Authorization from the environment cannot replace it.
+                "Authorization": f"Bearer {key or NO_KEY}",
+            },
+            open_telemetry=False,
+        )
+        try:
+            yield client
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(CLIENT_CLOSE_BOUND_S):
+                await client.close()
+
+
+#: What the first client and request would otherwise import on the event loop.
+SDK_MODULES = ("anthropic", "anthropic.resources.messages", "httpx2", "anyio._backends._trio")
+
+
+def import_sdk() -> None:
+    """Import the SDK (blocking: call it in a worker thread)."""
+    for module in SDK_MODULES:
+        importlib.import_module(module)
+
+
+def _without_ambient_headers() -> dict[str, Any]:
+    """Headers that cancel the SDK's ``ANTHROPIC_CUSTOM_HEADERS``: set for some other use of
+    the SDK (they may carry a credential), they must not go to the configured endpoint."""
+    text = os.environ.get(_AMBIENT_HEADERS)
+    if not text:
+        return {}
+    import anthropic
+
+    names = (line.partition(":")[0].strip() for line in text.split("\n") if ":" in line)
+    return {name: anthropic.omit for name in names if name and name.lower() != "authorization"}

@@ -1,0 +1,130 @@
+"""The conversation an Anthropic Messages request carries: the task's history rebuilt into
+``user``/``assistant`` messages of content blocks (each ``tool_use`` followed at once by its
+``tool_result``), the tool definitions in the Messages shape, and the prompt-cache breakpoints.
+Pure functions over plain dicts; no SDK import."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from maple_acp.backends.openai._conversation import bound_result, tool_name
+from maple_acp.model import ItemKind, TimelineItem
+
+Message = dict[str, Any]
+Block = dict[str, Any]
+
+#: The prompt-cache marker: the prefix up to a block carrying it is cached for reuse.
+CACHE_BREAKPOINT: dict[str, str] = {"type": "ephemeral"}
+
+
+def history_messages(
+    items: Sequence[TimelineItem], messages: list[Message] | None = None
+) -> list[Message]:
+    """Messages for a task's visible history: user text, agent text, and each tool call as a
+    ``tool_use`` block in the assistant's message with its ``tool_result`` in the next user
+    message. Thoughts are not sent back: a thinking block is only accepted with the signature
+    the provider gave it, and only the current turn's tool loop needs them (``_backend`` keeps
+    those in the turn's own messages). Plans are not messages. They are added to ``messages``
+    (a new list without it), joined to a user message already last."""
+    messages = [] if messages is None else messages
+    text: list[str] = []
+    uses: list[Block] = []
+    results: list[Block] = []
+
+    def flush() -> None:
+        blocks: list[Block] = []
+        joined = "".join(text)
+        if joined.strip():
+            blocks.append({"type": "text", "text": joined})
+        blocks.extend(uses)
+        if blocks:
+            _append(messages, "assistant", blocks)
+        if results:
+            _append(messages, "user", list(results))
+        text.clear()
+        uses.clear()
+        results.clear()
+
+    for item in items:
+        if item.kind is ItemKind.USER:
+            flush()
+            if item.text.strip():
+                _append(messages, "user", [{"type": "text", "text": item.text}])
+        elif item.kind is ItemKind.ASSISTANT:
+            if uses:
+                flush()
+            text.append(item.text)
+        elif item.kind is ItemKind.TOOL and item.tool is not None:
+            tool = item.tool
+            use_id = f"toolu_h{len(messages)}_{len(uses)}"
+            raw = tool.raw_input
+            uses.append(
+                {
+                    "type": "tool_use",
+                    "id": use_id,
+                    "name": tool_name(tool.name),
+                    "input": dict(raw) if isinstance(raw, dict) else {},
+                }
+            )
+            outcome = tool.output_text
+            if outcome is None:
+                outcome = f"the tool call ended {tool.status.value}"
+            results.append(
+                {"type": "tool_result", "tool_use_id": use_id, "content": bound_result(outcome)}
+            )
+    flush()
+    return messages
+
+
+def user_text(messages: list[Message], text: str) -> None:
+    """Add the user's ``text`` as the latest message (joined to a user message already last,
+    since the Messages API alternates roles)."""
+    _append(messages, "user", [{"type": "text", "text": text or "(empty message)"}])
+
+
+def _append(messages: list[Message], role: str, blocks: list[Block]) -> None:
+    if messages and messages[-1]["role"] == role:
+        messages[-1]["content"].extend(blocks)
+    else:
+        messages.append({"role": role, "content": blocks})
+
+
+def tool_definitions(specs: Sequence[Any]) -> list[dict[str, Any]]:
+    """The Messages shape of the function specs the OpenAI-compatible backend offers (the same
+    tools, so the same rules and modes apply to both engines)."""
+    tools = []
+    for spec in specs:
+        function = spec["function"]
+        tools.append(
+            {
+                "name": function["name"],
+                "description": function.get("description") or "",
+                "input_schema": function["parameters"],
+            }
+        )
+    return tools
+
+
+def with_breakpoints(
+    system: str, tools: list[dict[str, Any]], messages: Sequence[Message]
+) -> tuple[list[Block], list[dict[str, Any]], list[Message]]:
+    """Copies of the system prompt (as a block), the tools and the messages, with cache
+    breakpoints on the system prompt, the last tool and the last block of the latest message:
+    the next request of the turn, and the next turn, re-read that prefix from the cache. Three
+    of the four breakpoints a request may carry; the stored messages are left unmarked so that
+    breakpoints never pile up."""
+    system_blocks: list[Block] = [
+        {"type": "text", "text": system, "cache_control": CACHE_BREAKPOINT}
+    ]
+    marked_tools = [dict(tool) for tool in tools]
+    if marked_tools:
+        marked_tools[-1]["cache_control"] = CACHE_BREAKPOINT
+    marked = [dict(message) for message in messages]
+    if marked:
+        last = marked[-1]
+        blocks = [dict(block) for block in last["content"]]
+        if blocks:
+            blocks[-1]["cache_control"] = CACHE_BREAKPOINT
+        last["content"] = blocks
+    return system_blocks, marked_tools, marked
