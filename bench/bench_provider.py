@@ -1,9 +1,9 @@
 """The model's path at the token rate: CPU per streamed model token through the real connector,
 against a floor, and the time from ``session/prompt`` to the request reaching the model.
 
-Run: ``python bench/bench_provider.py [--tokens N] [--runs R] [--latency-runs L]``. Prints plain
-text; the ratios measured in one run are what count (absolute figures move up to 2x between
-runs on a shared machine).
+Run: ``python bench/bench_provider.py [--kind openai|anthropic] [--tokens N] [--runs R]
+[--latency-runs L]``. Prints plain text; the ratios measured in one run are what count
+(absolute figures move up to 2x between runs on a shared machine).
 
 A loopback OpenAI-compatible server (``tests/backends/openai/loopback.py``) runs in its own
 process and answers every chat request with N one-token SSE events plus a usage event (or as
@@ -31,6 +31,11 @@ CPU spent before the request left, which a busy machine does not inflate.
 
 Targets (issue 26): host + connector <= 60 us CPU per token; <= 5 ms warm; <= 15 ms on a fresh
 host's first prompt.
+
+``--kind anthropic``: the same over Anthropic's Messages streaming format
+(``tests/backends/anthropic/messages_loopback.py``, ``serve --provider-kind anthropic``). Its
+floor is this process reading the same stream through the ``anthropic`` SDK's own stream (what
+the backend reads): the target (issue 24) is host + connector within 20 % of that.
 """
 
 from __future__ import annotations
@@ -55,6 +60,9 @@ import orjson
 
 HERE = Path(__file__).resolve().parent
 SERVER = HERE.parent / "tests" / "backends" / "openai" / "loopback.py"
+MESSAGES_SERVER = HERE.parent / "tests" / "backends" / "anthropic" / "messages_loopback.py"
+#: ``--kind anthropic``: host + connector CPU per token at most this many times the SDK floor.
+TARGET_SDK_RATIO = 1.2
 PYTHON = sys.executable
 #: A process that has not answered by then is stuck, not slow.
 TIMEOUT_S = 120.0
@@ -138,10 +146,10 @@ class LineClient:
 class LoopbackServer:
     """The loopback model server process and the arrival lines it prints."""
 
-    def __init__(self, scratch: Path, tokens: int) -> None:
+    def __init__(self, scratch: Path, tokens: int, script: Path = SERVER) -> None:
         port_file = scratch / "port"
         self.process = subprocess.Popen(
-            [PYTHON, str(SERVER), str(port_file), str(tokens)], stdout=subprocess.PIPE
+            [PYTHON, str(script), str(port_file), str(tokens)], stdout=subprocess.PIPE
         )
         deadline = time.monotonic() + TIMEOUT_S
         while not port_file.exists() or not port_file.read_text().strip():
@@ -194,10 +202,30 @@ def floor_cpu(server: LoopbackServer) -> tuple[float, int]:
     return used, tokens
 
 
+def sdk_floor_cpu(server: LoopbackServer, client: Any) -> tuple[float, int]:
+    """CPU seconds of this process to read one Messages stream through the ``anthropic`` SDK's
+    own (synchronous) stream: every event built and typed as the SDK does."""
+    start = time.process_time()
+    tokens = 0
+    stream = client.messages.create(
+        model="bench-model",
+        max_tokens=8192,
+        messages=[{"role": "user", "content": "go"}],
+        stream=True,
+    )
+    with stream:
+        for event in stream:
+            if event.type == "content_block_delta" and event.delta.type == "text_delta":
+                tokens += 1
+    used = time.process_time() - start
+    server.arrival_ns()
+    return used, tokens
+
+
 class Host:
     """``maple-acp serve`` with the loopback provider, and a connector to it."""
 
-    def __init__(self, scratch: Path, base_url: str) -> None:
+    def __init__(self, scratch: Path, base_url: str, kind: str = "openai") -> None:
         self.scratch = scratch
         self.project = scratch / "project"
         self.project.mkdir(parents=True, exist_ok=True)
@@ -209,6 +237,7 @@ class Host:
                 *(PYTHON, "-m", "maple_acp._main", "serve", "--socket", str(socket_path)),
                 *("--data-dir", str(scratch / "data"), "--log-level", "warning"),
                 *("--provider-url", base_url, "--model", "bench-model"),
+                *("--provider-kind", kind),
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -294,8 +323,8 @@ class Host:
 
 
 @contextlib.contextmanager
-def running(scratch: Path, base_url: str) -> Iterator[Host]:
-    host = Host(scratch, base_url)
+def running(scratch: Path, base_url: str, kind: str = "openai") -> Iterator[Host]:
+    host = Host(scratch, base_url, kind)
     try:
         yield host
     finally:
@@ -316,9 +345,25 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20, help="CPU runs, each side")
     parser.add_argument("--latency-runs", type=int, default=20, help="prompts per latency figure")
     parser.add_argument("--skip-first", action="store_true", help="skip the fresh-host figure")
+    parser.add_argument(
+        "--kind", choices=("openai", "anthropic"), default="openai", help="the provider protocol"
+    )
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="macp-bp-"))
-    server = LoopbackServer(scratch, args.tokens)
+    anthropic_kind = args.kind == "anthropic"
+    server = LoopbackServer(scratch, args.tokens, MESSAGES_SERVER if anthropic_kind else SERVER)
+    floor_of: Any = floor_cpu
+    sdk_client: Any = None
+    if anthropic_kind:
+        import anthropic
+
+        sdk_client = anthropic.Anthropic(
+            api_key="bench", base_url=server.base_url.removesuffix("/v1"), max_retries=0
+        )
+
+        def floor_of(server: LoopbackServer) -> tuple[float, int]:
+            return sdk_floor_cpu(server, sdk_client)
+
     try:
         ours_cpu: list[float] = []
         floor: list[float] = []
@@ -327,12 +372,12 @@ def main() -> int:
         warm_cpu_ms: list[float] = []
         first_cpu_ms: list[float] = []
         ready_s: list[float] = []
-        with running(scratch / "warm", server.base_url) as host:
+        with running(scratch / "warm", server.base_url, args.kind) as host:
             host.connect()
             # One warm-up of each: imports, first connections.
             host.prompt(host.new_session(), "go")
             server.arrival_ns()
-            floor_cpu(server)
+            floor_of(server)
             for _ in range(args.runs):
                 session_id = host.new_session()
                 before = cpu_seconds(host.pids)
@@ -341,7 +386,7 @@ def main() -> int:
                 server.arrival_ns()
                 if chunks < 1:
                     raise RuntimeError("no text arrived")
-                seconds, tokens = floor_cpu(server)
+                seconds, tokens = floor_of(server)
                 if tokens != args.tokens:
                     raise RuntimeError(f"the floor read {tokens} of {args.tokens} tokens")
                 floor.append(seconds / tokens)
@@ -353,7 +398,7 @@ def main() -> int:
                 warm_ms.append((server.arrival_ns() - sent) / 1e6)
         if not args.skip_first:
             for index in range(args.latency_runs):
-                with running(scratch / f"first{index}", server.base_url) as host:
+                with running(scratch / f"first{index}", server.base_url, args.kind) as host:
                     ready_s.append(host.ready_s)
                     host.settle()
                     host.connect()
@@ -363,6 +408,8 @@ def main() -> int:
                     first_cpu_ms.append((cpu_ns(host.pids) - before_ns) / 1e6)
                     first_ms.append((server.arrival_ns() - sent) / 1e6)
     finally:
+        if sdk_client is not None:
+            sdk_client.close()
         server.close()
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -370,17 +417,26 @@ def main() -> int:
     total_us = sum(ours_cpu) / len(ours_cpu) * 1e6
     floor_us = statistics.median(floor) * 1e6
     print(
-        f"provider path: {args.tokens} tokens per answer, one per SSE event; {args.runs} "
-        f"alternating runs (python {sys.version.split()[0]})"
+        f"provider path ({args.kind}): {args.tokens} tokens per answer, one per SSE event; "
+        f"{args.runs} alternating runs (python {sys.version.split()[0]})"
     )
     print(
         f"  host + connector CPU per token: {cpu_us:6.1f} us median, {total_us:6.1f} us mean "
         f"({_verdict(cpu_us <= TARGET_CPU_US)} <= {TARGET_CPU_US:.0f})"
     )
     print(f"    runs: {_runs(ours_cpu, 1e6)}")
-    print(f"  floor (raw bytes + orjson.loads per event): {floor_us:6.2f} us per token")
-    print(f"    runs: {_runs(floor, 1e6, '.2f')}")
-    print(f"  ours / floor: {cpu_us / floor_us:.1f}x")
+    if anthropic_kind:
+        print(f"  floor (the anthropic SDK's own stream): {floor_us:6.2f} us per token")
+        print(f"    runs: {_runs(floor, 1e6, '.2f')}")
+        ratio = cpu_us / floor_us
+        print(
+            f"  ours / SDK floor: {ratio:.2f}x ({_verdict(ratio <= TARGET_SDK_RATIO)} <= "
+            f"{TARGET_SDK_RATIO:.1f})"
+        )
+    else:
+        print(f"  floor (raw bytes + orjson.loads per event): {floor_us:6.2f} us per token")
+        print(f"    runs: {_runs(floor, 1e6, '.2f')}")
+        print(f"  ours / floor: {cpu_us / floor_us:.1f}x")
     warm = statistics.median(warm_ms)
     print(
         f"  session/prompt -> request at the server, warm: {warm:6.2f} ms median "

@@ -9,10 +9,16 @@ stream script for the provider benchmark from a separate process."""
 from __future__ import annotations
 
 import json
+import sys
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 import trio
+
+# Run as a script (the benchmark), the OpenAI-compatible server's module is found here.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "openai"))
+
 from loopback import (
     LoopbackProvider,
     Recorded,
@@ -189,7 +195,16 @@ async def _bench_main(port_file: str, tokens: int) -> None:
 
     class Endless(deque[Reply]):
         def popleft(self) -> Reply:
-            return text_reply(*(["tok "] * tokens))
+            request = server.requests[-1]
+            print(f"arrived {request.arrived_ns}", flush=True)
+            count = tokens
+            messages = request.body.get("messages") if isinstance(request.body, dict) else None
+            last = messages[-1].get("content") if messages else None
+            if isinstance(last, list) and last and isinstance(last[-1], dict):
+                last = last[-1].get("text")
+            if isinstance(last, str) and last.strip().isdigit():
+                count = int(last)
+            return text_reply(*(["tok "] * count))
 
         def __bool__(self) -> bool:
             return True
@@ -203,6 +218,4 @@ async def _bench_main(port_file: str, tokens: int) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
     trio.run(_bench_main, sys.argv[1], int(sys.argv[2]))
