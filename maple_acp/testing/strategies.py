@@ -82,10 +82,26 @@ def json_objects() -> st.SearchStrategy[dict[str, Any]]:
     return st.dictionaries(texts(max_size=8), json_values(), max_size=_MAX_ITEMS)
 
 
-# Integers whose schema bound differs from the default 0..2**32 range.
-_INT_FIELDS: dict[tuple[type, str], st.SearchStrategy[int]] = {
+def _system_prompts() -> st.SearchStrategy[dict[str, Any]]:
+    # The unstable schema's ``SystemPrompt``: a mode and at least one text block.
+    return st.fixed_dictionaries(
+        {
+            "mode": st.sampled_from(["append", "override"]),
+            "content": st.lists(
+                st.fixed_dictionaries({"type": st.just("text"), "text": texts()}),
+                min_size=1,
+                max_size=3,
+            ),
+        }
+    )
+
+
+# Fields whose schema says more than their Python type: integers with another bound than the
+# default 0..2**32, objects typed loosely on our side but shaped by the schema.
+_FIELDS: dict[tuple[type, str], st.SearchStrategy[Any]] = {
     (wire.InitializeRequest, "protocol_version"): st.integers(0, 0xFFFF),
     (wire.InitializeResponse, "protocol_version"): st.integers(0, 0xFFFF),
+    (wire.ForkSessionRequest, "system_prompt"): _system_prompts(),
 }
 
 
@@ -133,7 +149,7 @@ def _strategy_for(tp: Any) -> st.SearchStrategy[Any]:
 def _build_class(cls: Any) -> st.SearchStrategy[Any]:
     fields = {}
     for a in attrs.fields(cls):
-        bounded = _INT_FIELDS.get((cls, a.name))
+        bounded = _FIELDS.get((cls, a.name))
         if bounded is None:
             fields[a.name] = strategy_for(a.type)
         elif _is_union(a.type):
