@@ -674,7 +674,11 @@ class Connection:
                 self.report.note("the loopback MCP server is not running: MCP calls skipped")
                 return
             if not self.with_mcp:
-                return await self.new(servers=self._servers(1.0))
+                # Open one first, then run the operation picked on it: returning here made
+                # an MCP call depend on a second lucky draw (a short run could miss it).
+                await self.new(servers=self._servers(1.0))
+                if not self.with_mcp:
+                    return
             session_id = rng.choice(sorted(self.with_mcp))
         elif not self.owned:
             return await self.new()
