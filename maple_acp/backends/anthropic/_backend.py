@@ -304,29 +304,29 @@ class AnthropicBackend:
         if budget is not None and self.thought_levels(turn.model):
             extra["thinking"] = {"type": "enabled", "budget_tokens": budget}
             max_tokens += budget
-        # Plain dicts built here; the SDK's typed overloads add nothing.
-        create: Any = exchange.client.messages.create
+        # The body is plain JSON already: handed over as ``extra_body`` it skips the SDK's typed
+        # walk of every message. ``messages`` there replaces the empty one the signature needs.
+        body: dict[str, Any] = {"system": system, "messages": marked, **extra}
+        create: Any = exchange.client.messages.with_streaming_response.create
         try:
-            stream = await create(
+            async with create(
                 model=exchange.model,
-                system=system,
-                messages=marked,
+                messages=(),
                 max_tokens=max_tokens,
                 stream=True,
-                **extra,
-            )
-        except Exception as exc:
-            _raise_fault(exc, exchange.entry, exchange.model)
-        try:
-            await read_stream(turn, stream, response)
+                extra_body=body,
+            ) as raw:
+                http = raw.http_response
+                try:
+                    await read_stream(turn, http.aiter_bytes(), response)
+                finally:
+                    # On a cancel the provider must see the connection end now.
+                    with trio.CancelScope(shield=True), trio.move_on_after(STREAM_CLOSE_BOUND_S):
+                        await http.aclose()
         except ProviderFault:
             raise
         except Exception as exc:
             _raise_fault(exc, exchange.entry, exchange.model)
-        finally:
-            # On a cancel the provider must see the connection end now, not at collection.
-            with trio.CancelScope(shield=True), trio.move_on_after(STREAM_CLOSE_BOUND_S):
-                await stream.close()
         if not response.complete:
             raise ProviderFault(BROKEN_STREAM, retryable=True)
 

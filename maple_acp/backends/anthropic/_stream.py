@@ -1,23 +1,36 @@
-"""One streamed Messages answer, assembled: the SDK's events read into content blocks (text,
-thinking with its signature, redacted thinking, tool calls with their JSON input), the stop
-reason and the usage, with text and thinking forwarded to the turn as they arrive.
+"""One streamed Messages answer, assembled: the events the SDK's own SSE decoder splits from
+the response bytes (its raw events: each event's JSON decoded with ``orjson``, no typed model
+per event, which at one token per event costs more than the rest of a token's path) read into
+content blocks (text, thinking with its signature, redacted thinking, tool calls with their JSON
+input), the stop reason and the usage; text and thinking of one network read go to the turn as
+one piece each.
 
-Error handling: an event of the wrong shape is ``ProviderFault(MALFORMED_STREAM)``; the SDK
-builds events without validating them, so a misshapen one surfaces here as a missing attribute.
+Error handling: an event that is not JSON or has the wrong shape is
+``ProviderFault(MALFORMED_STREAM)``; an ``error`` event is its own fault (an overload is a
+retryable rate limit), never the provider's text.
+
+Cancellation: the reads checkpoint; the caller closes the response.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any, cast
 
 import attrs
+import orjson
 
 from maple_acp.backends.anthropic._messages import Block
 from maple_acp.backends.openai._config import ModelPrices
-from maple_acp.backends.openai._faults import MALFORMED_STREAM, ProviderFault
+from maple_acp.backends.openai._faults import MALFORMED_STREAM, OVERLOADED_CODES, ProviderFault
 from maple_acp.backends.openai._native import MAX_ARGUMENT_CHARS, ToolCall
 from maple_acp.runtime import Turn, Usage
+
+STREAM_ERROR = "the provider reported an error inside its stream"
+
+_loads = orjson.loads
 
 #: Content blocks kept from one response; more is a broken stream, not a plan.
 MAX_BLOCKS_PER_RESPONSE = 256
@@ -112,46 +125,131 @@ def tool_input(draft: Draft) -> Any:
     return value if isinstance(value, dict) else {}
 
 
-async def read_stream(turn: Turn, stream: Any, response: StreamedAnswer) -> None:
-    text_id: str | None = None
-    thought_id: str | None = None
+class _Forwarder:
+    """Text and thinking waiting to go to the turn: everything of one network read goes as one
+    piece of each (a change of kind sends what came before it), so a fast stream costs one
+    update per read, not one per token; nothing is held back for later bytes."""
+
+    __slots__ = ("_answer", "_kind", "_pieces", "_text_id", "_thought_id", "_turn")
+
+    def __init__(self, turn: Turn, answer: StreamedAnswer) -> None:
+        self._turn = turn
+        self._answer = answer
+        self._pieces: list[str] = []
+        self._kind = ""
+        self._text_id: str | None = None
+        self._thought_id: str | None = None
+
+    async def add(self, kind: str, piece: str) -> None:
+        if kind != self._kind:
+            await self.flush()
+            self._kind = kind
+        self._pieces.append(piece)
+
+    async def flush(self) -> None:
+        if not self._pieces:
+            return
+        text = "".join(self._pieces)
+        self._pieces.clear()
+        self._answer.forwarded = True
+        if self._kind == "text":
+            self._text_id = await self._turn.send_text(text, message_id=self._text_id)
+        else:
+            self._thought_id = await self._turn.send_thought(text, message_id=self._thought_id)
+
+
+@attrs.frozen
+class _Body:
+    """What the SDK's event decoder reads from: the response's bytes, through ``reads``."""
+
+    reads: AsyncIterator[bytes]
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        return self.reads
+
+
+async def read_stream(turn: Turn, chunks: AsyncIterator[bytes], response: StreamedAnswer) -> None:
+    """Read one response body into ``response`` through the SDK's own SSE decoder (its raw
+    events: no typed model per event), forwarding text and thinking as they come. Transport
+    errors propagate as they are (the caller maps them)."""
+    import anthropic
+
+    forward = _Forwarder(turn, response)
+
+    async def reads() -> AsyncIterator[bytes]:
+        async for chunk in chunks:
+            yield chunk
+            # The decoder asks for more bytes only after it gave out every event of these.
+            await forward.flush()
+
+    events: Any = anthropic.AsyncStream.raw_events(cast(Any, _Body(reads())))
+    async with aclosing(events):
+        async for sse in events:
+            name = sse.event
+            if name == "ping" or not sse.data:
+                continue
+            if name == "error":
+                raise _stream_error(sse.data)
+            try:
+                event = _loads(sse.data)
+            except orjson.JSONDecodeError:
+                raise ProviderFault(MALFORMED_STREAM) from None
+            try:
+                await _apply(event, response, forward)
+            except (AttributeError, TypeError, KeyError):
+                raise ProviderFault(MALFORMED_STREAM) from None
+    await forward.flush()
+
+
+def _stream_error(data: str) -> ProviderFault:
+    """The fault of an ``error`` event: an overload is a rate limit (retried while nothing was
+    forwarded); anything else is one line without the provider's text."""
     try:
-        async for event in stream:
-            kind = event.type
-            if kind == "content_block_delta":
-                draft = response.blocks.get(event.index)
-                if draft is None:
-                    raise ProviderFault(MALFORMED_STREAM)
-                delta = event.delta
-                delta_kind = delta.type
-                if delta_kind == "text_delta":
-                    piece = _str(delta.text)
-                    draft.block["text"] += piece
-                    response.forwarded = True
-                    text_id = await turn.send_text(piece, message_id=text_id)
-                elif delta_kind == "thinking_delta":
-                    piece = _str(delta.thinking)
-                    draft.block["thinking"] += piece
-                    response.forwarded = True
-                    thought_id = await turn.send_thought(piece, message_id=thought_id)
-                elif delta_kind == "signature_delta":
-                    draft.block["signature"] += _str(delta.signature)
-                elif delta_kind == "input_json_delta":
-                    piece = _str(delta.partial_json)
-                    draft.json_size += len(piece)
-                    if draft.json_size <= MAX_ARGUMENT_CHARS:
-                        draft.json_parts.append(piece)
-            elif kind == "content_block_start":
-                _start_block(response, event.index, event.content_block)
-            elif kind == "message_start":
-                _take_usage(response, event.message.usage)
-            elif kind == "message_delta":
-                response.stop_reason = _str(event.delta.stop_reason or "")
-                _take_usage(response, event.usage)
-            elif kind == "message_stop":
-                response.complete = True
-    except (AttributeError, TypeError, KeyError):
-        raise ProviderFault(MALFORMED_STREAM) from None
+        body = _loads(data)
+    except orjson.JSONDecodeError:
+        body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and error.get("type") in OVERLOADED_CODES:
+        return ProviderFault(
+            "the provider is overloaded (an error event in its stream)",
+            retryable=True,
+            rate_limited=True,
+        )
+    return ProviderFault(STREAM_ERROR)
+
+
+async def _apply(event: Any, response: StreamedAnswer, forward: _Forwarder) -> None:
+    kind = event["type"]
+    if kind == "content_block_delta":
+        draft = response.blocks.get(event["index"])
+        if draft is None:
+            raise ProviderFault(MALFORMED_STREAM)
+        delta = event["delta"]
+        delta_kind = delta["type"]
+        if delta_kind == "text_delta":
+            piece = _str(delta["text"])
+            draft.block["text"] += piece
+            await forward.add("text", piece)
+        elif delta_kind == "thinking_delta":
+            piece = _str(delta["thinking"])
+            draft.block["thinking"] += piece
+            await forward.add("thinking", piece)
+        elif delta_kind == "signature_delta":
+            draft.block["signature"] += _str(delta["signature"])
+        elif delta_kind == "input_json_delta":
+            piece = _str(delta["partial_json"])
+            draft.json_size += len(piece)
+            if draft.json_size <= MAX_ARGUMENT_CHARS:
+                draft.json_parts.append(piece)
+    elif kind == "content_block_start":
+        _start_block(response, event["index"], event["content_block"])
+    elif kind == "message_start":
+        _take_usage(response, event["message"].get("usage"))
+    elif kind == "message_delta":
+        response.stop_reason = _str(event["delta"].get("stop_reason") or "")
+        _take_usage(response, event.get("usage"))
+    elif kind == "message_stop":
+        response.complete = True
 
 
 def _start_block(response: StreamedAnswer, index: object, block: Any) -> None:
@@ -159,20 +257,20 @@ def _start_block(response: StreamedAnswer, index: object, block: Any) -> None:
         raise ProviderFault(MALFORMED_STREAM)
     if len(response.blocks) >= MAX_BLOCKS_PER_RESPONSE:
         raise ProviderFault(MALFORMED_STREAM)
-    kind = block.type
+    kind = block["type"]
     if kind == "text":
         # Text arrives in deltas; a start carrying text is folded into the first one.
         response.blocks[index] = Draft({"type": "text", "text": ""})
     elif kind == "thinking":
         response.blocks[index] = Draft(
-            {"type": "thinking", "thinking": "", "signature": _str(block.signature or "")}
+            {"type": "thinking", "thinking": "", "signature": _str(block.get("signature") or "")}
         )
     elif kind == "redacted_thinking":
         # Encrypted thinking: never shown, but sent back as it came.
-        response.blocks[index] = Draft({"type": "redacted_thinking", "data": _str(block.data)})
+        response.blocks[index] = Draft({"type": "redacted_thinking", "data": _str(block["data"])})
     elif kind == "tool_use":
         response.blocks[index] = Draft(
-            {"type": "tool_use", "id": _str(block.id), "name": _str(block.name), "input": {}}
+            {"type": "tool_use", "id": _str(block["id"]), "name": _str(block["name"]), "input": {}}
         )
     else:
         # A block kind this backend does not know is neither shown nor sent back.
@@ -180,7 +278,7 @@ def _start_block(response: StreamedAnswer, index: object, block: Any) -> None:
 
 
 def _take_usage(response: StreamedAnswer, usage: Any) -> None:
-    if usage is None:
+    if not isinstance(usage, dict):
         return
     for name, field in (
         ("input_tokens", "input_tokens"),
@@ -188,7 +286,7 @@ def _take_usage(response: StreamedAnswer, usage: Any) -> None:
         ("cache_read_input_tokens", "cache_read"),
         ("cache_creation_input_tokens", "cache_write"),
     ):
-        value = getattr(usage, name, None)
+        value = usage.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             setattr(response, field, value)
 
