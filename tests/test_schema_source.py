@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import http.server
 import io
+import os
+import shutil
 import socket
 import tarfile
 import threading
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from maple_acp.testing.schema import AcpSchema
 from maple_acp.testing.schema_source import SchemaUnavailable, resolve_schema_dir
 
 SCHEMA = b'{"$defs": {}}'
@@ -143,3 +146,16 @@ def test_acp_schema_dir_wins_and_a_wrong_one_is_one_line(tmp_path: Path) -> None
     assert resolve_schema_dir({}, **where) == shared  # type: ignore[arg-type]
     with pytest.raises(SchemaUnavailable, match=r"ACP_SCHEMA_DIR=\S+/nothing holds no schema"):
         resolve_schema_dir({"ACP_SCHEMA_DIR": str(tmp_path / "nothing")}, **where)  # type: ignore[arg-type]
+
+
+def test_a_fetched_schema_without_meta_files_still_knows_its_version(tmp_path: Path) -> None:
+    """The npm package's ``schema/`` folder has no ``meta.json``: v1 and v2 are told apart by
+    their own definitions, so the v2 tests validate against v2 from a fetched copy too."""
+    resolved = Path(os.environ["ACP_SCHEMA_DIR"])
+    for version in ("v1", "v2"):
+        copy = tmp_path / version
+        copy.mkdir()
+        for name in ("schema.json", "schema.unstable.json"):
+            shutil.copyfile(resolved.parent / version / name, copy / name)
+    assert AcpSchema(tmp_path / "v1").version == 1
+    assert AcpSchema(tmp_path / "v2").version == 2

@@ -50,6 +50,8 @@ V2_OUTBOUND_DEFINITIONS: Final[Mapping[str, str]] = {
     "session/request_permission": "RequestPermissionRequest",
 }
 V2_UNSTABLE_RESULTS: Final = frozenset({"session/fork"})
+#: The definition only the v2 schema has: how a directory without ``meta.json`` is told apart.
+V2_UPDATE_DEFINITION: Final = V2_OUTBOUND_DEFINITIONS["session/update"]
 
 
 class SchemaViolation(AssertionError):
@@ -83,10 +85,13 @@ class AcpSchema:
         }
         self._validators: dict[tuple[str, str], Any] = {}
         meta = directory / "meta.json"
-        #: The protocol version the directory describes (its ``meta.json``; 1 without one).
-        self.version = (
-            int(orjson.loads(meta.read_bytes()).get("version", 1)) if meta.is_file() else 1
-        )
+        #: The protocol version the directory describes: its ``meta.json``, else the schema's
+        #: own update definition (the npm package's ``schema/`` folder has no meta files).
+        if meta.is_file():
+            self.version = int(orjson.loads(meta.read_bytes()).get("version", 1))
+        else:
+            definitions = self._documents["schema"].get("$defs", {})
+            self.version = 2 if V2_UPDATE_DEFINITION in definitions else 1
 
     def _validator(self, document: str, definition: str) -> Any:
         key = (document, definition)
