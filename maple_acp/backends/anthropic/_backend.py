@@ -22,7 +22,7 @@ import attrs
 import trio
 
 from maple_acp._groups import single_exception
-from maple_acp.backends.anthropic._client import import_sdk, open_messages_client
+from maple_acp.backends.anthropic._client import MessagesClients, import_sdk
 from maple_acp.backends.anthropic._messages import (
     Block,
     Message,
@@ -32,9 +32,10 @@ from maple_acp.backends.anthropic._messages import (
     with_breakpoints,
 )
 from maple_acp.backends.anthropic._stream import StreamedAnswer, read_stream
-from maple_acp.backends.openai._client import ProviderKeys, RequestTimeouts, TlsContext, where
+from maple_acp.backends.openai._client import ProviderKeys, RequestTimeouts, where
 from maple_acp.backends.openai._compaction import SUMMARY_PREFIX, after_compaction
 from maple_acp.backends.openai._config import (
+    ANTHROPIC_KIND,
     ModelPrices,
     ProviderConfig,
     ProviderEntry,
@@ -113,9 +114,11 @@ class _Exchange:
 class AnthropicBackend:
     """An ``AgentBackend`` over Anthropic Messages endpoints (``kind = "anthropic"``).
 
-    Resource handling: each turn opens its own SDK client and closes it explicitly (and every
-    stream) when the turn ends, is cancelled or fails; a cancelled turn's stream is closed at
-    once, so the provider sees its connection end.
+    Resource handling: one SDK client per provider for the backend's life; use the backend as
+    ``async with backend:`` (or ``await backend.aclose()``) so that they close, explicitly (the
+    SDK's own clean-up runs only under asyncio). Every stream is closed when its request ends,
+    is cancelled or fails; a cancelled turn's stream at once, so the provider sees its
+    connection end.
 
     Error handling: as the OpenAI-compatible backend (``openai._faults``): 401/403, an unknown
     model, 429 and 529 ("overloaded", also as an error event before anything was forwarded)
@@ -140,7 +143,7 @@ class AnthropicBackend:
         self._timeouts = timeouts or RequestTimeouts()
         self._max_requests = max(1, min(max_turn_requests, MAX_TURN_REQUESTS))
         self._backoff = tuple(backoff) or BACKOFF_S
-        self._tls = TlsContext()
+        self._clients = MessagesClients(keys, self._timeouts)
         #: Each session's cost so far in USD (only for models with configured prices).
         self._costs: collections.OrderedDict[str, float] = collections.OrderedDict()
 
@@ -149,8 +152,21 @@ class AnthropicBackend:
         it serves). Never raises: a turn meets the same failure and says it."""
         try:
             await trio.to_thread.run_sync(import_sdk)
+            for entry in self._config.providers:
+                if entry.kind == ANTHROPIC_KIND:
+                    self._clients.get(entry)
         except Exception as exc:
-            logger.warning("could not import the anthropic SDK ahead (%s)", type(exc).__name__)
+            logger.warning("could not prepare the anthropic clients ahead (%s)", type(exc).__name__)
+
+    async def aclose(self) -> None:
+        """Close every provider's client and its connections."""
+        await self._clients.aclose()
+
+    async def __aenter__(self) -> AnthropicBackend:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     def thought_levels(self, model_id: str | None) -> tuple[str, ...]:
         """The thinking levels (``THINKING_BUDGETS``) of a model marked ``reasoning = true``."""
@@ -172,11 +188,8 @@ class AnthropicBackend:
         if entry is None:
             raise TurnFailed(f"the model {model_id[:200]!r} is no longer configured")
         system, messages = self._conversation(turn)
-        async with open_messages_client(
-            entry, self._keys.key_for(entry.name), self._timeouts, self._tls
-        ) as client:
-            exchange = _Exchange(turn, client, entry, model, system)
-            answer, stop = await self._loop(exchange, messages)
+        exchange = _Exchange(turn, self._clients.get(entry), entry, model, system)
+        answer, stop = await self._loop(exchange, messages)
         if stop is not StopReason.END_TURN:
             logger.info("turn %s stopped: %s", turn.run_id, stop.value)
         progress = _goal_progress(answer) if turn.kind is RunKind.GOAL_CYCLE else None

@@ -1,9 +1,9 @@
-"""The HTTP side of the Anthropic backend: one SDK client per turn over our own ``httpx2``
+"""The HTTP side of the Anthropic backend: one SDK client per provider over our own ``httpx2``
 client (no ambient proxy, environment credentials or headers, no redirects, explicit timeouts).
 
-Resource handling: the SDK cleans up a forgotten client only under asyncio; on Trio every client
-is closed here, explicitly, when the block ends (shielded and bounded, so a cancel cannot leave
-a connection open).
+Resource handling: the SDK cleans up a forgotten client only under asyncio; on Trio every
+client is closed here, explicitly, by ``MessagesClients.aclose`` (shielded and bounded, so a
+cancel cannot leave a connection open).
 
 The SDK is imported by the functions that use it, never with this module: importing it costs a
 host more than its whole start (``import_sdk`` does it in a worker thread ahead of a turn)."""
@@ -13,13 +13,11 @@ from __future__ import annotations
 import importlib
 import os
 import ssl
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from maple_acp.backends.openai._client import NO_KEY, RequestTimeouts, TlsContext
+from maple_acp.backends.openai._client import NO_KEY, ProviderKeys, RequestTimeouts, TlsContext
 from maple_acp.backends.openai._config import ProviderEntry
 
 if TYPE_CHECKING:
@@ -41,11 +39,43 @@ def sdk_base_url(base_url: str) -> str:
     return base_url
 
 
-@asynccontextmanager
-async def open_messages_client(
+class MessagesClients:
+    """One SDK client per provider for the backend's life, made on first use (a client costs
+    tens of milliseconds to make; a turn should not pay that).
+
+    Resource handling: :meth:`aclose` closes every client and its connections, explicitly
+    (shielded and bounded): under Trio nothing else would."""
+
+    def __init__(self, keys: ProviderKeys, timeouts: RequestTimeouts) -> None:
+        self._keys = keys
+        self._timeouts = timeouts
+        self._tls = TlsContext()
+        self._clients: dict[str, anthropic.AsyncAnthropic] = {}
+        self._closed = False
+
+    def get(self, entry: ProviderEntry) -> anthropic.AsyncAnthropic:
+        if self._closed:
+            raise RuntimeError("the backend's clients are closed")
+        client = self._clients.get(entry.name)
+        if client is None:
+            client = self._clients[entry.name] = make_messages_client(
+                entry, self._keys.key_for(entry.name), self._timeouts, self._tls
+            )
+        return client
+
+    async def aclose(self) -> None:
+        self._closed = True
+        clients = list(self._clients.values())
+        self._clients.clear()
+        for client in clients:
+            with trio.CancelScope(shield=True), trio.move_on_after(CLIENT_CLOSE_BOUND_S):
+                await client.close()
+
+
+def make_messages_client(
     entry: ProviderEntry, key: str | None, timeouts: RequestTimeouts, tls: TlsContext | None = None
-) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    """An SDK client for ``entry``, closed when the block ends.
+) -> anthropic.AsyncAnthropic:
+    """An SDK client for ``entry`` over its own HTTP client (closed with it).
 
     The key is passed explicitly, so the SDK consults no credential variable, profile or
     federation file; its own retries are off (retrying is the backend's, bounded and
@@ -63,25 +93,19 @@ async def open_messages_client(
         timeout=timeouts.for_httpx(),
         transport=httpx2.AsyncHTTPTransport(trust_env=False, verify=verify),
     )
-    async with http:
-        client = anthropic.AsyncAnthropic(
-            api_key=key or NO_KEY,
-            base_url=sdk_base_url(entry.base_url),
-            max_retries=0,
-            timeout=timeouts.for_httpx(),
-            http_client=http,
-            default_headers={
-                **_without_ambient_headers(),
-                # Named here so that an Authorization from the environment cannot replace it.
-                "Authorization": f"Bearer {key or NO_KEY}",
-            },
-            open_telemetry=False,
-        )
-        try:
-            yield client
-        finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(CLIENT_CLOSE_BOUND_S):
-                await client.close()
+    return anthropic.AsyncAnthropic(
+        api_key=key or NO_KEY,
+        base_url=sdk_base_url(entry.base_url),
+        max_retries=0,
+        timeout=timeouts.for_httpx(),
+        http_client=http,
+        default_headers={
+            **_without_ambient_headers(),
+            # Named here so that an Authorization from the environment cannot replace it.
+            "Authorization": f"Bearer {key or NO_KEY}",
+        },
+        open_telemetry=False,
+    )
 
 
 #: What the first client and request would otherwise import on the event loop.

@@ -52,7 +52,10 @@ async def messages_acp(
     backend, catalog = build_backend(
         messages_config(provider, prices=prices), {KEY_ENV: TEST_KEY}, backoff=(0.0,)
     )
-    async with running_demo_acp(tmp_path, backend=backend, catalog=catalog, policy=policy()) as h:
+    async with (
+        backend,
+        running_demo_acp(tmp_path, backend=backend, catalog=catalog, policy=policy()) as h,
+    ):
         yield h
 
 
@@ -65,7 +68,7 @@ async def messages_service(
     )
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
-    async with temp_store(data) as store:
+    async with backend, temp_store(data) as store:
         service = make_demo_service(store, backend=backend, catalog=catalog, policy=policy())
         async with service:
             service.sign_in(DEMO_ACCOUNT)

@@ -45,7 +45,7 @@ async def test_the_real_api_answers_thinks_and_uses_a_tool(tmp_path: Path, proje
         ]
     }
     backend, catalog = build_backend(load_provider_config(raw, "live test"), os.environ)
-    async with temp_store(tmp_path) as store:
+    async with backend, temp_store(tmp_path) as store:
         service = make_demo_service(
             store, backend=backend, catalog=catalog, policy=provider_policy()
         )
