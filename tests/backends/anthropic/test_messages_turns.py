@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 import trio
-from anthropic_support import KEY_ENV, TEST_KEY, messages_config, messages_service
-from messages_loopback import MessagesProvider, text_reply, tool_reply
+from anthropic_support import KEY_ENV, TEST_KEY, messages_service
+from messages_loopback import MessagesProvider, Reply, text_reply, tool_reply
 
 from maple_acp.backends.openai import (
     ProviderConfigError,
@@ -19,8 +19,17 @@ from maple_acp.backends.openai import (
     load_provider_config,
     provider_config_from_flags,
 )
-from maple_acp.runtime import AgentService, PermissionRequest, RunState, SessionLease, ThoughtChunk
-from maple_acp.testing.demo import run_prompt
+from maple_acp.backends.openai import provider_policy as policy
+from maple_acp.runtime import (
+    AgentService,
+    PermissionRequest,
+    RunState,
+    SessionLease,
+    TextChunk,
+    ThoughtChunk,
+)
+from maple_acp.testing.demo import DEMO_ACCOUNT, make_demo_service, run_prompt
+from maple_acp.testing.store import temp_store
 
 
 async def new_lease(service: AgentService, project: Path, nursery: trio.Nursery) -> SessionLease:
@@ -155,7 +164,6 @@ def test_the_kind_defaults_to_openai_and_a_bad_kind_is_one_line() -> None:
 async def test_a_configuration_mixing_engines_routes_each_turn_by_its_provider(
     tmp_path: Path, messages_provider: MessagesProvider, project: Path
 ) -> None:
-    config = messages_config(messages_provider)
     raw = {
         "providers": [
             {
@@ -165,16 +173,44 @@ async def test_a_configuration_mixing_engines_routes_each_turn_by_its_provider(
                 "api_key_env": KEY_ENV,
                 "models": [{"id": "test-model", "reasoning": True}],
             },
-            # An OpenAI-compatible provider nobody answers: a turn sent there would fail.
-            {"name": "local", "base_url": "http://127.0.0.1:9/v1", "models": ["plain"]},
+            # The same loopback server, spoken to as Chat Completions.
+            {"name": "local", "base_url": messages_provider.base_url, "models": ["plain"]},
         ]
     }
     config = load_provider_config(raw, "test config")
-    backend, _catalog = build_backend(config, {KEY_ENV: TEST_KEY})
-    assert type(backend).__name__ == "ProviderRouter"
+    backend, catalog = build_backend(config, {KEY_ENV: TEST_KEY}, backoff=(0.0,))
     assert backend.thought_levels("claude/test-model") == ("low", "medium", "high")
     assert backend.thought_levels("local/plain") == ()
     assert backend.thought_levels("gone/x") == ()
+    chat_chunk = {
+        "type": "chunk",
+        "choices": [{"index": 0, "delta": {"content": "from chat"}, "finish_reason": "stop"}],
+    }
+    messages_provider.add(
+        text_reply("from messages"), Reply(events=[chat_chunk, "data: [DONE]\n\n"])
+    )
+    texts = []
+    data = tmp_path / "data"
+    data.mkdir()
+    async with backend, temp_store(data) as store:
+        service = make_demo_service(store, backend=backend, catalog=catalog, policy=policy())
+        async with service, trio.open_nursery() as nursery:
+            service.sign_in(DEMO_ACCOUNT)
+            for model in ("claude/test-model", "local/plain"):
+                lease: SessionLease = await nursery.start(
+                    lambda task_status, model=model: service.serve_new_task(
+                        str(project), model=model, task_status=task_status
+                    )
+                )
+                events, outcome = await run_prompt(lease, "hi")
+                assert outcome.state is RunState.COMPLETED, outcome.failure
+                texts.append("".join(e.text for e in events if isinstance(e, TextChunk)))
+                await lease.release()
+    assert texts == ["from messages", "from chat"]
+    assert [r.path for r in messages_provider.requests if r.method == "POST"] == [
+        "/v1/messages",
+        "/v1/chat/completions",
+    ]
 
 
 def test_serve_flags_choose_the_anthropic_engine(tmp_path: Path) -> None:
