@@ -73,9 +73,9 @@ from maple_acp.wire import AGENT_METHODS as V1_METHODS
 from maple_acp.wire import (
     GOAL_CONTROL_METHOD,
     INVALID_PARAMS,
-    METHOD_NOT_FOUND,
     REQUEST_CANCELLED,
     STATUS_METHOD,
+    STEERING_METHOD,
     ChunkKind,
     CloseSessionRequest,
     DeleteSessionRequest,
@@ -89,6 +89,7 @@ from maple_acp.wire import (
     SessionConfigOption,
     SessionConfigSelect,
     SessionNotification,
+    SteeringResponse,
     unstructure,
     v2,
 )
@@ -127,6 +128,7 @@ _PARAMS: Final[Mapping[str, tuple[Any, str]]] = {
     "session/delete": (DeleteSessionRequest, "delete_session"),
     "session/set_config_option": (v2.V2SetSessionConfigOptionRequest, "set_config_option"),
     GOAL_CONTROL_METHOD: (V1_METHODS[GOAL_CONTROL_METHOD].params, "goal_control"),
+    STEERING_METHOD: (V1_METHODS[STEERING_METHOD].params, "steer"),
     STATUS_METHOD: (V1_METHODS[STATUS_METHOD].params, "status"),
 }
 #: Each inbound method, its params type and the operation that serves it.
@@ -438,10 +440,9 @@ class V2Dialect:
                     additional_directories={},
                 )
             ),
-            # Steering is a v1 extension here (v2 drafts its own ``session/inject``).
-            meta={k: v for k, v in answer.meta.items() if k != "steering"}
-            if answer.meta is not None
-            else None,
+            # The goal and steering extensions are advertised as on v1; a steer-started turn
+            # is framed by its state_update running / idle like a prompt's.
+            meta=answer.meta,
         )
 
     def replay_requested(self, request: v2.V2ResumeSessionRequest) -> bool:
@@ -491,9 +492,8 @@ class V2Dialect:
 
     def steering_answer(
         self, outcome: Literal["injected", "startedNewTurn", "promptRequired"], reason: str | None
-    ) -> object:
-        """Never called: v2 has no steering route."""
-        raise ProtocolError(METHOD_NOT_FOUND, "method not found: _session/steering")
+    ) -> SteeringResponse:
+        return SteeringResponse(outcome=outcome, reason=reason)
 
     def acceptance_answer(self, message_id: str) -> v2.V2PromptResponse:
         return v2.V2PromptResponse(message_id=message_id)

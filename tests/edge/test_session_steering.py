@@ -19,7 +19,6 @@ from maple_acp.testing.client import AcpTestClient, allow
 from maple_acp.testing.schema import AcpSchema
 from maple_acp.wire import (
     INVALID_PARAMS,
-    METHOD_NOT_FOUND,
     REQUEST_CANCELLED,
     RESOURCE_NOT_FOUND,
     ProtocolError,
@@ -285,7 +284,11 @@ async def test_closing_ends_a_turn_a_steer_started_with_nothing_after(
         client.validate(acp_schema)
 
 
-async def test_a_v2_connection_neither_advertises_nor_serves_steering(tmp_path: Path) -> None:
+async def test_a_v2_connection_steers_like_a_v1_one(
+    tmp_path: Path, project: Path, acp_schema_v2: AcpSchema
+) -> None:
+    """Advertised on v2 too; injected into a running turn; with none running it starts one,
+    framed by its state_update running / idle (no turnEnded: idle already says it)."""
     config = AcpServiceConfig(protocol_max=2)
     async with running_service(tmp_path, config=config) as harness, harness.connect() as client:
         answer = await client.call(
@@ -293,10 +296,33 @@ async def test_a_v2_connection_neither_advertises_nor_serves_steering(tmp_path: 
             {"protocolVersion": 2, "info": {"name": "t", "version": "0"}, "capabilities": {}},
         )
         assert answer["protocolVersion"] == 2
-        assert "steering" not in (answer.get("_meta") or {})
-        with pytest.raises(ProtocolError) as caught:
-            await steer(client, "any", "hi")
-        assert caught.value.code == METHOD_NOT_FOUND
+        assert answer["_meta"]["steering"] == {"supported": True}
+        sid = (await client.call("session/new", {"cwd": str(project)}))["sessionId"]
+
+        def states() -> list[str]:
+            return [
+                u["state"] + (f":{u['stopReason']}" if u.get("stopReason") else "")
+                for u in client.updates(sid)
+                if u["sessionUpdate"] == "state_update"
+            ]
+
+        accepted = await client.prompt(sid, "/echo working\n/listen\n/echo done")
+        assert accepted["messageId"]
+        await client.wait_until(lambda: ("agent_message_chunk", "working") in chunks(client, sid))
+        assert await steer(client, sid, "look at tests too") == {"outcome": "injected"}
+        await client.wait_until(lambda: states()[-1:] == ["idle:end_turn"])
+        texts = [text for kind, text in chunks(client, sid) if kind == "agent_message_chunk"]
+        assert "steered: look at tests too" in texts
+
+        assert await steer(client, sid, "/echo again") == {"outcome": "startedNewTurn"}
+        await client.wait_until(lambda: states().count("idle:end_turn") == 2)
+        assert states() == ["running", "idle:end_turn", "running", "idle:end_turn"]
+        assert turn_ends(client, sid) == []
+        assert await steer(client, sid, "later", idleBehavior="promptRequired") == {
+            "outcome": "promptRequired",
+            "reason": "noRunningTurn",
+        }
+        client.validate(acp_schema_v2)
 
 
 def _skilled(project: Path) -> Path:
