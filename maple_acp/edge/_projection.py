@@ -398,9 +398,11 @@ class SessionProjector:
             )
         )
 
-    def notice(self, message_id: str, text: str) -> list[bytes]:
-        """A notice about the run (overflow, failure) as visible agent text."""
-        return self.text("agent_message_chunk", message_id, bound_text(text, 500))
+    def notice(self, message_id: str, text: str, *, as_thought: bool = False) -> list[bytes]:
+        """A notice about the run (overflow, failure) as visible agent text, or as a thought
+        (a wait on the provider, for a client that does not show notices)."""
+        kind: ChunkKind = "agent_thought_chunk" if as_thought else "agent_message_chunk"
+        return self.text(kind, message_id, bound_text(text, 500))
 
     def session_notice(self, level: NoticeSeverity, text: str) -> SessionNotification:
         """A notice as a ``notice`` update (only for a client that shows them)."""

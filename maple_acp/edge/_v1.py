@@ -183,7 +183,8 @@ class V1Projection(NoTurnFrames, SessionProjector):
             # A terminal notice (failure, overflow) is the turn's visible answer: text for all.
             if self.notices and not event.terminal:
                 return self.session_notice(event.level, event.text)
-            return self.notice(f"{event.run_id}-notice", event.text)
+            as_thought = event.fallback == "thought" and not event.terminal
+            return self.notice(f"{event.run_id}-notice", event.text, as_thought=as_thought)
         return None
 
     def permission_request(self, request: ToolRequest) -> RequestPermissionRequest:

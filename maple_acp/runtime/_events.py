@@ -143,16 +143,22 @@ NoticeLevel: TypeAlias = Literal["info", "warning", "error"]
 NOTICE_LEVELS: Final[tuple[NoticeLevel, ...]] = ("info", "warning", "error")
 
 
+#: How a caller that does not show notices sees one: as visible agent ``text``, or as a
+#: ``thought`` (what the agent is going through, e.g. waiting on its provider).
+NoticeFallback: TypeAlias = Literal["text", "thought"]
+
+
 @attrs.frozen
 class RunNotice:
     """A message for the caller about the run itself (not agent text), with its ``level``.
     ``terminal`` notices come right before ``RunEnded``: the failure text of a failed run, or
-    the overflow notice."""
+    the overflow notice. ``fallback`` says how a caller that does not show notices sees it."""
 
     run_id: str
     text: str
     terminal: bool = False
     level: NoticeLevel = "info"
+    fallback: NoticeFallback = "text"
 
 
 #: Where a compaction stands: ``in_progress``, then ``completed``, ``failed`` or ``cancelled``.

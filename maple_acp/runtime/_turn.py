@@ -25,6 +25,7 @@ from maple_acp.runtime._errors import bounded_text
 from maple_acp.runtime._events import (
     NOTICE_LEVELS,
     ContextUsage,
+    NoticeFallback,
     NoticeLevel,
     RunKind,
     RunNotice,
@@ -272,13 +273,20 @@ class Turn:
         await self._outlet.send(TitleChanged(self.run_id, title))
 
     async def notice(
-        self, level_or_text: str, text: str | None = None, *, level: NoticeLevel | None = None
+        self,
+        level_or_text: str,
+        text: str | None = None,
+        *,
+        level: NoticeLevel | None = None,
+        fallback: NoticeFallback = "text",
     ) -> None:
         """Tell the user something about the run that is not the agent's answer (a retry, a
         long wait, a dropped server): ``notice(level, text)`` with ``level`` one of ``info``,
         ``warning``, ``error``; ``notice(text)`` and ``notice(text, level=...)`` work too (the
         level defaults to ``info``). Always logged; a caller that shows notices gets it as one,
-        others as visible text."""
+        others as visible text, or as a thought with ``fallback="thought"`` (for what the
+        agent goes through, such as waiting on its provider, rather than something to read in
+        its answer)."""
         if text is None:
             text, chosen = level_or_text, level or "info"
         elif level_or_text in NOTICE_LEVELS and level is None:
@@ -287,7 +295,7 @@ class Turn:
             raise ValueError(f"a notice level is one of {', '.join(NOTICE_LEVELS)}")
         text = bounded_text(self._outlet.hooks.redactor.text(text))
         logger.log(_LOG_LEVELS[chosen], "run %s notice (%s): %s", self.run_id, chosen, text)
-        await self._outlet.send(RunNotice(self.run_id, text, level=chosen))
+        await self._outlet.send(RunNotice(self.run_id, text, level=chosen, fallback=fallback))
 
     async def set_goal(self, objective: str, *, token_budget: int | None = None) -> GoalRecord:
         """Give the task a (new) active goal, as a caller's ``set`` would."""

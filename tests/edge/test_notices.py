@@ -1,6 +1,7 @@
 """Notices: ``turn.notice(level, text)`` reaches a client that opted in
 (``clientCapabilities.session.notices``) as a ``notice`` update with its level, a client that
-did not as agent text (as before), and the log always; every frame validated."""
+did not as agent text (as before) or, with ``fallback="thought"``, as a thought; the log
+always; every frame validated."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ class _NoticeBackend:
         await turn.notice("warning", "The provider is slow; retrying in 2 s.")
         await turn.notice("An old-style notice.")
         await turn.notice("A keyword one.", level="error")
+        await turn.notice("info", "Waiting for the provider.", fallback="thought")
         await turn.send_text("done")
         return TurnResult()
 
@@ -30,6 +32,8 @@ NOTICES = [
     ("info", "An old-style notice."),
     ("error", "A keyword one."),
 ]
+#: The notice a client without notices sees as a thought, not in the answer's text.
+AS_THOUGHT = ("info", "Waiting for the provider.")
 
 
 async def test_notices_reach_an_opted_in_client_as_notices_and_others_as_text(
@@ -49,8 +53,9 @@ async def test_notices_reach_an_opted_in_client_as_notices_and_others_as_text(
             for u in opted.updates(sid)
             if u["sessionUpdate"] == "notice"
         ]
-        assert shown == NOTICES
+        assert shown == [*NOTICES, AS_THOUGHT]
         assert opted.text(sid) == "done"
+        assert opted.text(sid, "agent_thought_chunk") == ""
 
         other = (await plain.new_session(str(project)))["sessionId"]
         await plain.prompt(other, "go")
@@ -60,10 +65,12 @@ async def test_notices_reach_an_opted_in_client_as_notices_and_others_as_text(
         for _, notice in NOTICES:
             assert notice in text
         assert text.endswith("done")
+        assert AS_THOUGHT[1] not in text
+        assert plain.text(other, "agent_thought_chunk") == AS_THOUGHT[1]
         opted.validate(acp_schema)
         plain.validate(acp_schema)
     logged = [(r.levelname, r.getMessage()) for r in caplog.records if "notice" in r.getMessage()]
-    for level, notice in NOTICES:
+    for level, notice in [*NOTICES, AS_THOUGHT]:
         # Logged for both clients, at the notice's own level.
         assert sum(lvl == level.upper() and notice in m for lvl, m in logged) == 2
 

@@ -374,7 +374,7 @@ class ProviderBackend:
                 attempt,
                 backoff=self._backoff,
                 label=f'provider "{exchange.entry.name}": ',
-                notify=partial(exchange.turn.notice, "warning"),
+                notify=partial(exchange.turn.notice, "warning", fallback="thought"),
                 max_rate_limit_wait=self._config.max_rate_limit_wait,
             )
         except ProviderFault as fault:
@@ -443,6 +443,7 @@ async def _telling_if_slow(
                 "info",
                 f"waiting for the provider at {where(exchange.entry)}: no answer after "
                 f"{SLOW_ANSWER_NOTICE_S:.0f} s",
+                fallback="thought",
             )
 
     try:

@@ -216,6 +216,8 @@ async def test_a_429_resetting_in_two_minutes_is_waited_out_with_a_notice(
         "the provider is limiting the rate of requests (HTTP 429); retrying at "
     )
     assert_names_reset_in(warning.text, 120)
+    # A wait is what the agent goes through: a client without notices sees it as a thought.
+    assert warning.fallback == "thought"
     # Not retried a moment before the reset; answered within a tick after it.
     assert 120 <= waited <= 121
     assert len(provider.chat_requests()) == 2
@@ -303,6 +305,7 @@ async def test_a_provider_silent_past_five_seconds_is_named_to_the_client_once(
         await trio.testing.wait_all_tasks_blocked()
         [notice] = [e for e in events if isinstance(e, RunNotice)]
         assert notice.level == "info"
+        assert notice.fallback == "thought"
         assert notice.text == (
             f"waiting for the provider at http://127.0.0.1:{provider.port}: no answer after 5 s"
         )
