@@ -298,7 +298,7 @@ class AnthropicBackend:
                 attempt,
                 backoff=self._backoff,
                 label=f'provider "{exchange.entry.name}": ',
-                notify=partial(exchange.turn.notice, "warning"),
+                notify=partial(exchange.turn.notice, "warning", fallback="thought"),
                 max_rate_limit_wait=self._config.max_rate_limit_wait,
             )
         except ProviderFault as fault:

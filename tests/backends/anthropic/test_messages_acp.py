@@ -195,10 +195,12 @@ async def test_an_overloaded_error_event_before_any_text_is_retried(
     error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
     messages_provider.add(Reply(events=[message_start(), error]), text_reply("after the storm"))
     async with messages_acp(tmp_path, messages_provider) as harness, harness.connect() as client:
-        await client.initialize(clientCapabilities={"session": {"notices": {}}})
+        await client.initialize()
         sid = (await client.new_session(str(project)))["sessionId"]
         await client.prompt(sid, "hi")
+        # Without notices the retry is told as a thought, never mixed into the answer.
         assert client.text(sid) == "after the storm"
+        assert "overloaded" in client.text(sid, "agent_thought_chunk")
 
 
 @pytest.mark.parametrize(
