@@ -40,6 +40,7 @@ from maple_acp.wire import (
     SessionResumeCapabilities,
     goal_capability_meta,
     steering_capability_meta,
+    warm_codecs,
 )
 from maple_acp_connector._version import __version__
 
@@ -273,9 +274,11 @@ class AcpService:
         )
 
     async def start(self, nursery: trio.Nursery, path: Path) -> Path:
-        """Start listening in ``nursery`` and persist "enabled" for the signed-in account."""
+        """Start listening in ``nursery`` and persist "enabled" for the signed-in account.
+        Then, in the background, the wire codecs are built (see :func:`_warm_codecs`)."""
         endpoint: Path = await nursery.start(self.serve_unix, path)
         self._persist(True)
+        nursery.start_soon(_warm_codecs)
         return endpoint
 
     async def stop(self, *, persist: bool = True) -> None:
@@ -308,3 +311,11 @@ class AcpService:
         )
         await nursery.start(self.serve_unix, path)
         return True
+
+
+async def _warm_codecs() -> None:
+    """Build the wire converter's per-type functions now, one type at a time between other
+    work, rather than on the first requests of the first client (a fresh host's first prompt
+    otherwise pays tens of milliseconds of code generation before reaching its backend)."""
+    for _ in warm_codecs():
+        await trio.lowlevel.checkpoint()

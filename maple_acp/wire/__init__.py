@@ -10,6 +10,9 @@ Inbound: ``structure_params(params, AGENT_METHODS[method].params)`` raises
 or ``encode(obj)``.
 """
 
+import sys
+from collections.abc import Iterator
+
 from . import _v2 as v2
 from ._builders import (
     ChunkKind,
@@ -38,6 +41,7 @@ from ._converter import (
     structure_params,
     unstructure,
 )
+from ._converter import warm_codecs as _warm_codecs
 from ._extensions import (
     BRIDGE_HELLO_METHOD,
     GOAL_CONTROL_METHOD,
@@ -358,4 +362,11 @@ __all__ = [
     "structure_params",
     "unstructure",
     "v2",
+    "warm_codecs",
 ]
+
+
+def warm_codecs() -> Iterator[None]:
+    """Build the converter's functions for every wire type (v1 and v2) now, one type per step;
+    see :func:`maple_acp.wire._converter.warm_codecs`."""
+    return _warm_codecs((sys.modules[__name__], v2))
