@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib
 import os
 import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -106,6 +108,21 @@ def make_messages_client(
         },
         open_telemetry=False,
     )
+
+
+@asynccontextmanager
+async def open_messages_client(
+    entry: ProviderEntry, key: str | None, timeouts: RequestTimeouts, tls: TlsContext | None = None
+) -> AsyncIterator[anthropic.AsyncAnthropic]:
+    """An SDK client for ``entry`` for one short use (the start-up check, model discovery):
+    its ``models.list()`` is ``GET /v1/models`` with the key as the SDK sends it and
+    the ``anthropic-version`` header. Closed when the block ends (shielded and bounded)."""
+    client = make_messages_client(entry, key, timeouts, tls)
+    try:
+        yield client
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(CLIENT_CLOSE_BOUND_S):
+            await client.close()
 
 
 #: What the first client and request would otherwise import on the event loop.

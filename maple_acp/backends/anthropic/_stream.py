@@ -59,6 +59,8 @@ class StreamedAnswer:
     cache_write: int = 0
     #: Something of this answer already reached the caller: it can no longer be retried.
     forwarded: bool = False
+    #: The provider has sent some of the body: it is answering, not keeping the turn waiting.
+    started: bool = False
     #: ``message_stop`` arrived: the answer is whole.
     complete: bool = False
 
@@ -178,6 +180,7 @@ async def read_stream(turn: Turn, chunks: AsyncIterator[bytes], response: Stream
 
     async def reads() -> AsyncIterator[bytes]:
         async for chunk in chunks:
+            response.started = True
             yield chunk
             # The decoder asks for more bytes only after it gave out every event of these.
             await forward.flush()

@@ -24,7 +24,7 @@ import attrs
 import trio
 
 from maple_acp._groups import single_exception
-from maple_acp.backends.openai._config import ProviderConfig, ProviderEntry
+from maple_acp.backends.openai._config import ANTHROPIC_KIND, ProviderConfig, ProviderEntry
 from maple_acp.backends.openai._faults import (
     MALFORMED_STREAM,
     ProviderFault,
@@ -244,6 +244,27 @@ async def open_provider_client(
         yield _sdk_client(entry, key, timeouts, http)
 
 
+@asynccontextmanager
+async def open_model_lister(
+    entry: ProviderEntry, key: str | None, timeouts: RequestTimeouts, tls: TlsContext | None = None
+) -> AsyncIterator[Any]:
+    """A client whose ``models.list()`` asks ``entry`` for its models in the shape of its own
+    API: ``GET /models`` with a Bearer key for an OpenAI-compatible provider, ``GET /v1/models``
+    through the ``anthropic`` SDK (its key header and ``anthropic-version``) for an Anthropic
+    one. Either lists objects
+    with an ``id``; the connections close when the block ends."""
+    if entry.kind == ANTHROPIC_KIND:
+        from maple_acp.backends.anthropic._client import import_sdk, open_messages_client
+
+        # Not on the event loop: importing the SDK costs more than a host's whole start.
+        await trio.to_thread.run_sync(import_sdk, abandon_on_cancel=True)
+        async with open_messages_client(entry, key, timeouts, tls) as client:
+            yield client
+    else:
+        async with open_provider_client(entry, key, timeouts, tls) as client:
+            yield client
+
+
 class SdkLoader:
     """The SDK imported (and one request rehearsed in memory) once, in a worker thread, for
     everyone that needs it: the backend's clients, the start-up check, model discovery. The
@@ -424,6 +445,10 @@ class ProviderCatalog:
 
         # Before the checks' own bound starts: an import is not a slow provider.
         await self._sdk.ready()
+        if any(entry.kind == ANTHROPIC_KIND for entry in self._config.providers):
+            from maple_acp.backends.anthropic._client import import_sdk
+
+            await trio.to_thread.run_sync(import_sdk, abandon_on_cancel=True)
         return await check_providers(self._config, self._keys)
 
     def pending_checks(self) -> Sequence[ProviderCheck]:
@@ -446,7 +471,7 @@ class ProviderCatalog:
         names: list[str] = []
         with trio.move_on_after(MODEL_DISCOVERY_BOUND_S) as scope:
             try:
-                async with open_provider_client(
+                async with open_model_lister(
                     entry, self._keys.key_for(entry.name), self._timeouts, self._tls
                 ) as client:
                     async for model in client.models.list():

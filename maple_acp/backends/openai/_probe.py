@@ -24,7 +24,7 @@ from maple_acp.backends.openai._client import (
     ProviderKeys,
     RequestTimeouts,
     TlsContext,
-    open_provider_client,
+    open_model_lister,
     where,
 )
 from maple_acp.backends.openai._config import (
@@ -129,7 +129,7 @@ async def check_provider(
     names: list[str] = []
     with trio.move_on_after(bound_s) as scope:
         try:
-            async with open_provider_client(entry, key, timeouts, tls) as client:
+            async with open_model_lister(entry, key, timeouts, tls) as client:
                 async for model in client.models.list():
                     if isinstance(model.id, str) and model.id.strip():
                         names.append(model.id)

@@ -61,10 +61,12 @@ async def messages_acp(
 
 @asynccontextmanager
 async def messages_service(
-    tmp_path: Path, provider: MessagesProvider, *, prices: bool = False
+    tmp_path: Path, provider: MessagesProvider, *, prices: bool = False, **backend_options: Any
 ) -> AsyncIterator[AgentService]:
     backend, catalog = build_backend(
-        messages_config(provider, prices=prices), {KEY_ENV: TEST_KEY}, backoff=(0.0,)
+        messages_config(provider, prices=prices),
+        {KEY_ENV: TEST_KEY},
+        **{"backoff": (0.0,), **backend_options},
     )
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
