@@ -196,6 +196,9 @@ class TimelineItem:
     plan: tuple[PlanEntry, ...] = ()
     #: The images of a ``USER`` row, in the order the prompt gave them (its text comes first).
     images: tuple[ImageRef, ...] = ()
+    #: The provider's signature of a ``THOUGHT`` row's thinking (Anthropic's thinking blocks
+    #: are accepted back only with it, verbatim); ``None`` for an unsigned thought.
+    signature: str | None = None
     #: Assigned by the store on first insert; ordering of history. 0 for an item not yet stored.
     seq: int = 0
 

@@ -25,8 +25,13 @@ _CLOSING = {
 }
 
 
+#: A thought's provider signature longer than this is not kept (the thought is then stored
+#: unsigned): real ones are a few kilobytes, and the history must stay bounded.
+MAX_SIGNATURE_CHARS = 65_536
+
+
 class _Message:
-    __slots__ = ("created_ms", "kind", "parts", "size", "truncated")
+    __slots__ = ("created_ms", "kind", "parts", "signature", "size", "truncated")
 
     def __init__(self, kind: ItemKind, created_ms: int) -> None:
         self.kind = kind
@@ -34,6 +39,7 @@ class _Message:
         self.parts: list[str] = []
         self.size = 0
         self.truncated = False
+        self.signature: str | None = None
 
     def add(self, text: str) -> None:
         if self.truncated:
@@ -102,6 +108,23 @@ class RunJournal:
         self._dirty.add(message_id)
         self._current = (kind, message_id)
         return message_id
+
+    def sign_thought(self, message_id: str, signature: str) -> bool:
+        """Keep the provider's ``signature`` with thought ``message_id`` (written with it).
+        False, and nothing kept, for an unknown id, a message that is not a thought, a
+        truncated thought (its text is no longer what was signed) or an overlong signature."""
+        message = self._messages.get(message_id)
+        if (
+            message is None
+            or message.kind is not ItemKind.THOUGHT
+            or message.truncated
+            or not signature
+            or len(signature) > MAX_SIGNATURE_CHARS
+        ):
+            return False
+        message.signature = signature
+        self._dirty.add(message_id)
+        return True
 
     def interrupt(self) -> None:
         """Something other than text came: the next text starts a new message."""
@@ -188,6 +211,7 @@ class RunJournal:
                         created_ms=message.created_ms,
                         run_id=self.run_id,
                         text=message.text(),
+                        signature=message.signature,
                     )
                 )
             else:

@@ -139,6 +139,9 @@ class RunOutlet:
             return message_id, None
         return message_id, event
 
+    def sign_thought(self, message_id: str, signature: str) -> bool:
+        return self._journal.sign_thought(message_id, signature)
+
     def send_text_nowait(self, kind: ItemKind, text: str, message_id: str | None) -> str:
         event = self._text_event(kind, text, message_id)
         if not self._overflowed and not self._queue.send_nowait(event):

@@ -208,6 +208,14 @@ class Turn:
     async def send_thought(self, text: str, *, message_id: str | None = None) -> str:
         return await self._outlet.send_text(ItemKind.THOUGHT, text, message_id)
 
+    def sign_thought(self, message_id: str, signature: str) -> bool:
+        """Keep a provider's ``signature`` of thought ``message_id`` (whole: one thinking
+        block per message id) in the task history, so that a later turn can send that
+        thinking back verbatim (``TimelineItem.signature``). Nothing is sent to the caller.
+        False, and nothing kept, for an id this run did not use for a thought, a thought cut
+        for length, or a signature past ``MAX_SIGNATURE_CHARS``."""
+        return self._outlet.sign_thought(message_id, signature)
+
     async def send_tool_row(self, tool_id: str, tool: ToolState) -> None:
         """Report a tool call's state; the first row of an id opens the call, later rows update
         it. Rows are also written to the task history."""

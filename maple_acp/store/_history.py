@@ -50,6 +50,7 @@ _ITEM_COLUMNS = (
     "diffs",
     "plan",
     "images",
+    "signature",
 )
 _ITEM_SELECT = ", ".join(_ITEM_COLUMNS)
 
@@ -174,6 +175,7 @@ def _item_params(item: TimelineItem) -> tuple[Any, ...]:
         *tool_params,
         _encode_plan(item.plan),
         _encode_images(item.images),
+        item.signature,
     )
 
 
@@ -260,6 +262,7 @@ def _item_from_row(row: Sequence[Any]) -> TimelineItem:
             tool=tool,
             plan=_decode_plan(row[14]) if row[14] is not None else (),
             images=_decode_images(row[15]) if row[15] is not None else (),
+            signature=row[16],
         )
     except (KeyError, ValueError) as exc:
         raise StoreError("a stored item row holds a value this version does not know") from exc
@@ -334,15 +337,16 @@ def encode_items(items: Sequence[TimelineItem]) -> list[tuple[Any, ...]]:
 #: A replay reads every row of a task, and Python's sqlite3 pays for each column of each row
 #: (NULL ones included): a 15-column fetch of 10,000 text rows costs about 2.5x a fetch of
 #: the text columns. So text rows are read with these columns, and only the rows that carry a
-#: tool or a plan (few, in a history) are read again whole.
+#: tool, a plan, images or a thought's signature (few, in a history) are read again whole.
 _LEAN_COLUMNS = (
     "seq, item_id, kind, run_id, created_ms, text, "
-    "tool_name IS NULL AND plan IS NULL AND images IS NULL"
+    "tool_name IS NULL AND plan IS NULL AND images IS NULL AND signature IS NULL"
 )
 _READ_LEAN = f"SELECT {_LEAN_COLUMNS} FROM items WHERE task_id = ? ORDER BY seq"
 _READ_WHOLE = (
     f"SELECT {_ITEM_SELECT} FROM items "
-    "WHERE task_id = ? AND (tool_name IS NOT NULL OR plan IS NOT NULL OR images IS NOT NULL) "
+    "WHERE task_id = ? AND (tool_name IS NOT NULL OR plan IS NOT NULL OR images IS NOT NULL "
+    "OR signature IS NOT NULL) "
     "ORDER BY seq"
 )
 
@@ -475,6 +479,7 @@ def _weight(item: TimelineItem) -> int:
         weight += len(entry.content)
     # An image costs its reference here, never its bytes: those stay in ``blobs``.
     weight += len(item.images) * _ITEM_OVERHEAD_CHARS
+    weight += len(item.signature or "")
     return weight
 
 

@@ -252,6 +252,12 @@ CREATE TABLE blob_refs (
 CREATE INDEX blob_refs_by_blob ON blob_refs (sha256)
 """
 
+#: Step 9: a thought's provider signature (``items.signature``): thinking that a provider
+#: accepts back only with the signature it gave, verbatim, is sent back in later turns too.
+_THOUGHT_SIGNATURES = """
+ALTER TABLE items ADD COLUMN signature TEXT
+"""
+
 #: One schema step: a SQL script, or a function that runs inside the step's transaction (for
 #: a change of stored values that SQL cannot state exactly).
 Step = str | Callable[[sqlite3.Connection], None]
@@ -266,6 +272,7 @@ MIGRATIONS: tuple[Step, ...] = (
     _TASK_SETTINGS,
     _FORKS,
     _BLOBS,
+    _THOUGHT_SIGNATURES,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

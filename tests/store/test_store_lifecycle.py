@@ -54,6 +54,7 @@ DOCUMENTED_SCHEMA = {
         "diffs",
         "plan",
         "images",
+        "signature",
     ],
     "usage": [
         "task_id",

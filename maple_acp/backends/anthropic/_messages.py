@@ -1,7 +1,7 @@
 """The conversation an Anthropic Messages request carries: the task's history rebuilt into
-``user``/``assistant`` messages of content blocks (each ``tool_use`` followed at once by its
-``tool_result``), the tool definitions in the Messages shape, and the prompt-cache breakpoints.
-Pure functions over plain dicts; no SDK import."""
+``user``/``assistant`` messages of content blocks (signed thinking as it came, each
+``tool_use`` followed at once by its ``tool_result``), the tool definitions in the Messages
+shape, and the prompt-cache breakpoints. Pure functions over plain dicts; no SDK import."""
 
 from __future__ import annotations
 
@@ -21,29 +21,33 @@ CACHE_BREAKPOINT: dict[str, str] = {"type": "ephemeral"}
 def history_messages(
     items: Sequence[TimelineItem], messages: list[Message] | None = None
 ) -> list[Message]:
-    """Messages for a task's visible history: user text, agent text, and each tool call as a
-    ``tool_use`` block in the assistant's message with its ``tool_result`` in the next user
-    message. Thoughts are not sent back: a thinking block is only accepted with the signature
-    the provider gave it, and only the current turn's tool loop needs them (``_backend`` keeps
-    those in the turn's own messages). Plans are not messages. They are added to ``messages``
-    (a new list without it), joined to a user message already last."""
+    """Messages for a task's visible history: user text, agent text, each signed thought as
+    the ``thinking`` block it came from (text and signature verbatim: the provider accepts
+    its thinking back only so), and each tool call as a ``tool_use`` block in the
+    assistant's message with its ``tool_result`` in the next user message. Unsigned thoughts
+    (another engine's, or thinking whose signature was not kept) are not sent back, and
+    plans are not messages. They are added to ``messages`` (a new list without it), joined to
+    a user message already last."""
     messages = [] if messages is None else messages
+    #: The assistant's blocks so far, in the order they came (text is joined into one block
+    #: per run of text).
+    blocks: list[Block] = []
     text: list[str] = []
-    uses: list[Block] = []
     results: list[Block] = []
 
-    def flush() -> None:
-        blocks: list[Block] = []
+    def end_text() -> None:
         joined = "".join(text)
         if joined.strip():
             blocks.append({"type": "text", "text": joined})
-        blocks.extend(uses)
+        text.clear()
+
+    def flush() -> None:
+        end_text()
         if blocks:
-            _append(messages, "assistant", blocks)
+            _append(messages, "assistant", list(blocks))
         if results:
             _append(messages, "user", list(results))
-        text.clear()
-        uses.clear()
+        blocks.clear()
         results.clear()
 
     for item in items:
@@ -52,14 +56,21 @@ def history_messages(
             if item.text.strip():
                 _append(messages, "user", [{"type": "text", "text": item.text}])
         elif item.kind is ItemKind.ASSISTANT:
-            if uses:
+            if results:
                 flush()
             text.append(item.text)
+        elif item.kind is ItemKind.THOUGHT and item.signature and item.text:
+            # Thinking opens an answer: after tool calls it belongs to the next request's.
+            if results:
+                flush()
+            end_text()
+            blocks.append({"type": "thinking", "thinking": item.text, "signature": item.signature})
         elif item.kind is ItemKind.TOOL and item.tool is not None:
             tool = item.tool
-            use_id = f"toolu_h{len(messages)}_{len(uses)}"
+            end_text()
+            use_id = f"toolu_h{len(messages)}_{len(results)}"
             raw = tool.raw_input
-            uses.append(
+            blocks.append(
                 {
                     "type": "tool_use",
                     "id": use_id,

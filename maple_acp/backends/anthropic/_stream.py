@@ -3,7 +3,8 @@ the response bytes (its raw events: each event's JSON decoded with ``orjson``, n
 per event, which at one token per event costs more than the rest of a token's path) read into
 content blocks (text, thinking with its signature, redacted thinking, tool calls with their JSON
 input), the stop reason and the usage; text and thinking of one network read go to the turn as
-one piece each.
+one piece each. Each thinking block is its own thought message, signed in the history
+(``Turn.sign_thought``) when the block ends, so a later turn can send it back intact.
 
 Error handling: an event that is not JSON or has the wrong shape is
 ``ProviderFault(MALFORMED_STREAM)``; an ``error`` event is its own fault (an overload is a
@@ -45,6 +46,9 @@ class Draft:
     block: Block
     json_parts: list[str] = attrs.field(factory=list)
     json_size: int = 0
+    #: A thinking block's thought message (its own, so that its signature is stored with
+    #: exactly the text it signs).
+    message_id: str | None = None
 
 
 @attrs.define
@@ -141,6 +145,19 @@ class _Forwarder:
         self._kind = ""
         self._text_id: str | None = None
         self._thought_id: str | None = None
+
+    async def new_thought(self) -> str:
+        """Start a new thought message (one per thinking block); returns its id."""
+        await self.flush()
+        self._thought_id = self._turn.new_message_id()
+        return self._thought_id
+
+    async def sign(self, draft: Draft) -> None:
+        """A thinking block has ended: its thought goes to the history with its signature."""
+        await self.flush()
+        block = draft.block
+        if draft.message_id is not None and block["thinking"] and block["signature"]:
+            self._turn.sign_thought(draft.message_id, block["signature"])
 
     async def add(self, kind: str, piece: str) -> None:
         if kind != self._kind:
@@ -245,7 +262,13 @@ async def _apply(event: Any, response: StreamedAnswer, forward: _Forwarder) -> N
             if draft.json_size <= MAX_ARGUMENT_CHARS:
                 draft.json_parts.append(piece)
     elif kind == "content_block_start":
-        _start_block(response, event["index"], event["content_block"])
+        draft = _start_block(response, event["index"], event["content_block"])
+        if draft.block["type"] == "thinking":
+            draft.message_id = await forward.new_thought()
+    elif kind == "content_block_stop":
+        draft = response.blocks.get(event["index"])
+        if draft is not None and draft.block["type"] == "thinking":
+            await forward.sign(draft)
     elif kind == "message_start":
         _take_usage(response, event["message"].get("usage"))
     elif kind == "message_delta":
@@ -255,7 +278,7 @@ async def _apply(event: Any, response: StreamedAnswer, forward: _Forwarder) -> N
         response.complete = True
 
 
-def _start_block(response: StreamedAnswer, index: object, block: Any) -> None:
+def _start_block(response: StreamedAnswer, index: object, block: Any) -> Draft:
     if not isinstance(index, int) or index in response.blocks:
         raise ProviderFault(MALFORMED_STREAM)
     if len(response.blocks) >= MAX_BLOCKS_PER_RESPONSE:
@@ -278,6 +301,7 @@ def _start_block(response: StreamedAnswer, index: object, block: Any) -> None:
     else:
         # A block kind this backend does not know is neither shown nor sent back.
         response.blocks[index] = Draft({"type": "ignored"})
+    return response.blocks[index]
 
 
 def _take_usage(response: StreamedAnswer, usage: Any) -> None:
