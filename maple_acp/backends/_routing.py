@@ -62,8 +62,7 @@ class ProviderRouter:
         await self.aclose()
 
     def accepts_images(self, model_id: str | None) -> bool:
-        """Whether the model's backend says it sees images (the Anthropic backend takes none
-        yet)."""
+        """Whether the model's backend says it sees images."""
         accepts = getattr(self._backend(model_id), "accepts_images", None)
         return bool(accepts(model_id)) if accepts is not None else False
 

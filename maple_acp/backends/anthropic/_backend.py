@@ -27,6 +27,7 @@ from maple_acp.backends.anthropic._messages import (
     Block,
     Message,
     history_messages,
+    image_source,
     tool_definitions,
     user_text,
     with_breakpoints,
@@ -38,11 +39,12 @@ from maple_acp.backends.openai._compaction import SUMMARY_PREFIX, after_compacti
 from maple_acp.backends.openai._config import (
     ANTHROPIC_KIND,
     ModelPrices,
+    ModelSettings,
     ProviderConfig,
     ProviderEntry,
     split_model_id,
 )
-from maple_acp.backends.openai._conversation import bound_result
+from maple_acp.backends.openai._conversation import bound_result, wanted_images
 from maple_acp.backends.openai._faults import (
     BACKOFF_S,
     BROKEN_STREAM,
@@ -61,6 +63,7 @@ from maple_acp.model import ItemKind
 from maple_acp.runtime import (
     GoalProgress,
     GoalStatus,
+    PromptCapabilities,
     RunKind,
     StopReason,
     Turn,
@@ -169,14 +172,34 @@ class AnthropicBackend:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    def thought_levels(self, model_id: str | None) -> tuple[str, ...]:
-        """The thinking levels (``THINKING_BUDGETS``) of a model marked ``reasoning = true``."""
+    @property
+    def prompt_capabilities(self) -> PromptCapabilities:
+        """Embedded text resources always; images when an Anthropic provider's model is marked
+        ``vision = true`` (``accepts_images`` then says which)."""
+        sees = any(
+            settings.vision
+            for entry in self._config.providers
+            if entry.kind == ANTHROPIC_KIND
+            for settings in entry.model_settings
+        )
+        return PromptCapabilities(image=sees, embedded_context=True)
+
+    def _settings(self, model_id: str | None) -> ModelSettings | None:
         try:
             provider_name, model = split_model_id(model_id or self._config.default_model)
         except ValueError:
-            return ()
+            return None
         entry = self._config.provider(provider_name)
-        settings = entry.settings_for(model) if entry is not None else None
+        return entry.settings_for(model) if entry is not None else None
+
+    def accepts_images(self, model_id: str | None) -> bool:
+        """Whether the configuration marks the model ``vision = true``."""
+        settings = self._settings(model_id)
+        return settings is not None and settings.vision
+
+    def thought_levels(self, model_id: str | None) -> tuple[str, ...]:
+        """The thinking levels (``THINKING_BUDGETS``) of a model marked ``reasoning = true``."""
+        settings = self._settings(model_id)
         return tuple(THINKING_BUDGETS) if settings is not None and settings.reasoning else ()
 
     async def run_turn(self, turn: Turn) -> TurnResult:
@@ -188,7 +211,7 @@ class AnthropicBackend:
         entry = self._config.provider(provider_name)
         if entry is None:
             raise TurnFailed(f"the model {model_id[:200]!r} is no longer configured")
-        system, messages = self._conversation(turn)
+        system, messages = await self._conversation(turn, self.accepts_images(model_id))
         exchange = _Exchange(turn, self._clients.get(entry), entry, model, system)
         answer, stop = await self._loop(exchange, messages)
         if stop is not StopReason.END_TURN:
@@ -196,7 +219,7 @@ class AnthropicBackend:
         progress = _goal_progress(answer) if turn.kind is RunKind.GOAL_CYCLE else None
         return TurnResult(stop_reason=stop, goal_progress=progress)
 
-    def _conversation(self, turn: Turn) -> tuple[str, list[Message]]:
+    async def _conversation(self, turn: Turn, sees: bool) -> tuple[str, list[Message]]:
         system = self._config.system_prompt or DEFAULT_SYSTEM_PROMPT.format(root=turn.root)
         if turn.skills:
             listed = "\n".join(f"- {skill.name}: {skill.path}" for skill in turn.skills)
@@ -213,12 +236,18 @@ class AnthropicBackend:
         prompt = turn.prompt
         if turn.kind is RunKind.GOAL_CYCLE:
             prompt = GOAL_PROMPT.format(objective=turn.prompt)
+        # Images go as base64 blocks, read once per turn (none for a model that does not see).
+        sources: dict[str, Block] = {}
+        for image in wanted_images(history, turn.images) if sees else ():
+            data = await turn.image_data(image)
+            if data is not None:
+                sources[image.sha256] = image_source(image, data)
         messages: list[Message] = []
         if summary is not None:
             # Compacted by the OpenAI-compatible backend: the summary stands for what it covers.
             user_text(messages, SUMMARY_PREFIX + summary)
-        history_messages(history, messages)
-        user_text(messages, prompt)
+        history_messages(history, messages, sources)
+        user_text(messages, prompt, turn.images, sources)
         return system, messages
 
     async def _loop(self, exchange: _Exchange, messages: list[Message]) -> tuple[str, StopReason]:

@@ -5,11 +5,13 @@ shape, and the prompt-cache breakpoints. Pure functions over plain dicts; no SDK
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import base64
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from maple_acp.backends.openai._conversation import bound_result, tool_name
-from maple_acp.model import ItemKind, TimelineItem
+from maple_acp.model import ImageRef, ItemKind, TimelineItem
+from maple_acp.runtime import describe_image
 
 Message = dict[str, Any]
 Block = dict[str, Any]
@@ -18,16 +20,28 @@ Block = dict[str, Any]
 CACHE_BREAKPOINT: dict[str, str] = {"type": "ephemeral"}
 
 
+def image_source(image: ImageRef, data: bytes) -> Block:
+    """An image as the base64 ``source`` of a Messages ``image`` block."""
+    return {
+        "type": "base64",
+        "media_type": image.mime_type,
+        "data": base64.b64encode(data).decode("ascii"),
+    }
+
+
 def history_messages(
-    items: Sequence[TimelineItem], messages: list[Message] | None = None
+    items: Sequence[TimelineItem],
+    messages: list[Message] | None = None,
+    sources: Mapping[str, Block] | None = None,
 ) -> list[Message]:
     """Messages for a task's visible history: user text, agent text, each signed thought as
     the ``thinking`` block it came from (text and signature verbatim: the provider accepts
     its thinking back only so), and each tool call as a ``tool_use`` block in the
     assistant's message with its ``tool_result`` in the next user message. Unsigned thoughts
     (another engine's, or thinking whose signature was not kept) are not sent back, and
-    plans are not messages. They are added to ``messages`` (a new list without it), joined to
-    a user message already last."""
+    plans are not messages. A user message's images go as ``image`` blocks when ``sources``
+    (by SHA-256) holds them, else named in its text. They are added to ``messages`` (a new list
+    without it), joined to a user message already last."""
     messages = [] if messages is None else messages
     #: The assistant's blocks so far, in the order they came (text is joined into one block
     #: per run of text).
@@ -53,7 +67,9 @@ def history_messages(
     for item in items:
         if item.kind is ItemKind.USER:
             flush()
-            if item.text.strip():
+            if item.images:
+                user_text(messages, item.text, item.images, sources or {})
+            elif item.text.strip():
                 _append(messages, "user", [{"type": "text", "text": item.text}])
         elif item.kind is ItemKind.ASSISTANT:
             if results:
@@ -88,10 +104,26 @@ def history_messages(
     return messages
 
 
-def user_text(messages: list[Message], text: str) -> None:
+def user_text(
+    messages: list[Message],
+    text: str,
+    images: Sequence[ImageRef] = (),
+    sources: Mapping[str, Block] | None = None,
+) -> None:
     """Add the user's ``text`` as the latest message (joined to a user message already last,
-    since the Messages API alternates roles)."""
-    _append(messages, "user", [{"type": "text", "text": text or "(empty message)"}])
+    since the Messages API alternates roles), then one ``image`` block per image whose source
+    ``sources`` holds (by SHA-256); any other image is named in the text."""
+    sources = sources or {}
+    missing = [
+        f"[{describe_image(image)}: not sent]" for image in images if image.sha256 not in sources
+    ]
+    shown = "\n\n".join(part for part in (text, "\n".join(missing)) if part)
+    blocks: list[Block] = [{"type": "text", "text": shown or "(empty message)"}]
+    for image in images:
+        source = sources.get(image.sha256)
+        if source is not None:
+            blocks.append({"type": "image", "source": source})
+    _append(messages, "user", blocks)
 
 
 def _append(messages: list[Message], role: str, blocks: list[Block]) -> None:
