@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable
 from typing import Any
 
 import trio
+import trio.testing
 
 
 async def _keep_busy(done: trio.Event) -> None:
@@ -65,3 +67,50 @@ class VirtualTimeStore:
         if inspect.iscoroutinefunction(attr):
             return hold_virtual_time(attr)
         return attr
+
+
+class ClockHoldingStore:
+    """A task store proxy that holds a mock clock still during its calls without a busy task:
+    the clock's autojump is switched off (threshold set to infinity) while any call runs in the
+    store's thread, and put back when the last one returns.
+
+    Unlike :class:`VirtualTimeStore`, a store call in flight counts as blocked for
+    ``trio.testing.wait_all_tasks_blocked``; what it saves is the busy task's fight with the
+    store's worker thread for the interpreter lock, which can make thousands of store calls
+    take minutes. For tests that open many sessions and settle on explicit events only."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._calls = 0
+        self._threshold = 0.0
+
+    def _hold(self) -> trio.testing.MockClock | None:
+        clock = trio.lowlevel.current_clock()
+        if not isinstance(clock, trio.testing.MockClock):
+            return None
+        if self._calls == 0:
+            self._threshold = clock.autojump_threshold
+            clock.autojump_threshold = math.inf
+        self._calls += 1
+        return clock
+
+    def _release(self, clock: trio.testing.MockClock) -> None:
+        self._calls -= 1
+        if self._calls == 0:
+            clock.autojump_threshold = self._threshold
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+
+        @functools.wraps(attr)
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            clock = self._hold()
+            try:
+                return await attr(*args, **kwargs)
+            finally:
+                if clock is not None:
+                    self._release(clock)
+
+        return call

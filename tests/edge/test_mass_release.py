@@ -9,12 +9,12 @@ from pathlib import Path
 
 import trio
 import trio.testing
-from edge_harness import running_service
 
 from maple_acp.edge import DISCONNECT_CLEANUP_S, AcpService, AcpServiceConfig
 from maple_acp.edge._sessions import MAX_SESSIONS_PER_CONNECTION
 from maple_acp.runtime import DEFAULT_PROVISIONAL_GRACE_S
 from maple_acp.testing.client import AcpTestClient
+from maple_acp.testing.clock import ClockHoldingStore
 from maple_acp.testing.demo import DEMO_ACCOUNT, make_demo_service
 from maple_acp.testing.service import AcpHarness
 from maple_acp.testing.store import temp_store
@@ -140,10 +140,23 @@ async def test_other_connections_keep_answering_while_a_full_connection_is_relea
         assert worst <= MAX_PASSES_PER_REQUEST, worst
 
 
+@asynccontextmanager
+async def _clock_holding_service(directory: Path) -> AsyncIterator[AcpHarness]:
+    """The demo service over a store that holds the mock clock during its calls without a
+    busy task: 256 sessions' store calls, each with a busy task fighting the store's thread for
+    the interpreter lock, made this test take from seconds to many minutes."""
+    async with temp_store(directory) as store:
+        runtime = make_demo_service(ClockHoldingStore(store))
+        async with runtime, trio.open_nursery() as nursery:
+            runtime.sign_in(DEMO_ACCOUNT)
+            yield AcpHarness(runtime, AcpService(runtime, AcpServiceConfig()), nursery, directory)
+            nursery.cancel_scope.cancel()
+
+
 async def test_every_lease_of_a_full_connection_is_released_within_the_bound(
     autojump_clock: trio.testing.MockClock, tmp_path: Path, project: Path
 ) -> None:
-    async with running_service(tmp_path) as harness:
+    async with _clock_holding_service(tmp_path) as harness:
         async with _holder(harness, project) as (sids, leave, gone):
             opened_at = harness.runtime.now_ms()
             leave.set()
