@@ -56,7 +56,8 @@ from maple_acp.runtime import AskForTools
 
 if TYPE_CHECKING:
     from maple_acp.backends._routing import KindBackend
-    from maple_acp.backends.openai._client import ProviderCatalog, RequestTimeouts
+    from maple_acp.backends.openai._catalog import ProviderCatalog
+    from maple_acp.backends.openai._client import RequestTimeouts
 
 __all__ = [
     "FLAG_PROVIDER_NAME",
@@ -121,7 +122,8 @@ def build_backend(
                 f"the Anthropic provider needs the anthropic package: {ANTHROPIC_HINT}"
             )
     from maple_acp.backends.openai._backend import MAX_TURN_REQUESTS, ProviderBackend
-    from maple_acp.backends.openai._client import ProviderCatalog, ProviderKeys, SdkLoader
+    from maple_acp.backends.openai._catalog import ProviderCatalog
+    from maple_acp.backends.openai._client import ProviderKeys, SdkLoader
 
     keys: dict[str, str | None] = {}
     for index, entry in enumerate(config.providers):

@@ -1,7 +1,7 @@
 """The HTTP side: SDK clients over our own ``httpx2`` client (no ambient proxy or environment
 settings, no redirects, explicit timeouts), one per provider for the backend's life
-(:class:`ProviderClients`); what an SDK or transport error means (:func:`sdk_fault`); and the
-model catalog read from the configuration or discovered from ``GET /models``.
+(:class:`ProviderClients`) and what an SDK or transport error means (:func:`sdk_fault`). The
+model catalog built on them is :mod:`maple_acp.backends.openai._catalog`.
 
 The SDK (``openai``, ``httpx2``) is imported only inside the functions that make a client or
 read an error, never when this module is: a host imports it in a worker thread once it serves
@@ -24,32 +24,26 @@ import attrs
 import trio
 
 from maple_acp._groups import single_exception
-from maple_acp.backends.openai._config import ANTHROPIC_KIND, ProviderConfig, ProviderEntry
+from maple_acp.backends.openai._config import ANTHROPIC_KIND, ProviderEntry
 from maple_acp.backends.openai._faults import (
     MALFORMED_STREAM,
     ProviderFault,
     connection_fault,
     status_fault,
 )
-from maple_acp.runtime import MODEL_DISCOVERY_BOUND_S, ModelInfo
 
 if TYPE_CHECKING:
     import httpx2
     import openai
 
-    from maple_acp.backends.openai._probe import ProviderCheck
 
 logger = logging.getLogger(__name__)
 
 #: Sent as the key to a server that needs none (the SDK always sends one; local servers
 #: ignore it).
 NO_KEY = "no-key"
-#: Words in a model id that mark a model no chat request can use.
-_NOT_CHAT = ("embed", "whisper", "tts", "dall-e", "moderation", "rerank", "transcribe")
 #: The SDK adds the headers listed in this environment variable to every request.
 _AMBIENT_HEADERS = "OPENAI_CUSTOM_HEADERS"
-#: Models kept from one provider's discovery.
-MAX_DISCOVERED_MODELS = 1024
 #: Where the in-memory rehearsal request "goes" (its transport never opens a socket).
 _REHEARSAL_URL = "http://rehearsal.invalid/v1"
 #: Keep-alive connections each provider's client keeps open: one per streaming turn at once.
@@ -408,97 +402,3 @@ def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
             return any(_caused_by(member, kind) for member in current.exceptions)
         current = current.__cause__ or current.__context__
     return False
-
-
-def is_chat_model(model_id: str) -> bool:
-    lowered = model_id.lower()
-    return not any(word in lowered for word in _NOT_CHAT)
-
-
-class ProviderCatalog:
-    """The runtime's ``ModelCatalog`` for the configured providers: ``provider/model`` ids, the
-    configured default first. A provider without a ``models`` list is asked ``GET /models``
-    (bounded); a model that left the configuration is simply not listed, and the runtime
-    refuses tasks locked to it."""
-
-    def __init__(
-        self,
-        config: ProviderConfig,
-        keys: ProviderKeys,
-        *,
-        timeouts: RequestTimeouts | None = None,
-        sdk: SdkLoader | None = None,
-    ) -> None:
-        self._config = config
-        self._keys = keys
-        self._timeouts = timeouts or RequestTimeouts(read=MODEL_DISCOVERY_BOUND_S)
-        self._tls = TlsContext()
-        #: Shared with the backend (``build_backend``): one import for both.
-        self._sdk = sdk or SdkLoader()
-
-    def default_model(self, account: str) -> ModelInfo:
-        return self._info(self._config.default_model)
-
-    async def check_providers(self) -> Sequence[ProviderCheck]:
-        """Each provider's start-up check (``GET /models``, bounded): see ``_probe``."""
-        from maple_acp.backends.openai._probe import check_providers
-
-        # Before the checks' own bound starts: an import is not a slow provider.
-        await self._sdk.ready()
-        if any(entry.kind == ANTHROPIC_KIND for entry in self._config.providers):
-            from maple_acp.backends.anthropic._client import import_sdk
-
-            await trio.to_thread.run_sync(import_sdk, abandon_on_cancel=True)
-        return await check_providers(self._config, self._keys)
-
-    def pending_checks(self) -> Sequence[ProviderCheck]:
-        from maple_acp.backends.openai._probe import pending_checks
-
-        return pending_checks(self._config)
-
-    async def list_models(self, account: str) -> Sequence[ModelInfo]:
-        models: list[ModelInfo] = []
-        for entry in self._config.providers:
-            if entry.models is not None:
-                names: Sequence[str] = entry.models
-            else:
-                names = await self._discover(entry)
-            models.extend(self._info(f"{entry.name}/{name}") for name in names)
-        return models
-
-    async def _discover(self, entry: ProviderEntry) -> list[str]:
-        await self._sdk.ready()
-        names: list[str] = []
-        with trio.move_on_after(MODEL_DISCOVERY_BOUND_S) as scope:
-            try:
-                async with open_model_lister(
-                    entry, self._keys.key_for(entry.name), self._timeouts, self._tls
-                ) as client:
-                    async for model in client.models.list():
-                        if isinstance(model.id, str) and model.id.strip():
-                            names.append(model.id)
-                        if len(names) >= MAX_DISCOVERED_MODELS:
-                            break
-            except Exception as exc:
-                # The SDK's text may quote the key; say only what kind of failure it was.
-                status = getattr(single_exception(exc), "status_code", None)
-                logger.warning(
-                    'could not list the models of provider "%s" at %s (%s%s)',
-                    entry.name,
-                    where(entry),
-                    type(single_exception(exc)).__name__,
-                    f", HTTP {status}" if status else "",
-                )
-                return []
-        if scope.cancelled_caught:
-            logger.warning('listing the models of provider "%s" timed out', entry.name)
-        return names
-
-    def _info(self, model_id: str) -> ModelInfo:
-        provider, _, model = model_id.partition("/")
-        return ModelInfo(
-            id=model_id,
-            name=model,
-            description=f"{model} at {provider}",
-            chat=is_chat_model(model),
-        )
