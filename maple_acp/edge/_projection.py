@@ -9,6 +9,8 @@ streaming hot path: those are complete pre-encoded lines built from a template (
 line of the same message with the text cut out), so a chunk costs one ``orjson.dumps`` of its
 text. The template is derived from the typed path, never written by hand, and a test checks
 that both give the same bytes.
+
+One concern, kept whole although long: how runtime events and history rows become updates.
 """
 
 from __future__ import annotations

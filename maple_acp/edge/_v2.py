@@ -15,6 +15,9 @@ What differs from v1, and where it is decided here:
 
 Text chunks keep v1's line (the v2 ``ContentChunk`` has the same keys), so the streaming hot
 path is the same code. Every other update is finished into a line here. No I/O.
+
+One concern, kept whole although long: the v2 dialect (routes, projection, answers) is one
+object a connection chooses at ``initialize``; splitting it would scatter one version's rules.
 """
 
 from __future__ import annotations
