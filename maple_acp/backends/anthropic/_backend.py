@@ -14,7 +14,7 @@ import collections
 import json
 import logging
 import ssl
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -33,7 +33,7 @@ from maple_acp.backends.anthropic._messages import (
     with_breakpoints,
 )
 from maple_acp.backends.anthropic._stream import StreamedAnswer, read_stream
-from maple_acp.backends.openai._backend import SLOW_ANSWER_NOTICE_S
+from maple_acp.backends.openai._backend import telling_if_slow
 from maple_acp.backends.openai._client import ProviderKeys, RequestTimeouts, where
 from maple_acp.backends.openai._compaction import SUMMARY_PREFIX, after_compaction
 from maple_acp.backends.openai._config import (
@@ -314,8 +314,11 @@ class AnthropicBackend:
         async def attempt() -> StreamedAnswer:
             response = StreamedAnswer()
             try:
-                await _telling_if_slow(
-                    exchange, response, self._stream(exchange, messages, response)
+                await telling_if_slow(
+                    exchange.turn,
+                    exchange.entry,
+                    lambda: response.started,
+                    self._stream(exchange, messages, response),
                 )
             except ProviderFault as fault:
                 if not response.forwarded:
@@ -374,39 +377,6 @@ class AnthropicBackend:
             _raise_fault(exc, exchange.entry, exchange.model)
         if not response.complete:
             raise ProviderFault(BROKEN_STREAM, retryable=True)
-
-
-async def _telling_if_slow(
-    exchange: _Exchange, response: StreamedAnswer, work: Coroutine[Any, Any, None]
-) -> None:
-    """Run ``work`` (one streamed request); if the provider has streamed nothing after
-    :data:`SLOW_ANSWER_NOTICE_S`, tell the user once that the turn is waiting on it (as the
-    OpenAI-compatible backend does).
-
-    Error handling: whatever ``work`` raises propagates as itself, not inside a group."""
-
-    async def tell() -> None:
-        await trio.sleep(SLOW_ANSWER_NOTICE_S)
-        if not response.started:
-            await exchange.turn.notice(
-                "info",
-                f"waiting for the provider at {where(exchange.entry)}: no answer after "
-                f"{SLOW_ANSWER_NOTICE_S:.0f} s",
-                fallback="thought",
-            )
-
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(tell)
-            try:
-                await work
-            finally:
-                nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        inner = single_exception(group)
-        if inner is group:
-            raise
-        raise inner from None
 
 
 def _raise_fault(exc: Exception, entry: ProviderEntry, model: str) -> NoReturn:

@@ -5,7 +5,7 @@ model answers without tools (or a bound or a fault ends the turn)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -358,8 +358,11 @@ class ProviderBackend:
         async def attempt() -> StreamedAnswer:
             response = StreamedAnswer()
             try:
-                await _telling_if_slow(
-                    exchange, response, self._stream(exchange, messages, response)
+                await telling_if_slow(
+                    exchange.turn,
+                    exchange.entry,
+                    lambda: response.started,
+                    self._stream(exchange, messages, response),
                 )
             except ProviderFault as fault:
                 if not response.forwarded:
@@ -428,20 +431,21 @@ class ProviderBackend:
             _raise_fault(exc, entry, model)
 
 
-async def _telling_if_slow(
-    exchange: _Exchange, response: StreamedAnswer, work: Coroutine[Any, Any, None]
+async def telling_if_slow(
+    turn: Turn, entry: ProviderEntry, started: Callable[[], bool], work: Coroutine[Any, Any, None]
 ) -> None:
-    """Run ``work`` (one streamed request); if the provider has streamed nothing after
-    :data:`SLOW_ANSWER_NOTICE_S`, tell the user once that the turn is waiting on it.
+    """Run ``work`` (one streamed request); if ``started()`` is still false (the provider has
+    streamed nothing) after :data:`SLOW_ANSWER_NOTICE_S`, tell the user once that the turn is
+    waiting on it. Shared by every provider engine.
 
     Error handling: whatever ``work`` raises propagates as itself, not inside a group."""
 
     async def tell() -> None:
         await trio.sleep(SLOW_ANSWER_NOTICE_S)
-        if not response.started:
-            await exchange.turn.notice(
+        if not started():
+            await turn.notice(
                 "info",
-                f"waiting for the provider at {where(exchange.entry)}: no answer after "
+                f"waiting for the provider at {where(entry)}: no answer after "
                 f"{SLOW_ANSWER_NOTICE_S:.0f} s",
                 fallback="thought",
             )
