@@ -60,7 +60,8 @@ READ_CHUNK_BYTES: Final = 64 * 1024
 #: ``send_all`` per line caps near 90 k lines/s).
 WRITE_BATCH_BYTES: Final = 64 * 1024
 #: Inbound requests handled at once; each holds a task, so a client that floods requests and
-#: never reads its answers cannot grow them without bound.
+#: never reads its answers cannot grow them without bound. One more is refused ``-32600``
+#: naming this limit: the client's doing, which it can fix by waiting for answers.
 MAX_CONCURRENT_REQUESTS: Final = 256
 #: After the other side finishes sending, requests already read get this long to be answered
 #: before the connection ends: a client may pipe requests and close its input at once. Short,
@@ -691,7 +692,11 @@ class JsonRpcPeer:
             self._queue_reply(encode_error(request.id, error))
             return
         if len(self._inflight) >= self._max_concurrent:
-            error = ProtocolError(INTERNAL_ERROR, "too many requests in flight; retry later")
+            error = ProtocolError(
+                INVALID_REQUEST,
+                f"too many requests in flight: at most {self._max_concurrent} per connection;"
+                " wait for an answer, then retry",
+            )
             self._queue_reply(encode_error(request.id, error))
             return
         # Registered before the task starts, so a $/cancel_request later in the same read

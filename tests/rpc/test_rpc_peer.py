@@ -19,6 +19,7 @@ import trio
 import trio.testing
 
 from maple_acp.rpc import (
+    MAX_CONCURRENT_REQUESTS,
     ConnectionClosed,
     JsonRpcPeer,
     OutboundFrameTooLarge,
@@ -354,11 +355,30 @@ async def test_too_many_concurrent_requests_are_refused_not_queued(
         await raw.send(request_line(2, "forever"))
         await raw.send(request_line(3, "echo", [3]))
         answer = await raw.read()
-        assert (answer["id"], answer["error"]["code"]) == (3, -32603)
+        assert (answer["id"], answer["error"]["code"]) == (3, -32600)
+        assert "at most 2 per connection" in answer["error"]["message"]
         await raw.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 1}})
         assert (await raw.read())["id"] == 1
         await raw.send(request_line(4, "echo", [4]))
         assert (await raw.read())["result"] == [4]
+
+
+async def test_the_default_in_flight_cap_is_256_and_its_refusal_names_it(
+    make_pair: Callable[[], StreamPair],
+) -> None:
+    # A client's flood is its own doing: -32600 naming the limit, never -32603 ("our bug").
+    async with peer_and_raw(make_pair, on_request=echo_handler) as (_peer, raw):
+        flood = [orjson.dumps(request_line(n, "forever")) for n in range(MAX_CONCURRENT_REQUESTS)]
+        await raw.send(b"\n".join([*flood, orjson.dumps(request_line("one-more", "echo"))]) + b"\n")
+        answer = await raw.read()
+        assert answer["id"] == "one-more"
+        assert answer["error"]["code"] == -32600
+        assert f"at most {MAX_CONCURRENT_REQUESTS} per connection" in answer["error"]["message"]
+        # The connection goes on: one in flight ends, and the next request is served.
+        await raw.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 0}})
+        assert (await raw.read())["id"] == 0
+        await raw.send(request_line("after", "echo", [1]))
+        assert await raw.read() == {"jsonrpc": "2.0", "id": "after", "result": [1]}
 
 
 # --- $/cancel_request -----------------------------------------------------------------------

@@ -88,7 +88,7 @@ async def test_too_many_requests_are_refused_while_the_credit_is_spent(
         await raw.send(request_line(2, "busy"))
         reply = await raw.read()
         assert reply["id"] == 2
-        assert reply["error"]["code"] == -32603
+        assert reply["error"]["code"] == -32600
         nursery.cancel_scope.cancel()
 
 
