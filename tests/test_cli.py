@@ -14,15 +14,15 @@ import pytest
 from click.testing import CliRunner
 from e2e.host_processes import home_env
 
-from maple_acp import _cli_client
-from maple_acp._cli_client import (
+from maple_acp.cli import _client as _cli_client
+from maple_acp.cli import cli, format_status
+from maple_acp.cli._client import (
     AcpCallError,
     HostUnavailable,
     LineClient,
     printable,
     render_transcript,
 )
-from maple_acp.cli import cli, format_status
 
 MAIN = [sys.executable, "-m", "maple_acp._main"]
 
@@ -430,17 +430,24 @@ def test_a_transcript_shows_plans_diffs_and_locations_readably() -> None:
     ]
 
 
+TESTING_IMPORTS = ("from maple_acp.testing", "import maple_acp.testing")
+
+
 def test_the_command_line_does_not_load_the_test_helpers() -> None:
-    """The CLI is a client of its own (maple_acp._cli_client), never of maple_acp.testing."""
+    """The CLI is a client of its own (maple_acp.cli._client), never of maple_acp.testing."""
     code = (
-        "import sys, maple_acp.cli, maple_acp.config, maple_acp._cli_client;"
+        "import sys, maple_acp.cli, maple_acp.config, maple_acp.cli._client;"
         "loaded = [m for m in sys.modules if m.startswith('maple_acp.testing')];"
         "assert not loaded, loaded"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    source = (Path(__file__).parents[1] / "maple_acp" / "cli.py").read_text()
-    assert "maple_acp.testing" not in source
+    package = Path(__file__).parents[1] / "maple_acp" / "cli"
+    sources = sorted(package.glob("*.py"))
+    assert len(sources) > 1
+    for source in sources:
+        imports = [line.strip() for line in source.read_text().splitlines()]
+        assert not [line for line in imports if line.startswith(TESTING_IMPORTS)], source
 
 
 # -- the command line's own ACP client, against a scripted peer on a socket pair --------------

@@ -30,8 +30,8 @@ import pytest
 import trio
 from click.testing import CliRunner
 
-from maple_acp._cli_client import connect_host, initialize
 from maple_acp.cli import cli
+from maple_acp.cli._client import connect_host, initialize
 from maple_acp.config import parse_config
 from maple_acp_connector.endpoint import endpoint_path
 

@@ -42,7 +42,7 @@ from maple_acp.wire import (
     steering_capability_meta,
     warm_codecs,
 )
-from maple_acp_connector._version import __version__
+from maple_acp_connector import __version__
 
 logger = logging.getLogger(__name__)
 

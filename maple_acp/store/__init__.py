@@ -4,7 +4,7 @@ The records a store reads and writes (``TaskRecord``, ``TimelineItem``, ...) hav
 home, :mod:`maple_acp.model`; this face does not repeat them.
 """
 
-from maple_acp.store._lock import DataDirectoryLocked
+from maple_acp.store._lock import DataDirectoryLocked, check_data_directory_free
 from maple_acp.store._protocol import ForkSourceMissing, InvalidCursor, StoreError, TaskStore
 from maple_acp.store._sqlite import MAX_PAGE, SqliteTaskStore
 
@@ -16,4 +16,5 @@ __all__ = [
     "SqliteTaskStore",
     "StoreError",
     "TaskStore",
+    "check_data_directory_free",
 ]

@@ -31,7 +31,7 @@ import os
 
 from maple_acp.store._protocol import StoreError
 
-__all__ = ["LOCK_SUFFIX", "DataDirectoryLock", "DataDirectoryLocked"]
+__all__ = ["LOCK_SUFFIX", "DataDirectoryLock", "DataDirectoryLocked", "check_data_directory_free"]
 
 #: The lock file is the store file's name plus this: it sits beside the file it guards.
 LOCK_SUFFIX = ".lock"
@@ -95,6 +95,14 @@ class DataDirectoryLock:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+
+
+def check_data_directory_free(store_path: str) -> None:
+    """Raise ``DataDirectoryLocked`` (naming the holder) if a host holds the directory of
+    ``store_path``, ``StoreError`` if the lock cannot be tried; else return, holding nothing:
+    the lock is taken and released at once, so a host starting meanwhile is never refused
+    for longer than the attempt."""
+    DataDirectoryLock.acquire(store_path).release()
 
 
 def _read_pid(fd: int) -> int | None:

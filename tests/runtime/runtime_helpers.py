@@ -10,7 +10,7 @@ from typing import Any, ClassVar, TypeVar
 
 import trio
 
-from maple_acp._cli_host import STORE_FILE_NAME
+from maple_acp.cli._host import STORE_FILE_NAME
 from maple_acp.model import ToolState
 from maple_acp.runtime import (
     EXTERNAL_MCP_TOOL,

@@ -216,13 +216,13 @@ async def test_a_configuration_mixing_engines_routes_each_turn_by_its_provider(
 def test_serve_flags_choose_the_anthropic_engine(tmp_path: Path) -> None:
     from maple_acp.backends.anthropic._backend import AnthropicBackend
     from maple_acp.backends.openai._backend import ProviderBackend
-    from maple_acp.cli import _provider_engine
+    from maple_acp.cli import provider_engine
     from maple_acp.config import parse_config
 
     config = parse_config("", tmp_path / "config.toml")
     url = "http://127.0.0.1:9/v1"
     for kind, expected in (("anthropic", AnthropicBackend), (None, ProviderBackend)):
-        engine = _provider_engine(config, url, "m", None, (), kind)
+        engine = provider_engine(config, url, "m", None, (), kind)
         assert engine is not None
         backend, _, _ = engine()
         assert type(backend) is expected

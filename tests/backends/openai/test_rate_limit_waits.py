@@ -21,7 +21,7 @@ from maple_acp.backends.openai import ProviderConfigError, load_provider_config
 from maple_acp.backends.openai._backend import SLOW_ANSWER_NOTICE_S
 from maple_acp.backends.openai._client import RequestTimeouts
 from maple_acp.backends.openai._faults import ProviderFault, retrying, status_fault
-from maple_acp.cli import _provider_engine
+from maple_acp.cli import provider_engine
 from maple_acp.config import ConfigFileError, parse_config
 from maple_acp.runtime import AgentService, RunNotice, RunOutcome, RunState, TextChunk
 
@@ -74,8 +74,8 @@ def test_the_file_wait_reaches_a_provider_built_from_flags_and_alone_means_the_d
     config = parse_config("max_rate_limit_wait = 120\n", tmp_path / "config.toml")
     assert config.providers == {"max_rate_limit_wait": 120}
     # No provider configured: the demo engine, not a "no [[providers]]" error.
-    assert _provider_engine(config, None, None, None) is None
-    engine = _provider_engine(config, "http://127.0.0.1:9/v1", "m", None)
+    assert provider_engine(config, None, None, None) is None
+    engine = provider_engine(config, "http://127.0.0.1:9/v1", "m", None)
     assert engine is not None
     backend, _, _ = engine()
     assert backend._config.max_rate_limit_wait == 120

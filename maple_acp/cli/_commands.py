@@ -1,24 +1,23 @@
-"""The ``maple-acp`` command line (click). ``acp`` and ``--version`` never reach this module.
+"""The ``maple-acp`` commands and their options (click). ``acp`` and ``--version`` never reach
+this module.
 
 ``serve`` runs the runtime and the ACP service on the embedded defaults (SQLite under the
 user data directory, the demo backend or a configured provider, the local OS account) until
 SIGINT or SIGTERM; its settings follow :mod:`maple_acp.config` (flags > environment > config
 file > defaults). ``status`` asks a running service for its counters over the socket with the
 standard library only. ``sessions`` lists, shows and deletes the running host's sessions as an
-ACP client of it. ``demo`` runs a service in this process and drives a short session through a
-real connector subprocess, printing the conversation.
+ACP client of it. ``doctor`` checks the installation. ``demo`` runs a service in this process
+and drives a short session through a real connector subprocess, printing the conversation.
 
-One concern, kept whole although long: the command surface (each command's options, defaults
-and help, and the one-line failures it turns errors into); the host, the socket client and the
-demo script it drives live in ``_cli_host``, ``_cli_client`` and ``_cli_demo``.
+This module is the command surface: each command's options, defaults and help, and the
+one-line failures it turns errors into. What the commands run lives beside it: the host in
+``_host``, the provider engine built from settings in ``_engine``, the blocking ACP client of
+``status``, ``sessions`` and ``demo`` in ``_client``, the checks of ``doctor`` in ``_doctor``,
+the demo's script in ``_demo``, and the one error they all raise in ``_errors``.
 
 Output rules: ``serve`` writes nothing to stdout (its ready line and its logs go to stderr);
 ``status``, ``sessions`` and ``demo`` print their report on stdout; every failure is one line
 on stderr and exit status 1 (``status --json`` also prints its JSON object on stdout).
-
-This module holds the commands and their options; the host they run is in ``_cli_host``, the
-blocking ACP client of ``sessions`` and ``demo`` in ``_cli_client``, the demo's script in
-``_cli_demo``, and where settings come from in :mod:`maple_acp.config`.
 """
 
 from __future__ import annotations
@@ -36,7 +35,8 @@ from typing import Any, Final
 
 import click
 
-from maple_acp._cli_client import (
+from maple_acp._groups import single_exception
+from maple_acp.cli._client import (
     AcpCallError,
     HostUnavailable,
     LineClient,
@@ -47,15 +47,14 @@ from maple_acp._cli_client import (
     printable,
     render_transcript,
 )
-from maple_acp._cli_host import (
-    EngineFactory,
+from maple_acp.cli._engine import provider_engine
+from maple_acp.cli._errors import CliError
+from maple_acp.cli._host import (
     HostOptions,
     configure_logging,
     log_entry,
     open_default_host,
 )
-from maple_acp._groups import single_exception
-from maple_acp._tool_env import check_tool_env_allow, inherited_by_tools
 from maple_acp.config import (
     DATA_DIR_ENV,
     LOG_FORMATS,
@@ -82,18 +81,9 @@ from maple_acp_connector.endpoint import (
     resolve_endpoint,
 )
 
-__all__ = [
-    "READY_PREFIX",
-    "CliError",
-    "HostOptions",
-    "cli",
-    "default_data_dir",
-    "format_status",
-    "open_default_host",
-    "query_status",
-]
+__all__ = ["READY_PREFIX", "cli", "format_status", "query_status"]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("maple_acp.cli")
 
 #: ``status`` gives up on a service that does not answer within this (it is a local socket).
 STATUS_TIMEOUT_S: Final = 5.0
@@ -106,20 +96,6 @@ READY_PREFIX: Final = "maple-acp: serving on "
 
 #: ``-h`` works everywhere (subcommands inherit the setting from the group).
 CONTEXT_SETTINGS: Final[dict[str, Any]] = {"help_option_names": ["-h", "--help"]}
-
-
-class CliError(click.ClickException):
-    """A failure reported as one ``maple-acp: ...`` line on stderr with exit status 1."""
-
-    exit_code = 1
-    #: Set by ``serve --log-format json``: the line is then a JSON object like every log line.
-    as_json = False
-
-    def show(self, file: Any = None) -> None:
-        if self.as_json:
-            click.echo(json.dumps(log_entry("error", __name__, self.format_message())), err=True)
-        else:
-            click.echo(f"maple-acp: {self.format_message()}", err=True)
 
 
 async def _serve(options: HostOptions, announce: Callable[[str], None]) -> None:
@@ -174,90 +150,6 @@ def _check_relay_names(
         return check_relay_names(tuple(names))
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-
-
-# -- the provider engine ------------------------------------------------------------------------
-
-
-def _provider_engine(
-    config: ConfigFile,
-    url: str | None,
-    model: str | None,
-    key_env: str | None,
-    tool_env_allow: tuple[str, ...] = (),
-    kind: str | None = None,
-) -> EngineFactory | None:
-    """The provider engine when one is configured (``None``: the demo engine), built now so
-    that a bad section, a missing key variable or a missing extra is one line before anything
-    starts.
-
-    ``--provider-url URL --model ID`` stands for a one-provider file and replaces the file's
-    providers (flags win over the file, as everywhere); the file's ``system_prompt`` and
-    ``max_rate_limit_wait`` still apply.
-    """
-    flags_given = not (url is None and model is None and key_env is None and kind is None)
-    # A file that only bounds rate-limit waits configures no provider (the demo engine runs).
-    if not flags_given and not (config.providers.keys() - {"max_rate_limit_wait"}):
-        return None
-    if flags_given and (url is None or model is None):
-        # A usage error (exit 2), like any other pair of flags used wrongly.
-        raise click.UsageError(
-            "--provider-url and --model go together (--api-key-env and --provider-kind are "
-            "optional)"
-        )
-    from maple_acp.backends.openai import (
-        ProviderConfigError,
-        ProviderUnavailable,
-        build_backend,
-        load_provider_config,
-        provider_config_from_flags,
-        provider_policy,
-    )
-
-    try:
-        if url is not None and model is not None:
-            prompt = config.providers.get("system_prompt")
-            provider = provider_config_from_flags(
-                url,
-                model,
-                api_key_env=key_env,
-                system_prompt=prompt if isinstance(prompt, str) else None,
-                max_rate_limit_wait=config.providers.get("max_rate_limit_wait"),
-                kind=kind or "openai",
-            )
-        else:
-            provider = load_provider_config(config.providers, f"config file {config.path}")
-        _refuse_key_reaching_tools(config, url is not None, provider, tool_env_allow)
-        backend, catalog = build_backend(provider, os.environ)
-    except (ProviderConfigError, ProviderUnavailable) as exc:
-        raise CliError(str(exc)) from None
-    policy = provider_policy()
-    return lambda: (backend, catalog, policy)
-
-
-def _refuse_key_reaching_tools(
-    config: ConfigFile, from_flags: bool, provider: Any, tool_env_allow: tuple[str, ...]
-) -> None:
-    """One line when a provider's key variable is one a tool child would inherit: named in
-    ``tool_env_allow`` (which only the config file sets), or one of the names every child
-    gets (``PATH``, ``LC_*``, ...)."""
-    keys = {entry.api_key_env for entry in provider.providers if entry.api_key_env is not None}
-    if tool_env_allow and config.path is not None:
-        try:
-            check_tool_env_allow(tool_env_allow, keys)
-        except ValueError as exc:
-            raise CliError(str(ConfigFileError(config.path, "tool_env_allow", str(exc)))) from None
-    for index, entry in enumerate(provider.providers):
-        if entry.api_key_env is not None and inherited_by_tools(entry.api_key_env):
-            where = (
-                "--api-key-env"
-                if from_flags
-                else f"config file {config.path}: providers[{index}].api_key_env"
-            )
-            raise CliError(
-                f"{where}: every tool child gets {entry.api_key_env}; "
-                "keep the API key in another variable"
-            )
 
 
 # -- the command line ---------------------------------------------------------------------------
@@ -438,7 +330,9 @@ def serve(
 def _announce(log_format: str) -> Callable[[str], None]:
     """How ``serve`` writes its ready and stopped lines: plain, or as JSON log objects."""
     if log_format == "json":
-        return lambda line: click.echo(json.dumps(log_entry("info", __name__, line)), err=True)
+        return lambda line: click.echo(
+            json.dumps(log_entry("info", "maple_acp.cli", line)), err=True
+        )
     return lambda line: click.echo(line, err=True)
 
 
@@ -454,7 +348,7 @@ def _serve_with(
                 f"an allowed root (--allowed-root, allowed_roots) must be an existing absolute "
                 f"directory: {root!r}"
             )
-    engine = _provider_engine(config, *provider_flags, settings.tool_env_allow, provider_kind)
+    engine = provider_engine(config, *provider_flags, settings.tool_env_allow, provider_kind)
     endpoint = _prepare_endpoint(settings.socket)
     _refuse_live_endpoint(endpoint)
     try:
@@ -674,19 +568,15 @@ def sessions_delete(session_id: str, socket_path: str | None, config_path: Path 
 def doctor(socket_path: str | None, config_path: Path | None, data_dir: Path | None) -> None:
     """Check this installation (config, endpoint, data directory, providers, connector) and
     print client settings to paste. One line per check; exit status 1 if any failed."""
-    from maple_acp._cli_doctor import (
+    from maple_acp.cli._doctor import (
         DoctorInputs,
         client_settings,
         maple_acp_command,
         run_checks,
     )
 
-    def build(config: ConfigFile) -> EngineFactory | None:
-        allowed = config.serve.get("tool_env_allow", ())
-        return _provider_engine(config, None, None, None, tuple(allowed))
-
     inputs = DoctorInputs(config_path=config_path, socket_path=socket_path, data_dir=data_dir)
-    checks, endpoint = run_checks(inputs, os.environ, build)
+    checks, endpoint = run_checks(inputs, os.environ)
     for check in checks:
         click.echo(check.line())
     click.echo("")
@@ -707,7 +597,7 @@ def demo(log_level: str) -> None:
     configure_logging(log_level)
     import trio
 
-    from maple_acp._cli_demo import DEMO_DEADLINE_S, demo_main
+    from maple_acp.cli._demo import DEMO_DEADLINE_S, demo_main
 
     connector = [sys.executable, "-m", "maple_acp_connector"]
     try:

@@ -21,12 +21,16 @@ import sqlite3
 import stat
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import attrs
 
+from maple_acp.cli._client import HostUnavailable, host_status
+from maple_acp.cli._engine import provider_engine
+from maple_acp.cli._errors import CliError
+from maple_acp.cli._host import STORE_FILE_NAME
 from maple_acp.config import (
     ConfigFile,
     ConfigFileError,
@@ -36,6 +40,7 @@ from maple_acp.config import (
     resolve_serve_settings,
     resolve_socket,
 )
+from maple_acp.store import DataDirectoryLocked, StoreError, check_data_directory_free
 from maple_acp_connector.endpoint import UnsafeDirectory, check_private_dir, resolve_endpoint
 
 #: The connector answering ``--version`` takes well under a second; more is a broken install.
@@ -109,8 +114,6 @@ def _directory_state(path: Path) -> tuple[bool, str, str]:
 def _endpoint_checks(
     inputs: DoctorInputs, env: Mapping[str, str], config: ConfigFile
 ) -> tuple[list[Check], Path, dict[str, Any] | None]:
-    from maple_acp._cli_client import HostUnavailable, host_status
-
     chosen = resolve_socket(inputs.socket_path, env, config)
     endpoint = resolve_endpoint(chosen, env)
     ok, state, fix = _directory_state(endpoint.parent)
@@ -128,10 +131,6 @@ def _endpoint_checks(
 def _data_checks(
     inputs: DoctorInputs, env: Mapping[str, str], config: ConfigFile, host_running: bool
 ) -> list[Check]:
-    from maple_acp._cli_host import STORE_FILE_NAME
-    from maple_acp.store._lock import DataDirectoryLock, DataDirectoryLocked
-    from maple_acp.store._protocol import StoreError
-
     try:
         flags = {"data_dir": os.path.abspath(inputs.data_dir) if inputs.data_dir else None}
         data_dir = resolve_serve_settings(flags, env, config).data_dir
@@ -145,7 +144,7 @@ def _data_checks(
             checks.append(Check(True, "store", f"{store} does not exist yet; serve creates it"))
         return checks
     try:
-        lock = DataDirectoryLock.acquire(os.fspath(store))
+        check_data_directory_free(os.fspath(store))
     except DataDirectoryLocked as exc:
         holder = f"PID {exc.holder_pid}" if exc.holder_pid else "an unknown process"
         if host_running:
@@ -164,7 +163,6 @@ def _data_checks(
     except StoreError as exc:
         checks.append(Check(False, "data directory lock", str(exc), "check the directory's owner"))
     else:
-        lock.release()
         checks.append(Check(True, "data directory lock", "free (no host is using it)"))
     checks.append(_integrity_check(store))
     return checks
@@ -185,12 +183,12 @@ def _integrity_check(store: Path) -> Check:
     return Check(True, "store", f"{store} passes SQLite's integrity check")
 
 
-def _provider_checks(config: ConfigFile, build: Callable[[ConfigFile], Any]) -> list[Check]:
-    """Each provider's check; ``build`` makes the engine (raising the CLI's one-line error)."""
-    from maple_acp.cli import CliError
-
+def _provider_checks(config: ConfigFile) -> list[Check]:
+    """Each provider's check, on the engine ``serve`` would build from ``config``."""
     try:
-        engine = build(config)
+        engine = provider_engine(
+            config, None, None, None, tuple(config.serve.get("tool_env_allow", ()))
+        )
     except CliError as exc:
         fix = (
             "export that variable where serve starts, or change the setting"
@@ -239,9 +237,7 @@ def _connector_check() -> Check:
     return Check(True, "connector", f"{command} acp runs ({done.stdout.strip()})")
 
 
-def run_checks(
-    inputs: DoctorInputs, env: Mapping[str, str], build: Callable[[ConfigFile], Any]
-) -> tuple[list[Check], Path]:
+def run_checks(inputs: DoctorInputs, env: Mapping[str, str]) -> tuple[list[Check], Path]:
     """Every check in order, and the endpoint the client settings must reach."""
     config_check, config = _config_check(inputs, env)
     checks = [config_check]
@@ -249,7 +245,7 @@ def run_checks(
     checks += endpoint_checks
     checks += _data_checks(inputs, env, config, host_running=status is not None)
     if config_check.ok:
-        checks += _provider_checks(config, build)
+        checks += _provider_checks(config)
     checks.append(_connector_check())
     return checks, endpoint
 

@@ -1,7 +1,7 @@
 """``maple-acp demo``: a throwaway host in this process and a scripted session through real
 connector subprocesses, narrated as it happens (``->`` client to agent, ``<-`` back).
 
-The narrating client is :class:`~maple_acp._cli_client.LineClient`, a blocking client of the
+The narrating client is :class:`~maple_acp.cli._client.LineClient`, a blocking client of the
 command line's own; it runs in a worker thread beside the host's Trio loop, so the host keeps
 serving while the client waits.
 """
@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
-from maple_acp._cli_client import LineClient, NotServed, initialize, list_sessions
-from maple_acp._cli_host import HostOptions, open_default_host
+from maple_acp.cli._client import LineClient, NotServed, initialize, list_sessions
+from maple_acp.cli._host import HostOptions, open_default_host
 from maple_acp.config import make_private_dir
 
 #: The demo gives its whole scripted session this long before calling it stuck.
