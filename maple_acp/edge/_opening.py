@@ -163,16 +163,20 @@ class SessionOpener:
         cwd: str,
         additional: tuple[str, ...],
         mcp_servers: tuple[McpServer, ...],
+        *,
+        resume: bool,
     ) -> EdgeSession:
         """A lease on the task ``session_id`` for this connection: a new one, or the one this
-        connection holds already (a re-attach, when no prompt runs)."""
+        connection holds already (a re-attach, when no prompt runs). A load names the
+        session's additional directories; a resume names its new set (each admitted like the
+        cwd), which the session keeps from then on."""
         table = self._table
         if table.is_tombstoned(session_id):
             raise ProtocolError(INVALID_REQUEST, "the session is closing")
         servers = validate_servers(mcp_definitions(mcp_servers))
         held = table.get(session_id)
         if held is not None and not held.closing:
-            return await self._reattach(held, cwd, additional, servers)
+            return await self._reattach(held, cwd, additional, servers, resume=resume)
         if held is not None:
             raise ProtocolError(INVALID_REQUEST, "the session is closing")
         return await self._open(
@@ -184,6 +188,7 @@ class SessionOpener:
                 router_factory=router_factory(servers),
                 allowed_roots=self._roots,
                 additional_directories=additional,
+                replace_directories=resume,
             )
         )
 
@@ -193,21 +198,33 @@ class SessionOpener:
         cwd: str,
         additional: tuple[str, ...],
         servers: tuple[ValidatedServer, ...],
+        *,
+        resume: bool,
     ) -> EdgeSession:
         # The lease holds the task already: the runtime's attach rule for its holder (the cwd
         # and the additional directories admitted under both sets of allowed roots, naming the
-        # task's root and its set of additional directories).
-        await self._runtime.check_root(
-            session.lease, cwd, allowed_roots=self._roots, additional_directories=additional
+        # task's root and, for a load, its set of additional directories).
+        admitted = await self._runtime.check_root(
+            session.lease,
+            cwd,
+            allowed_roots=self._roots,
+            additional_directories=additional,
+            replace_directories=resume,
         )
         # RUN_ACTIVE (-32600) while a prompt or a goal cycle runs; if the new servers fail to
-        # connect, the lease keeps its old ones and their error is the answer.
-        await session.lease.replace_router(router_factory(servers))
+        # connect, the lease keeps its old ones (and directories) and their error is the answer.
+        await session.lease.replace_router(
+            router_factory(servers), directories=admitted if resume else None
+        )
         return session
 
     async def load(self, request: LoadSessionRequest) -> object:
         session = await self._attach(
-            request.session_id, request.cwd, request.additional_directories, request.mcp_servers
+            request.session_id,
+            request.cwd,
+            request.additional_directories,
+            request.mcp_servers,
+            resume=False,
         )
         with session.lease.operation(), session.update_scope():
             await self._replay(session)
@@ -260,7 +277,11 @@ class SessionOpener:
         # A cursor this agent cannot serve is bad params before anything is attached.
         replay = self._dialect().replay_requested(request)
         session = await self._attach(
-            request.session_id, request.cwd, request.additional_directories, request.mcp_servers
+            request.session_id,
+            request.cwd,
+            request.additional_directories,
+            request.mcp_servers,
+            resume=True,
         )
         with session.lease.operation(), session.update_scope():
             if replay:

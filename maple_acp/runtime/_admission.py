@@ -21,22 +21,27 @@ _CWD: Final = "the working directory"
 _ADDITIONAL: Final = "an additional directory"
 
 
-def _canonical_directory_sync(path: str, what: str = _CWD) -> str:
-    def reject(message: str) -> RuntimeRejection:
-        return RuntimeRejection(RejectionKind.INVALID_CWD, message)
+def _reject(message: str) -> RuntimeRejection:
+    return RuntimeRejection(RejectionKind.INVALID_CWD, message)
 
+
+def _check_absolute(path: str, what: str) -> None:
     if not isinstance(path, str) or not path or "\x00" in path:
-        raise reject(f"{what} must be a non-empty path")
+        raise _reject(f"{what} must be a non-empty path")
     if not os.path.isabs(path):
-        raise reject(f"{what} must be an absolute path")
+        raise _reject(f"{what} must be an absolute path")
+
+
+def _canonical_directory_sync(path: str, what: str = _CWD) -> str:
+    _check_absolute(path, what)
     try:
         canonical = os.path.realpath(path, strict=True)
     except OSError as exc:
-        raise reject(f"{what} does not exist or is not accessible") from exc
+        raise _reject(f"{what} does not exist or is not accessible") from exc
     if not os.path.isdir(canonical):
-        raise reject(f"{what} is not a directory")
+        raise _reject(f"{what} is not a directory")
     if not os.access(canonical, os.R_OK | os.X_OK):
-        raise reject(f"{what} is not accessible")
+        raise _reject(f"{what} is not accessible")
     return canonical
 
 
@@ -44,6 +49,21 @@ async def canonical_directory(path: str, what: str = _CWD) -> str:
     """The canonical form of an absolute, accessible directory (symlinks resolved). Raises
     ``RuntimeRejection(INVALID_CWD)``; ``what`` names the directory in its message."""
     return await trio.to_thread.run_sync(_canonical_directory_sync, path, what)
+
+
+def _existing_directory_sync(path: str) -> str | None:
+    _check_absolute(path, _CWD)
+    try:
+        return _canonical_directory_sync(path)
+    except RuntimeRejection:
+        return None
+
+
+async def existing_directory(path: str) -> str | None:
+    """The canonical form of the absolute directory ``path``, ``None`` when no accessible
+    directory is there (a filter naming it matches nothing). Raises ``INVALID_CWD`` only for
+    a path that is not absolute."""
+    return await trio.to_thread.run_sync(_existing_directory_sync, path)
 
 
 def within_roots(root: str, allowed_roots: Sequence[str]) -> bool:
@@ -121,12 +141,22 @@ class ProjectRoots:
         Raises ``INVALID_CWD``."""
         return await self._admit(cwd, caller_roots, _CWD)
 
+    async def admit_filter(self, cwd: str, caller_roots: Sequence[str] = ()) -> str | None:
+        """A list filter's ``cwd`` canonicalised, ``None`` when no directory is there (it
+        matches no session); an existing one must be inside the allowed roots, as for
+        ``admit``. Raises ``INVALID_CWD``."""
+        root = await existing_directory(cwd)
+        if root is not None:
+            self._check_within(root, caller_roots, _CWD)
+        return root
+
+    def _check_within(self, root: str, caller_roots: Sequence[str], what: str) -> None:
+        if not self.admits(root, caller_roots):
+            raise _reject(f"{what} is outside the allowed roots")
+
     async def _admit(self, path: str, caller_roots: Sequence[str], what: str) -> str:
         root = await canonical_directory(path, what)
-        if not self.admits(root, caller_roots):
-            raise RuntimeRejection(
-                RejectionKind.INVALID_CWD, f"{what} is outside the allowed roots"
-            )
+        self._check_within(root, caller_roots, what)
         return root
 
     async def admit_additional(

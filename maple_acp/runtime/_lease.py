@@ -689,21 +689,41 @@ class SessionLease:
 
     # -- re-attach ---------------------------------------------------------------------------
 
-    async def replace_router(self, router_factory: RouterFactory | None) -> None:
+    async def replace_router(
+        self,
+        router_factory: RouterFactory | None,
+        *,
+        directories: Sequence[str] | None = None,
+    ) -> None:
         """Re-attach with another set of external tools (``None``: none). ``RUN_ACTIVE``
         while a prompt holds the slot or any run (a goal cycle included) is active. The new
         router starts in the lease's nursery first; if that fails its error propagates (the
         same error a first attach raises) and the old router stays; on success the old one
-        is revoked. No goal cycle starts while the swap is under way."""
+        is revoked. No goal cycle starts while the swap is under way.
+
+        ``directories``, when given, become the task's additional directories once the new
+        router serves (canonical and admitted: ``AgentService.reattach`` passes them)."""
         with self.operation():
             if self._claim is not None or self._active_run is not None or self._replacing_router:
                 raise RuntimeRejection(RejectionKind.RUN_ACTIVE, "a run is active in the session")
             self._replacing_router = True
             try:
                 await self._life.replace_router(router_factory)
+                if directories is not None:
+                    await self._store_directories(directories)
             finally:
                 self._replacing_router = False
                 self._goals.poke()
+
+    async def _store_directories(self, directories: Sequence[str]) -> None:
+        if frozenset(directories) == frozenset(self._task.additional_directories):
+            return
+        record = await self._context.store.set_task_directories(self.task_id, tuple(directories))
+        if record is None:
+            raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "the session is gone")
+        self._task = record
+        self._row.rewritten(record)
+        self._life.check_live()
 
     # -- revocation and release --------------------------------------------------------------
 

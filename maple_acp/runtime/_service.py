@@ -368,15 +368,19 @@ class AgentService(ServedInOwnNursery):
         router_factory: RouterFactory | None = None,
         allowed_roots: Sequence[str] = (),
         additional_directories: Sequence[str] = (),
+        replace_directories: bool = False,
         task_status: trio.TaskStatus[SessionLease] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Attach a lease to an existing task and hold it until released:
         ``lease = await nursery.start(service.serve_task, task_id, cwd, ...)``.
 
+        ``additional_directories`` must be the task's set (in any order), unless
+        ``replace_directories`` (a resume names the session's new set, each admitted like
+        ``cwd``): then they are stored with the task once every check below has passed.
         Refusals, checked in this order, each before the lease exists: ``INVALID_CWD``,
         ``INVALID_RELAY``, ``TASK_NOT_FOUND``, ``WRONG_ACCOUNT``, ``ROOT_MISMATCH`` (``cwd``
-        is not the task's canonical root, or ``additional_directories`` are not the task's set,
-        in any order), ``WRONG_POLICY`` (not caller-mediated),
+        is not the task's canonical root, or the directories are not the task's set),
+        ``WRONG_POLICY`` (not caller-mediated),
         ``RUN_ACTIVE``, ``TASK_LEASED``, ``MODEL_RETIRED`` (the persisted model left the
         catalog; never substituted), and the admission kinds. ``router_factory`` runs inside
         the lease's nursery after the checks and before the lease is returned; if it raises,
@@ -391,7 +395,10 @@ class AgentService(ServedInOwnNursery):
             if found is None and task_id in self._expired:
                 raise self._expired_rejection(task_id)
             account = self._fence.account_of(generation)
-            task = check_attachable(found, account=account, root=root, additional=additional)
+            named = additional
+            if replace_directories and found is not None:
+                named = found.additional_directories
+            task = check_attachable(found, account=account, root=root, additional=named)
             self._leases.reserve(task_id)
             try:
                 if task.provisional and task.provisional_expires_ms is not None:
@@ -408,6 +415,8 @@ class AgentService(ServedInOwnNursery):
                         RejectionKind.MODEL_RETIRED, "the session's model is no longer offered"
                     )
             goal = await self.store.get_goal(task_id)
+            if frozenset(additional) != frozenset(task.additional_directories):
+                task = await self.store.set_task_directories(task_id, additional) or task
             self._fence.check(generation)
         except BaseException:
             tools.revoke()
@@ -496,13 +505,21 @@ class AgentService(ServedInOwnNursery):
         *,
         allowed_roots: Sequence[str] = (),
         additional_directories: Sequence[str] = (),
-    ) -> None:
+        replace_directories: bool = False,
+    ) -> tuple[str, ...]:
         """The attach rule for a caller that already holds ``lease`` (a re-attach): ``cwd`` and
         ``additional_directories`` canonicalised and admitted like any other (``INVALID_CWD``)
-        must be the task's root and its set of additional directories (``ROOT_MISMATCH``)."""
+        must be the task's root (``ROOT_MISMATCH``) and, unless ``replace_directories`` (a
+        resume, which names the session's new set), its set of additional directories.
+        Returns the admitted directories, for ``lease.replace_router(..., directories=)``."""
         root = await self._roots.admit(cwd, allowed_roots)
         additional = await self._roots.admit_additional(additional_directories, allowed_roots)
-        check_directories(lease.task, root, additional)
+        check_directories(
+            lease.task,
+            root,
+            lease.task.additional_directories if replace_directories else additional,
+        )
+        return additional
 
     # -- tasks -------------------------------------------------------------------------------
 
@@ -515,11 +532,17 @@ class AgentService(ServedInOwnNursery):
         allowed_roots: Sequence[str] = (),
     ) -> TaskListing:
         """The signed-in account's caller-mediated, non-provisional tasks, newest first, at
-        most 100 per page; ``cwd`` filters by exact canonical root (``INVALID_CWD`` outside
-        the allowed roots). ``INVALID_CURSOR`` for a cursor this service did not issue (for
-        this query)."""
+        most 100 per page; ``cwd`` filters by exact canonical root: a directory that does not
+        exist lists nothing, one outside the allowed roots (or a relative path) is
+        ``INVALID_CWD``. ``INVALID_CURSOR`` for a cursor this service did not issue (for this
+        query)."""
         generation = self._fence.admit()
-        root = await self._roots.admit(cwd, allowed_roots) if cwd is not None else None
+        root = None
+        if cwd is not None:
+            root = await self._roots.admit_filter(cwd, allowed_roots)
+            if root is None:
+                self._fence.check(generation)
+                return TaskListing(tasks=(), next_cursor=None)
         account = self._fence.account_of(generation)
         query = TaskQuery(
             account=account,

@@ -68,6 +68,12 @@ class TaskStore(Protocol):
         """Store the task's thinking effort (``None``: the backend's default), as
         ``set_task_mode`` does."""
 
+    async def set_task_directories(
+        self, task_id: str, directories: Sequence[str]
+    ) -> TaskRecord | None:
+        """Store the task's additional directories (canonical, as admitted), replacing its set,
+        as ``set_task_mode`` does. Returns the new row, ``None`` if there is no task."""
+
     async def set_provisional_expiry(
         self, task_id: str, expires_ms: int | None
     ) -> TaskRecord | None:

@@ -208,6 +208,13 @@ class SqliteTaskStore:
     async def set_task_thought_level(self, task_id: str, level: str | None) -> TaskRecord | None:
         return await self._update_task(task_id, "thought_level = ?", (level,))
 
+    async def set_task_directories(
+        self, task_id: str, directories: Sequence[str]
+    ) -> TaskRecord | None:
+        return await self._update_task(
+            task_id, "additional_directories = ?", (_tasks.encode_directories(directories),)
+        )
+
     async def set_provisional_expiry(
         self, task_id: str, expires_ms: int | None
     ) -> TaskRecord | None:

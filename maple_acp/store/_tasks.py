@@ -93,8 +93,13 @@ def _task_params(task: TaskRecord) -> tuple[Any, ...]:
         task.provisional_expires_ms,
         task.mode,
         task.thought_level,
-        orjson.dumps(list(task.additional_directories)).decode(),
+        encode_directories(task.additional_directories),
     )
+
+
+def encode_directories(directories: Sequence[str]) -> str:
+    """A task's additional directories as their column holds them (a JSON array)."""
+    return orjson.dumps(list(directories)).decode()
 
 
 def _directories(text: str) -> tuple[str, ...]:

@@ -46,6 +46,20 @@ async def test_setting_the_mode_or_level_keeps_updated_ms(store: SqliteTaskStore
     assert await store.set_task_thought_level("missing", "low") is None
 
 
+async def test_a_resume_replaces_the_directories_and_keeps_updated_ms(
+    store: SqliteTaskStore,
+) -> None:
+    await store.create_task(task_record(id="t", updated_ms=1000, additional_directories=("/a",)))
+    moved = await store.set_task_directories("t", ("/b", "/c"))
+    assert moved is not None
+    assert (moved.additional_directories, moved.updated_ms) == (("/b", "/c"), 1000)
+    assert await store.get_task("t") == moved
+    cleared = await store.set_task_directories("t", ())
+    assert cleared is not None
+    assert cleared.additional_directories == ()
+    assert await store.set_task_directories("missing", ("/a",)) is None
+
+
 async def test_a_file_before_the_settings_is_migrated_with_defaults(
     store_path: Path, tmp_path: Path
 ) -> None:

@@ -1,0 +1,218 @@
+"""What the conformance suite's v2 draft found about sessions, on v1 and v2 alike: a list
+filtered by a directory that does not exist lists nothing, a resume may name other additional
+directories (each admitted like the cwd, kept by the session from then on), and an HTTP MCP
+server's ``headers`` may be left out on v2. Every frame is checked against the schema of the
+connection's version."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from edge_harness import Harness, running_service
+
+from maple_acp.edge import AcpServiceConfig
+from maple_acp.testing.client import AcpTestClient
+from maple_acp.testing.schema import AcpSchema
+from maple_acp.wire import ProtocolError
+
+VERSIONS = pytest.mark.parametrize("version", [1, 2], ids=["v1", "v2"])
+
+
+@pytest.fixture
+async def both(tmp_path: Path) -> AsyncIterator[Harness]:
+    config = AcpServiceConfig(protocol_max=2)
+    async with running_service(tmp_path, config=config) as running:
+        yield running
+
+
+@asynccontextmanager
+async def connected(harness: Harness, version: int) -> AsyncIterator[AcpTestClient]:
+    async with harness.connect() as client:
+        if version == 1:
+            await client.initialize()
+        else:
+            answer = await client.call(
+                "initialize",
+                {"protocolVersion": 2, "info": {"name": "t", "version": "0"}, "capabilities": {}},
+            )
+            assert answer["protocolVersion"] == 2
+        yield client
+
+
+def schema_of(version: int, v1: AcpSchema, v2: AcpSchema) -> AcpSchema:
+    return v1 if version == 1 else v2
+
+
+async def new_session(client: AcpTestClient, cwd: Path, **params: Any) -> str:
+    answer = await client.call("session/new", {"cwd": str(cwd), "mcpServers": [], **params})
+    return str(answer["sessionId"])
+
+
+async def resume(client: AcpTestClient, sid: str, cwd: Path, directories: list[Path]) -> Any:
+    return await client.call(
+        "session/resume",
+        {
+            "sessionId": sid,
+            "cwd": str(cwd),
+            "mcpServers": [],
+            "additionalDirectories": [str(d) for d in directories],
+        },
+    )
+
+
+def write(path: Path, text: str) -> str:
+    return "/tool write_file " + json.dumps({"path": str(path), "content": text})
+
+
+async def prompted(client: AcpTestClient, sid: str, text: str, version: int) -> None:
+    await client.prompt(sid, text)
+    if version == 2:
+        # v2 answers on acceptance: the turn ends with its idle state.
+        await client.wait_until(
+            lambda: any(
+                u["sessionUpdate"] == "state_update" and u["state"] == "idle"
+                for u in client.updates(sid)[-1:]
+            )
+        )
+
+
+async def listed(client: AcpTestClient, **params: Any) -> list[dict[str, Any]]:
+    return list((await client.list_sessions(**params))["sessions"])
+
+
+@VERSIONS
+async def test_a_list_filtered_by_a_directory_that_does_not_exist_lists_nothing(
+    both: Harness,
+    project: Path,
+    tmp_path: Path,
+    version: int,
+    acp_schema: AcpSchema,
+    acp_schema_v2: AcpSchema,
+) -> None:
+    async with connected(both, version) as client:
+        sid = await new_session(client, project)
+        await prompted(client, sid, "/echo kept", version)
+        assert [s["sessionId"] for s in await listed(client, cwd=str(project))] == [sid]
+        for missing in (project / "no-session-here", tmp_path / "gone" / "deeper"):
+            assert await listed(client, cwd=str(missing)) == []
+        # A file is no directory either: nothing is listed under it.
+        (project / "a-file").write_text("x")
+        assert await listed(client, cwd=str(project / "a-file")) == []
+        # A relative path is still bad params, and the connection goes on.
+        with pytest.raises(ProtocolError) as refused:
+            await listed(client, cwd="relative/dir")
+        assert refused.value.code == -32602
+        assert [s["sessionId"] for s in await listed(client)] == [sid]
+        client.validate(schema_of(version, acp_schema, acp_schema_v2))
+
+
+async def test_outside_the_roots_a_missing_directory_lists_nothing_an_existing_one_is_refused(
+    tmp_path: Path, project: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    config = AcpServiceConfig(allowed_roots=(str(project),))
+    async with running_service(tmp_path, config=config) as harness, harness.connect() as client:
+        await client.initialize()
+        assert await listed(client, cwd=str(outside / "missing")) == []
+        with pytest.raises(ProtocolError) as refused:
+            await listed(client, cwd=str(outside))
+        assert refused.value.code == -32602
+        assert "outside the allowed roots" in refused.value.message
+
+
+@VERSIONS
+async def test_a_resume_names_the_sessions_new_additional_directories(
+    both: Harness,
+    project: Path,
+    tmp_path: Path,
+    version: int,
+    acp_schema: AcpSchema,
+    acp_schema_v2: AcpSchema,
+) -> None:
+    first, second, third = (tmp_path / name for name in ("first", "second", "third"))
+    for directory in (first, second, third):
+        directory.mkdir()
+    schema = schema_of(version, acp_schema, acp_schema_v2)
+    async with connected(both, version) as client:
+        sid = await new_session(client, project, additionalDirectories=[str(first)])
+        await prompted(client, sid, write(first / "one.txt", "one"), version)
+        assert (first / "one.txt").read_text() == "one"
+        client.validate(schema)
+    async with connected(both, version) as client:
+        # Another connection resumes with another set: admitted, and the session's from now on.
+        assert "configOptions" in await resume(client, sid, project, [second])
+        [row] = await listed(client)
+        assert row["additionalDirectories"] == [str(second)]
+        await prompted(client, sid, write(second / "two.txt", "two"), version)
+        assert (second / "two.txt").read_text() == "two"
+        # The directory it dropped is no longer the session's: the write fails its row.
+        await prompted(client, sid, write(first / "late.txt", "late"), version)
+        assert not (first / "late.txt").exists()
+        # A re-attach on the same connection may change the set again.
+        await resume(client, sid, project, [third, second])
+        [row] = await listed(client)
+        assert sorted(row["additionalDirectories"]) == sorted([str(third), str(second)])
+        client.validate(schema)
+    async with connected(both, version) as client:
+        # Naming none activates none.
+        await resume(client, sid, project, [])
+        [row] = await listed(client)
+        assert "additionalDirectories" not in row
+        client.validate(schema)
+
+
+async def test_a_resumed_directory_is_admitted_like_the_cwd(
+    tmp_path: Path, project: Path, acp_schema: AcpSchema
+) -> None:
+    inside = project / "inside"
+    inside.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    config = AcpServiceConfig(allowed_roots=(str(project),))
+    async with running_service(tmp_path, config=config) as harness:
+        async with harness.connect() as client:
+            await client.initialize()
+            sid = await new_session(client, project, additionalDirectories=[str(inside)])
+            await client.prompt(sid, "/echo kept")
+            for bad in ([outside], [tmp_path / "missing"]):
+                with pytest.raises(ProtocolError) as refused:
+                    await resume(client, sid, project, bad)
+                assert refused.value.code == -32602
+            with pytest.raises(ProtocolError) as relative:
+                await client.call(
+                    "session/resume",
+                    {"sessionId": sid, "cwd": str(project), "additionalDirectories": ["rel"]},
+                )
+            assert relative.value.code == -32602
+            [row] = await listed(client)
+            assert row["additionalDirectories"] == [str(inside)]
+            client.validate(acp_schema)
+        async with harness.connect() as client:
+            await client.initialize()
+            with pytest.raises(ProtocolError) as refused:
+                await resume(client, sid, project, [outside])
+            assert refused.value.code == -32602
+            # Nothing was attached or stored; a good resume then goes through.
+            [row] = await listed(client)
+            assert row["additionalDirectories"] == [str(inside)]
+            await resume(client, sid, project, [])
+            # A load still names the session's set.
+            await client.close_session(sid)
+            with pytest.raises(ProtocolError) as load:
+                await client.call(
+                    "session/load",
+                    {
+                        "sessionId": sid,
+                        "cwd": str(project),
+                        "mcpServers": [],
+                        "additionalDirectories": [str(inside)],
+                    },
+                )
+            assert load.value.code == -32602
+            client.validate(acp_schema)
