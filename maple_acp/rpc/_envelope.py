@@ -4,7 +4,8 @@ Decisions this module makes for the whole connection:
 
 - Batches (a top-level array) are refused with ``-32600`` unless the connection accepts them
   (ACP v2): then :func:`split_batch` turns one into its members, at most
-  :data:`MAX_BATCH_MESSAGES`, each then classified like a line of its own.
+  :data:`MAX_BATCH_MESSAGES`, each classified like a line of its own (a member that is an
+  array is a malformed member, not a batch inside a batch).
 - ``params`` must be an object or an array; ``null`` counts as absent. Anything else is
   ``-32600`` here. An array reaches the handler unchanged, so a handler that needs an object
   (every ACP method) refuses it with ``-32602``.
@@ -127,24 +128,23 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _reread_long_id(line: bytes) -> dict[str, Any] | None:
-    """The message of a line orjson refused for a number beyond a double's range, when that
-    number is the message's id, read by the standard library; else ``None`` (the parse error
-    stands). An integer id is read exactly; a fractional one (``1e400``, or 400 digits with a
-    point) stands as ``inf``, so it is refused as any fractional id is (``-32600``).
-    Everything orjson would refuse elsewhere stays refused: a number beyond a double's range,
-    ``NaN``/``Infinity``, a lone surrogate, and an integer beyond 64 bits anywhere but the id
-    (orjson could not write it back)."""
+def _stdlib_read(line: bytes) -> Any:
+    """``line`` read by the standard library, which keeps integers exact: a number beyond a
+    double's range stands as :data:`_OVERFLOW`, and ``NaN``/``Infinity`` are refused, as
+    orjson refuses them. ``None`` if it is not JSON at all."""
     try:
-        obj = json.loads(line, parse_float=_float_or_overflow, parse_constant=_refuse_constant)
+        return json.loads(line, parse_float=_float_or_overflow, parse_constant=_refuse_constant)
     except (ValueError, RecursionError):
         return None
-    if type(obj) is not dict:
-        return None
+
+
+def _long_checked(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """A message the standard library read, fit for the rest of the house; ``None`` if it
+    holds what orjson would refuse anywhere but the id: a number beyond a double's range, a
+    lone surrogate, or an integer beyond 64 bits (orjson could not write it back). An id
+    beyond a double's range stands as ``inf``, so it is refused as any fractional id is."""
     if obj.get("id") is _OVERFLOW:
         obj["id"] = math.inf
-    elif type(obj.get("id")) is not int:
-        return None
     pending: list[Any] = [value for key, value in obj.items() if key != "id"]
     pending.extend(obj)
     while pending:
@@ -165,6 +165,20 @@ def _reread_long_id(line: bytes) -> dict[str, Any] | None:
         elif value is _OVERFLOW:
             return None
     return obj
+
+
+def _reread_long_id(line: bytes) -> dict[str, Any] | None:
+    """The message of a line orjson refused for a number beyond a double's range, when that
+    number is the message's id, read by the standard library; else ``None`` (the parse error
+    stands). An integer id is read exactly; a fractional one (``1e400``, or 400 digits with a
+    point) stands as ``inf``, so it is refused as any fractional id is (``-32600``).
+    Everything orjson would refuse elsewhere stays refused (see :func:`_long_checked`)."""
+    obj = _stdlib_read(line)
+    if type(obj) is not dict:
+        return None
+    if obj.get("id") is not _OVERFLOW and type(obj.get("id")) is not int:
+        return None
+    return _long_checked(obj)
 
 
 def _id_json(msg_id: RequestId) -> Any:
@@ -191,25 +205,56 @@ def _invalid(
 MAX_BATCH_MESSAGES: Final = 64
 
 
-def split_batch(line: bytes) -> list[bytes] | InvalidMessage | None:
-    """A batch line's members as lines of their own; ``None`` if ``line`` is not a batch (a
-    top-level array). An empty, oversized or unparseable batch is one ``InvalidMessage``:
-    nothing of it runs. Never raises."""
+def split_batch(line: bytes) -> list[Parsed] | InvalidMessage | None:
+    """A batch line's members, each classified as a line of its own would be; ``None`` if
+    ``line`` is not a batch (a top-level array). An empty, oversized or unparseable batch is
+    one ``InvalidMessage``: nothing of it runs. A member that is not a usable message is its
+    own ``InvalidMessage``, answered in the batch's answer while the others run. Every
+    member's integer id is exact, whatever its size. Never raises.
+
+    orjson reads the batch (the fast path); only a batch it refuses for a number beyond a
+    double's range, or one with a member whose id it read as a float (an integer beyond 64
+    bits, or a fractional id), is read again by the standard library."""
     if line.lstrip()[:1] != b"[":
         return None
+    exact = False
     try:
         members = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
-        return InvalidMessage(
-            ErrorResponse(None, PARSE_ERROR, bounded_message(f"parse error: {exc}"))
-        )
+        members = _stdlib_read(line) if str(exc).startswith(_DOUBLE_OVERFLOW) else None
+        if members is None:
+            return InvalidMessage(
+                ErrorResponse(None, PARSE_ERROR, bounded_message(f"parse error: {exc}"))
+            )
+        exact = True
     if type(members) is not list:
         return None
     if not members:
         return _invalid("invalid request: an empty batch")
     if len(members) > MAX_BATCH_MESSAGES:
         return _invalid(f"invalid request: a batch holds at most {MAX_BATCH_MESSAGES} messages")
-    return [orjson.dumps(member) for member in members]
+    if not exact and any(type(m) is dict and type(m.get("id")) is float for m in members):
+        reread = _stdlib_read(line)
+        if type(reread) is list and len(reread) == len(members):
+            for member, again in zip(members, reread, strict=True):
+                if type(member) is dict and type(again) is dict and type(again.get("id")) is int:
+                    member["id"] = again["id"]
+    return [_batch_member(member, exact) for member in members]
+
+
+def _batch_member(member: object, exact: bool) -> Parsed:
+    if type(member) is not dict:
+        return _classify(member)
+    if exact:
+        checked = _long_checked(member)
+        if checked is None:
+            msg_id = member.get("id")
+            return _invalid(
+                "invalid request: a number beyond 64 bits outside the id, or a lone surrogate",
+                msg_id if _valid_id(msg_id) else None,
+            )
+        member = checked
+    return _classify(member)
 
 
 def parse_message(line: bytes) -> Parsed:
@@ -223,12 +268,17 @@ def parse_message(line: bytes) -> Parsed:
                 ErrorResponse(None, PARSE_ERROR, bounded_message(f"parse error: {exc}"))
             )
         obj = reread
+    if type(obj) is dict and "id" in obj:
+        obj["id"] = _exact_id(line, obj["id"])
+    return _classify(obj)
+
+
+def _classify(obj: object) -> Parsed:
+    """Classify one message already read as JSON."""
     if type(obj) is not dict:
         if type(obj) is list:
             return _invalid("invalid request: batches are not supported")
         return _invalid("invalid request: a message must be a JSON object")
-    if "id" in obj:
-        obj["id"] = _exact_id(line, obj["id"])
     if "method" in obj:
         return _parse_call(obj)
     return _parse_answer(obj)

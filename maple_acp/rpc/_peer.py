@@ -37,6 +37,7 @@ from ._envelope import (
     InvalidMessage,
     Notification,
     Params,
+    Parsed,
     Request,
     RequestId,
     Response,
@@ -149,6 +150,56 @@ class _CreditWaiter:
         self.charge = charge
         self.event = trio.Event()
         self.granted = False
+
+
+class _BatchAnswer:
+    """The one answer of a JSON-RPC batch: an answer per request member (and per malformed
+    member), in member order, sent as one array once the batch is read whole (``sealed``)
+    and every slot is filled. A batch of notifications and answers only is answered with
+    nothing at all (JSON-RPC 2.0, section 6)."""
+
+    __slots__ = ("handled", "ids", "lines", "missing", "sealed", "sent")
+
+    def __init__(self) -> None:
+        self.ids: list[RequestId] = []
+        self.lines: list[bytes] = []
+        self.missing = 0
+        self.sealed = False
+        #: Whether a handler's answer is in it (else only the reader's refusals are).
+        self.handled = False
+        #: Set once the array is queued (or never will be): members' follow-ups wait for it.
+        self.sent = trio.Event()
+
+    def slot(self, msg_id: RequestId) -> int:
+        self.ids.append(msg_id)
+        self.lines.append(b"")
+        self.missing += 1
+        return len(self.lines) - 1
+
+    def fill(self, index: int, line: bytes) -> bool:
+        """Put one member's answer line in; True if that completed a sealed batch."""
+        self.lines[index] = line
+        self.missing -= 1
+        return self.complete
+
+    @property
+    def complete(self) -> bool:
+        return self.sealed and self.missing == 0 and bool(self.lines)
+
+    def encode(self) -> bytes:
+        # Each answer is one line ending in its newline: the array joins them without it.
+        return b"[" + b",".join(line[:-1] for line in self.lines) + b"]\n"
+
+    def shrink(self, error: ProtocolError) -> bool:
+        """Replace the largest answer still larger than ``error`` would be by it; False if
+        none is left."""
+        replacements = [encode_error(msg_id, error) for msg_id in self.ids]
+        larger = [i for i, line in enumerate(self.lines) if len(line) > len(replacements[i])]
+        if not larger:
+            return False
+        largest = max(larger, key=lambda i: len(self.lines[i]))
+        self.lines[largest] = replacements[largest]
+        return True
 
 
 class JsonRpcPeer:
@@ -587,34 +638,46 @@ class JsonRpcPeer:
         if self.accept_batches:
             members = split_batch(line)
             if isinstance(members, list):
-                # Each member is a frame of its own (the same limits, the same order); each
-                # request is answered on its own line as it finishes, so a slow member never
-                # holds a fast one's answer back.
+                # Each member is a frame of its own (the same limits, the same order); the
+                # batch is answered as one array once every request in it is answered.
+                batch = _BatchAnswer()
                 for member in members:
-                    await self._dispatch_one(member, nursery)
+                    self._frames_received += 1
+                    await self._dispatch_message(member, nursery, batch)
+                batch.sealed = True
+                if batch.complete:
+                    self._finish_batch_now(batch, nursery)
                 return
             if members is not None:
                 self._frames_received += 1
                 self._refuse(members)
                 return
-        await self._dispatch_one(line, nursery)
+        self._frames_received += 1
+        await self._dispatch_message(parse_message(line), nursery, None)
 
-    def _refuse(self, message: InvalidMessage) -> None:
+    def _refuse(self, message: InvalidMessage, batch: _BatchAnswer | None = None) -> None:
         reply = message.reply
         self._log_peer_fault("answering a malformed message: %s", reply.message)
         if message.response_id is not None:
             call = self._pending.pop(message.response_id)
             if call is not None:
                 call.finish(error=reply.to_exception())
-        self._queue_reply(encode_error(reply.id, reply.to_exception()))
+        self._reply(encode_error(reply.id, reply.to_exception()), reply.id, batch)
 
-    async def _dispatch_one(self, line: bytes, nursery: trio.Nursery) -> None:
-        self._frames_received += 1
-        message = parse_message(line)
+    def _reply(self, line: bytes, msg_id: RequestId, batch: _BatchAnswer | None) -> None:
+        """A reply the reader owes: queued at once, or put in its batch's answer."""
+        if batch is None:
+            self._queue_reply(line)
+        else:
+            batch.fill(batch.slot(msg_id), line)
+
+    async def _dispatch_message(
+        self, message: Parsed, nursery: trio.Nursery, batch: _BatchAnswer | None
+    ) -> None:
         if isinstance(message, Notification):
             await self._handle_notification(message)
         elif isinstance(message, Request):
-            self._start_request(message, nursery)
+            self._start_request(message, nursery, batch)
         elif isinstance(message, Response):
             call = self._pending.pop(message.id)
             if call is None:
@@ -633,7 +696,36 @@ class JsonRpcPeer:
             else:
                 call.finish(error=message.to_exception())
         else:
-            self._refuse(message)
+            self._refuse(message, batch)
+
+    def _finish_batch_now(self, batch: _BatchAnswer, nursery: trio.Nursery) -> None:
+        """Queue a batch answer complete when the reader sealed it: without waiting when only
+        the reader's refusals are in it, else from a task (a handler's answer may be large;
+        the reader never waits for credit)."""
+        if batch.handled:
+            nursery.start_soon(self._send_batch, batch)
+        else:
+            self._queue_reply(batch.encode())
+            batch.sent.set()
+
+    async def _send_batch(self, batch: _BatchAnswer) -> None:
+        """Queue a batch's one answer; its members' follow-ups wait for this. An array too
+        large for the outbound budget has its largest answers replaced by ``-32603``
+        ("answer too large") until it fits."""
+        try:
+            while True:
+                try:
+                    await self._send(batch.encode())
+                    return
+                except OutboundFrameTooLarge as exc:
+                    logger.warning("a batch answer is cut down: %s", exc)
+                    error = ProtocolError(INTERNAL_ERROR, "internal error (answer too large)")
+                    if not batch.shrink(error):
+                        return
+        except ConnectionClosed:
+            logger.debug("a batch answer not sent: the connection ended")
+        finally:
+            batch.sent.set()
 
     def _queue_reply(self, line: bytes) -> None:
         """Queue a reply the reading task owes, without waiting: the shared credit if it is
@@ -686,10 +778,12 @@ class JsonRpcPeer:
             return
         scope.cancel()
 
-    def _start_request(self, request: Request, nursery: trio.Nursery) -> None:
+    def _start_request(
+        self, request: Request, nursery: trio.Nursery, batch: _BatchAnswer | None
+    ) -> None:
         if request.id in self._inflight:
             error = ProtocolError(INVALID_REQUEST, "request id is already in use by a request")
-            self._queue_reply(encode_error(request.id, error))
+            self._reply(encode_error(request.id, error), request.id, batch)
             return
         if len(self._inflight) >= self._max_concurrent:
             error = ProtocolError(
@@ -697,18 +791,28 @@ class JsonRpcPeer:
                 f"too many requests in flight: at most {self._max_concurrent} per connection;"
                 " wait for an answer, then retry",
             )
-            self._queue_reply(encode_error(request.id, error))
+            self._reply(encode_error(request.id, error), request.id, batch)
             return
         # Registered before the task starts, so a $/cancel_request later in the same read
         # finds it; a scope cancelled before it is entered cancels the handler at once.
         scope = trio.CancelScope()
         self._inflight[request.id] = scope
         self._handlers += 1
-        nursery.start_soon(self._run_request, request, scope, self._frames_received)
+        slot = None
+        if batch is not None:
+            batch.handled = True
+            slot = (batch, batch.slot(request.id))
+        nursery.start_soon(self._run_request, request, scope, self._frames_received, slot)
 
-    async def _run_request(self, request: Request, scope: trio.CancelScope, arrival: int) -> None:
+    async def _run_request(
+        self,
+        request: Request,
+        scope: trio.CancelScope,
+        arrival: int,
+        slot: tuple[_BatchAnswer, int] | None,
+    ) -> None:
         try:
-            await self._handle_request(request, scope, arrival)
+            await self._handle_request(request, scope, arrival, slot)
         finally:
             self._handlers -= 1
             if self._handlers == 0:
@@ -716,7 +820,11 @@ class JsonRpcPeer:
                 self._handlers_done = trio.Event()
 
     async def _handle_request(
-        self, request: Request, scope: trio.CancelScope, arrival: int
+        self,
+        request: Request,
+        scope: trio.CancelScope,
+        arrival: int,
+        slot: tuple[_BatchAnswer, int] | None,
     ) -> None:
         _ARRIVAL.set(arrival)
         follow_ups: list[Callable[[], Awaitable[None]]] = []
@@ -745,6 +853,9 @@ class JsonRpcPeer:
         if error is None and not returned:
             error = ProtocolError(REQUEST_CANCELLED, "request cancelled")
         line = self._encode_answer(request, result, error)
+        if slot is not None:
+            await self._answer_in_batch(slot, line, follow_ups if error is None else [])
+            return
         try:
             try:
                 await self._send(line)
@@ -757,6 +868,27 @@ class JsonRpcPeer:
                     await send()
         except ConnectionClosed:
             logger.debug("answer to %r not sent: the connection ended", request.method)
+
+    async def _answer_in_batch(
+        self,
+        slot: tuple[_BatchAnswer, int],
+        line: bytes,
+        follow_ups: list[Callable[[], Awaitable[None]]],
+    ) -> None:
+        """Put a batch member's answer in the batch's; the last one sends the array. Its
+        follow-ups go once the array is queued."""
+        batch, index = slot
+        if batch.fill(index, line):
+            await self._send_batch(batch)
+        elif follow_ups:
+            await batch.sent.wait()
+        if not follow_ups or self._closed:
+            return
+        try:
+            for send in follow_ups:
+                await send()
+        except ConnectionClosed:
+            logger.debug("follow-ups of a batch member not sent: the connection ended")
 
     @classmethod
     def _encode_answer(cls, request: Request, result: Any, error: ProtocolError | None) -> bytes:

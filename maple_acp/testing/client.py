@@ -216,8 +216,22 @@ class AcpTestClient:
     # --- what arrived -----------------------------------------------------------------------
 
     def inbound(self) -> list[Any]:
-        """Every parsed message the agent sent, in order."""
-        return [f.message for f in self.frames if f.direction == "in"]
+        """Every parsed message the agent sent, in order (a batch's answer, one array line,
+        as its members in order; ``batch_answers`` has the arrays)."""
+        messages: list[Any] = []
+        for frame in self.frames:
+            if frame.direction == "in":
+                if isinstance(frame.message, list):
+                    messages.extend(frame.message)
+                else:
+                    messages.append(frame.message)
+        return messages
+
+    def batch_answers(self) -> list[list[Any]]:
+        """Every array (a batch's answer) the agent sent, in order."""
+        return [
+            f.message for f in self.frames if f.direction == "in" and isinstance(f.message, list)
+        ]
 
     def outbound(self) -> list[Any]:
         """Every parsed message this client sent, in order."""
@@ -265,26 +279,32 @@ class AcpTestClient:
         for frame in self.frames:
             if frame.direction != "in":
                 continue
-            message = frame.message
-            if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-                raise SchemaViolation(f"agent sent a non-JSON-RPC line: {frame.raw[:200]!r}")
-            if "method" in message:
-                schema.validate_outbound(message["method"], message.get("params"))
-            elif "error" in message:
-                schema.validate_error(message["error"])
-            elif "result" in message:
-                method = methods.get(message.get("id"))
-                if method is None:
-                    raise SchemaViolation(
-                        f"agent answered an unknown request id {message.get('id')!r}"
-                    )
-                schema.validate_result(method, message["result"])
-            else:
-                raise SchemaViolation(
-                    f"agent sent a frame with no method, result or error: {message!r}"
-                )
-            count += 1
+            if isinstance(frame.message, list) and not frame.message:
+                raise SchemaViolation("agent sent an empty array")
+            for message in frame.message if isinstance(frame.message, list) else [frame.message]:
+                self._validate_one(schema, methods, frame, message)
+                count += 1
         return count
+
+    @staticmethod
+    def _validate_one(
+        schema: AcpSchema, methods: dict[Any, str], frame: Frame, message: Any
+    ) -> None:
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            raise SchemaViolation(f"agent sent a non-JSON-RPC line: {frame.raw[:200]!r}")
+        if "method" in message:
+            schema.validate_outbound(message["method"], message.get("params"))
+        elif "error" in message:
+            schema.validate_error(message["error"])
+        elif "result" in message:
+            method = methods.get(message.get("id"))
+            if method is None:
+                raise SchemaViolation(f"agent answered an unknown request id {message.get('id')!r}")
+            schema.validate_result(method, message["result"])
+        else:
+            raise SchemaViolation(
+                f"agent sent a frame with no method, result or error: {message!r}"
+            )
 
 
 @asynccontextmanager
@@ -302,6 +322,8 @@ async def open_acp_client(
     client = AcpTestClient(permission=permission, elicitation=elicitation)
     recording = _RecordingStream(stream, client.frames, client._notify_changed)
     peer = JsonRpcPeer(recording, on_request=client._on_request)
+    # A batch's answer is an array: its members are answers like any other.
+    peer.accept_batches = True
     client._peer = peer
     async with trio.open_nursery() as nursery:
         await nursery.start(peer.serve)
