@@ -208,10 +208,6 @@ from maple_acp.runtime._events import (
     CompactionChanged,
     CompactionText,
     ContextUsage,
-    CycleStarted,
-    GoalChanged,
-    LeaseRevoked,
-    ModeChanged,
     PermissionRequest,
     PlanUpdated,
     RunEnded,
@@ -220,7 +216,6 @@ from maple_acp.runtime._events import (
     RunNotice,
     RunOutcome,
     RunState,
-    SessionEvent,
     StopReason,
     TextChunk,
     ThoughtChunk,
@@ -291,7 +286,15 @@ from maple_acp.runtime._service import (
     PROVISIONAL_SWEEP_INTERVAL_S,
     AgentService,
 )
-from maple_acp.runtime._session_events import SESSION_EVENT_QUEUE, SessionEvents
+from maple_acp.runtime._session_events import (
+    SESSION_EVENT_QUEUE,
+    CycleStarted,
+    GoalChanged,
+    LeaseRevoked,
+    ModeChanged,
+    SessionEvent,
+    SessionEvents,
+)
 from maple_acp.runtime._steering import MAX_WAITING_STEERS, SteeringOutcome
 from maple_acp.runtime._tools import (
     ExternalToolDefinition,

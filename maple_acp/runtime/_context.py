@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 import attrs
 
@@ -13,9 +12,6 @@ from maple_acp.runtime._models import ModelChoices
 from maple_acp.runtime._modes import ModeSet
 from maple_acp.runtime._permissions import PermissionPolicy
 from maple_acp.store import TaskStore
-
-if TYPE_CHECKING:
-    from maple_acp.runtime._lease import SessionLease
 
 
 @attrs.frozen(kw_only=True)
@@ -39,11 +35,12 @@ class LeaseContext:
     #: The last refreshed listing for a generation's account, without waiting (``None``: no
     #: listing yet, or the last refresh failed).
     known_models: Callable[[int], ModelChoices | None]
-    #: Save a project-trust decision for a generation's account; the lease asking is allowed
-    #: to hold the project (others make it ``TRUST_BUSY``).
-    set_trust: Callable[[int, str, bool | None, SessionLease], Awaitable[None]]
-    #: The lease's cleanup ended: the task is free for another lease.
-    unregister: Callable[[SessionLease], None]
+    #: Save a project-trust decision for a generation's account, asked from inside a lease:
+    #: leases of the project may hold it, only a running turn there makes it ``TRUST_BUSY``.
+    set_trust: Callable[[int, str, bool | None], Awaitable[None]]
+    #: The lease's cleanup ended: the task (by id) is free for another lease. The lease passes
+    #: itself, so that a newer lease of the same task is never forgotten by an older one.
+    unregister: Callable[[str, object], None]
     #: The backend's declared commands, bounded, for a new lease.
     declared_commands: Callable[[], tuple[CommandInfo, ...]]
     #: The session modes the host offers.

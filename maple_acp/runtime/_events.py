@@ -1,5 +1,5 @@
-"""What a run and a lease report: run events (one ordered stream per run) and session events
-(one stream per lease, outside any prompt)."""
+"""What a run reports: its run events, one ordered stream per run (a lease's session events,
+outside any prompt, are in ``_session_events``)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 import attrs
 
-from maple_acp.model import CommandInfo, GoalRecord, PlanEntry, SessionMode, ToolState, Usage
+from maple_acp.model import CommandInfo, PlanEntry, ToolState, Usage
 
 if TYPE_CHECKING:
     from maple_acp.runtime._permissions import PermissionResponder, ToolRequest
-    from maple_acp.runtime._run import Run
 
 
 class RunState(enum.Enum):
@@ -208,39 +207,3 @@ RunEvent: TypeAlias = (
     | CompactionText
     | RunEnded
 )
-
-
-@attrs.frozen
-class GoalChanged:
-    """The task's goal changed; ``goal`` is the new snapshot, ``None`` when cleared."""
-
-    task_id: str
-    goal: GoalRecord | None
-
-
-@attrs.frozen
-class CycleStarted:
-    """The runtime started an autonomous goal cycle. Consume ``run.events()`` exactly as for
-    a prompt's run; nobody else will."""
-
-    run: Run
-
-
-@attrs.frozen
-class LeaseRevoked:
-    """The lease lost its capabilities (sign-out, account change, drain or revocation). Its
-    holder should release it."""
-
-    reason: str
-
-
-@attrs.frozen
-class ModeChanged:
-    """The session's mode changed (``SessionLease.set_mode``); ``mode`` is the new one. It
-    applies from the next tool call, also within a running turn."""
-
-    task_id: str
-    mode: SessionMode
-
-
-SessionEvent: TypeAlias = GoalChanged | CycleStarted | LeaseRevoked | ModeChanged

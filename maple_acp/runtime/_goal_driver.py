@@ -11,9 +11,9 @@ import trio
 from maple_acp.model import GoalRecord, GoalStatus, TimelineItem
 from maple_acp.runtime import _goals
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
-from maple_acp.runtime._events import CycleStarted, GoalChanged, RunKind
+from maple_acp.runtime._events import RunKind
 from maple_acp.runtime._run import Run
-from maple_acp.runtime._session_events import SessionEvents
+from maple_acp.runtime._session_events import CycleStarted, GoalChanged, SessionEvents
 from maple_acp.store import TaskStore
 
 logger = logging.getLogger(__name__)

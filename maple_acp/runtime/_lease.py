@@ -33,7 +33,7 @@ from maple_acp.runtime._backend import backend_accepts_images
 from maple_acp.runtime._barrier import OperationBarrier, PromptClaim
 from maple_acp.runtime._context import LeaseContext
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
-from maple_acp.runtime._events import ModeChanged, RunKind
+from maple_acp.runtime._events import RunKind
 from maple_acp.runtime._goal_driver import GoalCycleDriver
 from maple_acp.runtime._history import replay_rows_view, replay_view, title_from_history
 from maple_acp.runtime._lease_life import LeaseLifetime, ProvisionalRow, RouterFactory
@@ -42,7 +42,7 @@ from maple_acp.runtime._modes import ModeDeclaration
 from maple_acp.runtime._offer import offered_tools
 from maple_acp.runtime._outlet import RunHooks, RunOutlet
 from maple_acp.runtime._run import Run, user_message_id
-from maple_acp.runtime._session_events import SessionEvents
+from maple_acp.runtime._session_events import ModeChanged, SessionEvents
 from maple_acp.runtime._steering import SlotWatch, SteeringOutcome
 from maple_acp.runtime._tools import ToolContext
 from maple_acp.runtime._trust import ProjectSkills, SkillInfo, TrustStatus
@@ -369,7 +369,7 @@ class SessionLease:
         """Save the account's decision for this task's project and rebuild this lease's skill
         catalog. ``TRUST_BUSY`` while a run of that project is active."""
         with self.operation():
-            await self._context.set_trust(self.generation, self._task.root, trusted, self)
+            await self._context.set_trust(self.generation, self._task.root, trusted)
             scanned, self._undecided = self._undecided, None
             if scanned is None:
                 await self._load_skills()
@@ -763,5 +763,5 @@ class SessionLease:
             router_factory,
             main=self._goals.drive,
             started=started,
-            unregister=lambda: self._context.unregister(self),
+            unregister=lambda: self._context.unregister(self.task_id, self),
         )

@@ -12,8 +12,7 @@ from maple_acp.model import TaskRecord, TaskSurface
 from maple_acp.runtime._barrier import OperationBarrier
 from maple_acp.runtime._context import LeaseContext
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
-from maple_acp.runtime._events import LeaseRevoked
-from maple_acp.runtime._session_events import SessionEvents
+from maple_acp.runtime._session_events import LeaseRevoked, SessionEvents
 from maple_acp.runtime._tools import ExternalToolRouter, ToolContext
 
 logger = logging.getLogger(__name__)

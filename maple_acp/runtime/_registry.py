@@ -50,6 +50,7 @@ class LeaseRegistry:
         self._reserved.discard(lease.task_id)
         self._leases[lease.task_id] = lease
 
-    def remove(self, lease: SessionLease) -> None:
-        if self._leases.get(lease.task_id) is lease:
-            del self._leases[lease.task_id]
+    def remove(self, task_id: str, lease: object) -> None:
+        """Forget ``task_id``'s lease if it is still ``lease`` (a newer one stays)."""
+        if self._leases.get(task_id) is lease:
+            del self._leases[task_id]

@@ -138,7 +138,9 @@ class AgentService(ServedInOwnNursery):
             admits=self._fence.admits,
             model_choices=self._model_choices,
             known_models=self._known_models,
-            set_trust=self._set_trust,
+            set_trust=lambda generation, root, trusted: self._set_trust(
+                generation, root, trusted, from_lease=True
+            ),
             unregister=self._leases.remove,
             declared_commands=lambda: self._command_bounds.of(backend_commands(backend)),
             modes=modes,
@@ -638,20 +640,23 @@ class AgentService(ServedInOwnNursery):
         ``TRUST_BUSY`` while a task of that project is leased or running."""
         generation = self._fence.admit()
         root = await canonical_directory(cwd)
-        await self._set_trust(generation, root, trusted, None)
+        await self._set_trust(generation, root, trusted, from_lease=False)
 
     async def _set_trust(
         self,
         generation: int,
         root: str,
         trusted: bool | None,
-        allow_lease: SessionLease | None,
+        *,
+        from_lease: bool,
     ) -> None:
+        """Save the decision unless a task of the project is running, or, when a host asks
+        (not a lease), leased at all."""
         account = self._fence.account_of(generation)
         for lease in self._leases.leases():
             if lease.task.root != root:
                 continue
-            if lease.active_run is not None or (allow_lease is None and not lease.revoked):
+            if lease.active_run is not None or (not from_lease and not lease.revoked):
                 raise RuntimeRejection(
                     RejectionKind.TRUST_BUSY, "a session of this project is running or in use"
                 )

@@ -1,14 +1,53 @@
-"""A lease's session event stream: what happens outside any prompt (goal and mode changes,
-goal cycles, revocation)."""
+"""A lease's session events and their stream: what happens outside any prompt (goal and mode
+changes, goal cycles, revocation)."""
 
 from __future__ import annotations
 
 import collections
 import logging
+from typing import TypeAlias
 
+import attrs
 import trio
 
-from maple_acp.runtime._events import GoalChanged, ModeChanged, SessionEvent
+from maple_acp.model import GoalRecord, SessionMode
+from maple_acp.runtime._run import Run
+
+
+@attrs.frozen
+class GoalChanged:
+    """The task's goal changed; ``goal`` is the new snapshot, ``None`` when cleared."""
+
+    task_id: str
+    goal: GoalRecord | None
+
+
+@attrs.frozen
+class CycleStarted:
+    """The runtime started an autonomous goal cycle. Consume ``run.events()`` exactly as for
+    a prompt's run; nobody else will."""
+
+    run: Run
+
+
+@attrs.frozen
+class LeaseRevoked:
+    """The lease lost its capabilities (sign-out, account change, drain or revocation). Its
+    holder should release it."""
+
+    reason: str
+
+
+@attrs.frozen
+class ModeChanged:
+    """The session's mode changed (``SessionLease.set_mode``); ``mode`` is the new one. It
+    applies from the next tool call, also within a running turn."""
+
+    task_id: str
+    mode: SessionMode
+
+
+SessionEvent: TypeAlias = GoalChanged | CycleStarted | LeaseRevoked | ModeChanged
 
 logger = logging.getLogger(__name__)
 

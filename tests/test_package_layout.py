@@ -1,0 +1,266 @@
+"""The layout of the whole package, read from its source: no import circle of any kind, no
+import of another package's private module, and only the arrows between floors that
+docs/architecture.md allows ("Floors and arrows": the table is read from there, so the page and
+the code cannot disagree).
+
+Every import counts: module level, inside a function (a lazy import is still an arrow), and
+under ``TYPE_CHECKING`` (a type-only circle is still a circle for the reader). ``from pkg import
+name`` is an arrow to ``pkg.name`` when that is a module, else to ``pkg`` itself (its
+``__init__``, the package's public face).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import maple_acp
+import maple_acp_connector
+
+ROOT = Path(__file__).parents[1]
+PACKAGES = {
+    "maple_acp": Path(maple_acp.__file__).parent,
+    "maple_acp_connector": Path(maple_acp_connector.__file__).parent,
+}
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+ARROWS_HEADING = "## Floors and arrows"
+
+#: Private reaches inside ``backends/`` that the provider layer's rework removes (the Anthropic
+#: engine standing on the OpenAI-compatible engine's private modules, and back). The list only
+#: shrinks: an entry that is no longer found fails the test, so whoever fixes one deletes it.
+KNOWN_BACKEND_REACHES = {
+    ("maple_acp.backends._routing", "maple_acp.backends.openai._config"),
+    ("maple_acp.backends.anthropic._backend", "maple_acp.backends.openai._backend"),
+    ("maple_acp.backends.anthropic._backend", "maple_acp.backends.openai._client"),
+    ("maple_acp.backends.anthropic._backend", "maple_acp.backends.openai._compaction"),
+    ("maple_acp.backends.anthropic._backend", "maple_acp.backends.openai._config"),
+    ("maple_acp.backends.anthropic._backend", "maple_acp.backends.openai._conversation"),
+    ("maple_acp.backends.anthropic._backend", "maple_acp.backends.openai._faults"),
+    ("maple_acp.backends.anthropic._backend", "maple_acp.backends.openai._native"),
+    ("maple_acp.backends.anthropic._client", "maple_acp.backends.openai._client"),
+    ("maple_acp.backends.anthropic._client", "maple_acp.backends.openai._config"),
+    ("maple_acp.backends.anthropic._messages", "maple_acp.backends.openai._conversation"),
+    ("maple_acp.backends.anthropic._stream", "maple_acp.backends.openai._config"),
+    ("maple_acp.backends.anthropic._stream", "maple_acp.backends.openai._faults"),
+    ("maple_acp.backends.anthropic._stream", "maple_acp.backends.openai._native"),
+    ("maple_acp.backends.openai", "maple_acp.backends.anthropic._backend"),
+    ("maple_acp.backends.openai._catalog", "maple_acp.backends.anthropic._client"),
+    ("maple_acp.backends.openai._client", "maple_acp.backends.anthropic._client"),
+}
+#: The one circle left, also inside ``backends/`` (a lazy import between the two engine
+#: clients); same rule: it only shrinks.
+KNOWN_BACKEND_CIRCLES = {
+    frozenset({"maple_acp.backends.anthropic._client", "maple_acp.backends.openai._client"}),
+}
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for top, directory in PACKAGES.items():
+        for path in directory.rglob("*.py"):
+            parts = [top, *path.relative_to(directory).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _known_module(name: str) -> str | None:
+    """``name`` or its nearest enclosing module of ours (``None``: not ours)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _targets(importer: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+    if isinstance(node, ast.Import):
+        return {m for alias in node.names if (m := _known_module(alias.name))}
+    if node.level:
+        base = importer.split(".")
+        if MODULES[importer].name != "__init__.py":
+            base.pop()
+        base = base[: len(base) - node.level + 1]
+        source = ".".join([*base, *([node.module] if node.module else [])])
+    else:
+        source = node.module or ""
+    found: set[str] = set()
+    for alias in node.names:
+        submodule = f"{source}.{alias.name}"
+        target = submodule if submodule in MODULES else _known_module(source)
+        if target:
+            found.add(target)
+    return found
+
+
+@functools.cache
+def import_graph() -> dict[str, set[str]]:
+    """Each module of ours and the modules of ours it imports, anywhere in its file."""
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                targets |= _targets(name, node)
+        graph[name] = targets - {name}
+    return graph
+
+
+def circles(graph: Mapping[str, Iterable[str]]) -> list[frozenset[str]]:
+    """The modules of each import circle (strongly connected components larger than one)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[frozenset[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component: set[str] = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(frozenset(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def private_reaches(graph: Mapping[str, Iterable[str]]) -> set[tuple[str, str]]:
+    """Imports of a private module (``_x``, or anything below one) from outside the package
+    that holds it. ``__main__`` and other dunder names are not private."""
+    found: set[tuple[str, str]] = set()
+    for importer, targets in graph.items():
+        for target in targets:
+            parts = target.split(".")
+            private = next(
+                (i for i, p in enumerate(parts) if p.startswith("_") and not p.startswith("__")),
+                None,
+            )
+            if private is None:
+                continue
+            owner = ".".join(parts[:private])
+            if importer != owner and not importer.startswith(owner + "."):
+                found.add((importer, target))
+    return found
+
+
+def floor(module: str) -> str:
+    """The floor a module stands on: the connector, the package's face, or the first name
+    below ``maple_acp`` (a subpackage or a top-level module)."""
+    parts = module.split(".")
+    if parts[0] == "maple_acp_connector":
+        return "connector"
+    return parts[1] if len(parts) > 1 else "maple_acp"
+
+
+def floor_arrows(graph: Mapping[str, Iterable[str]]) -> dict[str, set[str]]:
+    arrows: dict[str, set[str]] = {}
+    for importer, targets in graph.items():
+        for target in targets:
+            if floor(importer) != floor(target):
+                arrows.setdefault(floor(importer), set()).add(floor(target))
+    return arrows
+
+
+def allowed_arrows(text: str) -> dict[str, set[str]]:
+    """The table under "Floors and arrows": each row names a floor (first column, in
+    backticks) and the floors it may import (second column, in backticks; "—" for none)."""
+    section = text.split(ARROWS_HEADING, 1)[1].split("\n## ", 1)[0]
+    allowed: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or not cells[0].startswith("`"):
+            continue
+        names = re.findall(r"`([^`]+)`", cells[0])
+        targets = set(re.findall(r"`([^`]+)`", cells[1]))
+        for name in names:
+            allowed[name] = targets
+    return allowed
+
+
+# -- the rules --------------------------------------------------------------------------------
+
+
+def test_the_walk_sees_every_kind_of_import() -> None:
+    graph = import_graph()
+    # A module-level import, a TYPE_CHECKING one and a lazy one, as the package has them today.
+    assert "maple_acp.runtime._run" in graph["maple_acp.runtime._lease"]
+    assert "maple_acp.runtime._turn" in graph["maple_acp.runtime._backend"]  # TYPE_CHECKING
+    assert "maple_acp.cli._doctor" in graph["maple_acp.cli._commands"]  # inside doctor()
+    assert "maple_acp_connector.__main__" in graph["maple_acp._main"]  # inside main()
+
+
+def test_no_import_circle_of_any_kind() -> None:
+    found = set(circles(import_graph()))
+    assert found - KNOWN_BACKEND_CIRCLES == set()
+    assert KNOWN_BACKEND_CIRCLES - found == set(), "a known circle is gone: delete its entry"
+
+
+def test_no_module_imports_another_packages_private_module() -> None:
+    found = private_reaches(import_graph())
+    assert sorted(found - KNOWN_BACKEND_REACHES) == []
+    assert sorted(KNOWN_BACKEND_REACHES - found) == [], "a known reach is gone: delete its entry"
+
+
+def test_only_the_arrows_the_architecture_page_allows() -> None:
+    allowed = allowed_arrows(ARCHITECTURE.read_text())
+    floors = {floor(module) for module in MODULES}
+    assert floors - allowed.keys() == set(), "a floor the architecture page does not list"
+    wrong = {
+        (importer, target)
+        for importer, targets in floor_arrows(import_graph()).items()
+        for target in targets
+        if target not in allowed.get(importer, set())
+    }
+    assert sorted(wrong) == []
+
+
+def test_the_runtime_imports_no_acp_floor() -> None:
+    """The runtime knows no ACP word: a host UI uses it without loading the edge."""
+    arrows = floor_arrows(import_graph())
+    assert arrows["runtime"].isdisjoint({"edge", "rpc", "wire", "mcp", "backends", "cli"})
+
+
+# -- the checks check ---------------------------------------------------------------------------
+
+
+def test_the_circle_finder_finds_a_circle_and_only_it() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e2"}, "e2": set()}
+    assert circles(graph) == [frozenset({"a", "b", "c"})]
+
+
+def test_a_private_module_is_private_to_its_own_package() -> None:
+    graph = {
+        "maple_acp.edge._service": {"maple_acp.store._lock", "maple_acp._groups"},
+        "maple_acp.store._sqlite": {"maple_acp.store._lock"},
+        "maple_acp.cli._commands": {"maple_acp_connector.__main__"},
+    }
+    assert private_reaches(graph) == {("maple_acp.edge._service", "maple_acp.store._lock")}
+
+
+def test_the_arrow_table_is_read_from_the_page() -> None:
+    allowed = allowed_arrows(ARCHITECTURE.read_text())
+    assert allowed["wire"] <= {"_exceptions", "_text"}
+    assert "edge" not in allowed["runtime"]
+    assert allowed["connector"] == set()
