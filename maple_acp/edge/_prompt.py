@@ -37,6 +37,7 @@ from maple_acp.wire import (
     ResourceLink,
     TextContent,
     TextResourceContents,
+    v2,
 )
 
 _P = ParamSpec("_P")
@@ -148,11 +149,14 @@ def _checked(index: int, check: Callable[_P, _T], *args: _P.args, **kwargs: _P.k
         raise ProtocolError(INVALID_PARAMS, f"prompt[{index}]: {exc.message}") from None
 
 
-def mcp_definitions(servers: Sequence[McpServer]) -> list[McpServerDefinition]:
-    """The client's MCP servers as the router's (unvalidated) definitions."""
+def mcp_definitions(
+    servers: Sequence[McpServer | v2.V2McpServer],
+) -> list[McpServerDefinition]:
+    """The client's MCP servers (of either version) as the router's (unvalidated)
+    definitions."""
     out: list[McpServerDefinition] = []
     for server in servers:
-        if isinstance(server, McpServerHttp):
+        if isinstance(server, McpServerHttp | v2.V2McpServerHttp):
             headers = tuple((h.name, h.value) for h in server.headers)
             out.append(HttpMcpServer(server.name, server.url, headers))
         elif isinstance(server, McpServerSse):

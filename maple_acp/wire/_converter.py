@@ -34,6 +34,7 @@ from . import _initialize as ini
 from . import _interaction as i
 from . import _session as s
 from . import _updates as u
+from . import _v2 as v2
 from ._naming import wire_key
 from ._validators import WireValueError
 from .errors import INVALID_PARAMS, ProtocolError
@@ -394,6 +395,13 @@ _TAGGED_UNIONS: Final = (
         noun="MCP server type",
         key="type",
         members={"http": s.McpServerHttp, "sse": s.McpServerSse, "stdio": s.McpServerStdio},
+        untagged=s.McpServerStdio,
+    ),
+    _TaggedUnion(
+        union=v2.V2McpServer,
+        noun="MCP server type",
+        key="type",
+        members={"http": v2.V2McpServerHttp, "sse": s.McpServerSse, "stdio": s.McpServerStdio},
         untagged=s.McpServerStdio,
     ),
     _TaggedUnion(

@@ -17,7 +17,7 @@ import attrs
 from ._content import Meta
 from ._initialize import Implementation
 from ._interaction import PermissionOption
-from ._session import McpServer, SessionConfigSelectOption
+from ._session import HttpHeader, McpServerSse, McpServerStdio, SessionConfigSelectOption
 from ._validators import WireValueError, non_negative
 
 
@@ -47,9 +47,23 @@ class V2InitializeRequest:
 
 
 @attrs.frozen(kw_only=True)
+class V2McpServerHttp:
+    """v1's HTTP server, except that ``headers`` may be left out (none)."""
+
+    name: str
+    url: str
+    headers: tuple[HttpHeader, ...] = ()
+    meta: Meta | None = None
+
+
+#: ``type`` is ``http`` or ``stdio`` (``sse`` too, to be refused as on v1).
+V2McpServer = V2McpServerHttp | McpServerSse | McpServerStdio
+
+
+@attrs.frozen(kw_only=True)
 class V2NewSessionRequest:
     cwd: str
-    mcp_servers: tuple[McpServer, ...] = ()
+    mcp_servers: tuple[V2McpServer, ...] = ()
     additional_directories: tuple[str, ...] = ()
     meta: Meta | None = None
 
@@ -61,7 +75,7 @@ class V2ResumeSessionRequest:
 
     session_id: str
     cwd: str
-    mcp_servers: tuple[McpServer, ...] = ()
+    mcp_servers: tuple[V2McpServer, ...] = ()
     additional_directories: tuple[str, ...] = ()
     replay_from: Any = None
     meta: Meta | None = None

@@ -7,7 +7,9 @@ connection's version."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,22 @@ from maple_acp.testing.schema import AcpSchema
 from maple_acp.wire import ProtocolError
 
 VERSIONS = pytest.mark.parametrize("version", [1, 2], ids=["v1", "v2"])
+
+#: A real Streamable HTTP MCP server (tools ``echo``, ``add``, ``slow``), as its own process.
+MCP_SERVER = Path(__file__).parents[1] / "soak" / "mcp_loopback.py"
+
+
+@pytest.fixture(scope="module")
+def mcp_port() -> Iterator[int]:
+    process = subprocess.Popen([sys.executable, str(MCP_SERVER)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line, "the loopback MCP server did not start"
+        yield int(json.loads(line)["port"])
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
 
 
 @pytest.fixture
@@ -216,3 +234,29 @@ async def test_a_resumed_directory_is_admitted_like_the_cwd(
                 )
             assert load.value.code == -32602
             client.validate(acp_schema)
+
+
+async def test_an_http_mcp_server_without_headers_is_served_on_v2_only(
+    both: Harness, project: Path, mcp_port: int, acp_schema: AcpSchema, acp_schema_v2: AcpSchema
+) -> None:
+    server = {"type": "http", "name": "loop", "url": f"http://127.0.0.1:{mcp_port}/mcp"}
+    async with connected(both, 2) as client:
+        sid = await new_session(client, project, mcpServers=[server])
+        await prompted(client, sid, '/mcp loop__echo {"text": "no headers needed"}', 2)
+        [row] = [u for u in client.updates(sid) if u["sessionUpdate"] == "tool_call_update"][-1:]
+        assert row["status"] == "completed"
+        assert "no headers needed" in json.dumps(row)
+        # A resume names its servers the same way.
+        await client.close_session(sid)
+        await client.call(
+            "session/resume", {"sessionId": sid, "cwd": str(project), "mcpServers": [server]}
+        )
+        client.validate(acp_schema_v2)
+    async with connected(both, 1) as client:
+        # v1's schema requires them: still bad params there, naming the field.
+        with pytest.raises(ProtocolError) as refused:
+            await new_session(client, project, mcpServers=[server])
+        assert refused.value.code == -32602
+        assert "headers" in refused.value.message
+        await new_session(client, project, mcpServers=[{**server, "headers": []}])
+        client.validate(acp_schema)
