@@ -296,7 +296,10 @@ class ProviderBackend:
             messages.append(
                 {
                     "role": "assistant",
-                    "content": answer or None,
+                    # A string, never null: chat templates that join the content as text
+                    # (llama.cpp's Python server) fail on null, and an empty string is
+                    # what every server takes with tool calls.
+                    "content": answer,
                     "tool_calls": [
                         {
                             "id": call.call_id,
@@ -429,6 +432,10 @@ class ProviderBackend:
             raise
         except Exception as exc:
             _raise_fault(exc, entry, model)
+        if not response.done and response.finish_reason is None:
+            # A server that fails after sending its headers ends the body early (even with
+            # nothing in it): that is a broken answer, not an empty one.
+            raise ProviderFault(BROKEN_STREAM, retryable=True)
 
 
 async def telling_if_slow(

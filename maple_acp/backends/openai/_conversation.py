@@ -86,7 +86,7 @@ def history_messages(
 
     def flush() -> None:
         if text or calls:
-            message: Message = {"role": "assistant", "content": "".join(text) or None}
+            message: Message = {"role": "assistant", "content": "".join(text)}
             if calls:
                 message["tool_calls"] = list(calls)
             messages.append(message)

@@ -49,6 +49,9 @@ class Reply:
     hold: trio.Event | None = None
     #: Send nothing at all, not even the status line, until the client goes away.
     silent: bool = False
+    #: Send these bytes as they are (status line, headers and body: what a real server was
+    #: seen to send), then drop the connection when ``break_off`` is set.
+    raw: bytes | None = None
 
 
 @attrs.define
@@ -226,6 +229,9 @@ class LoopbackProvider:
 
     async def _answer(self, stream: trio.abc.Stream, reply: Reply) -> bool:
         """Send ``reply``; False when the connection is to be dropped."""
+        if reply.raw is not None:
+            await stream.send_all(reply.raw)
+            return not reply.break_off
         if reply.silent:
             self.streaming.set()
             await _wait_for_close(stream)
