@@ -75,6 +75,7 @@ class SessionLease:
         created_here: bool,
         tools: ToolContext,
         goal: GoalRecord | None,
+        history_locked: bool = False,
     ) -> None:
         self._context = context
         #: Opaque id of this lease (never reused).
@@ -89,6 +90,9 @@ class SessionLease:
         self.tools = tools
         self._task = task
         self._row = ProvisionalRow(task, created_here=created_here)
+        #: The task's history holds a user message although the task is still provisional (a
+        #: fork of a prompted session): its model is as locked as its source's.
+        self._history_locked = history_locked
         # None until known: a task reads its project's trust before its first run, not when
         # it is opened (clients open many sessions they never prompt).
         self._skills: tuple[SkillInfo, ...] | None = None
@@ -151,9 +155,9 @@ class SessionLease:
 
     @property
     def model_locked(self) -> bool:
-        """The model is locked: the task has an admitted user message (``set_model`` then
-        accepts only the current model)."""
-        return self._row.prompted
+        """The model is locked: the task has an admitted user message, or its history holds
+        one (a fork's copy) (``set_model`` then accepts only the current model)."""
+        return self._row.prompted or self._history_locked
 
     @property
     def active_run(self) -> Run | None:

@@ -18,6 +18,7 @@ import trio
 from maple_acp._tool_env import check_tool_env_allow
 from maple_acp.model import (
     GoalRecord,
+    ItemKind,
     TaskPolicy,
     TaskQuery,
     TaskRecord,
@@ -287,6 +288,14 @@ class AgentService(ServedInOwnNursery):
         checked = validate_relay_values(relay or {}, self.relay_allow_list)
         return ToolContext(checked, env_allow=self.tool_env_allow)
 
+    async def _holds_user_message(self, task: TaskRecord) -> bool:
+        """Whether a provisional task's history holds a user message (only a fork's can: a
+        durable task's model lock is its first admitted message)."""
+        if not task.provisional:
+            return False
+        items = await self.store.history(task.id)
+        return any(item.kind is ItemKind.USER for item in items)
+
     def _open_lease(
         self,
         task: TaskRecord,
@@ -295,8 +304,11 @@ class AgentService(ServedInOwnNursery):
         created_here: bool,
         tools: ToolContext,
         goal: GoalRecord | None,
+        history_locked: bool = False,
     ) -> SessionLease:
-        """The one place a lease is made and registered."""
+        """The one place a lease is made and registered. ``history_locked``: the task is
+        provisional but its history holds a user message (a fork's copy of a prompted
+        session), so its model is locked as its source's is."""
         lease = SessionLease(
             self._lease_context,
             task=task,
@@ -305,6 +317,7 @@ class AgentService(ServedInOwnNursery):
             created_here=created_here,
             tools=tools,
             goal=goal,
+            history_locked=history_locked,
         )
         self._leases.add(lease)
         return lease
@@ -417,6 +430,7 @@ class AgentService(ServedInOwnNursery):
                         RejectionKind.MODEL_RETIRED, "the session's model is no longer offered"
                     )
             goal = await self.store.get_goal(task_id)
+            history_locked = await self._holds_user_message(task)
             if frozenset(additional) != frozenset(task.additional_directories):
                 task = await self.store.set_task_directories(task_id, additional) or task
             self._fence.check(generation)
@@ -428,7 +442,14 @@ class AgentService(ServedInOwnNursery):
                     await self.store.set_provisional_expiry(task_id, expiry)
             self._leases.unreserve(task_id)
             raise
-        lease = self._open_lease(task, generation, created_here=False, tools=tools, goal=goal)
+        lease = self._open_lease(
+            task,
+            generation,
+            created_here=False,
+            tools=tools,
+            goal=goal,
+            history_locked=history_locked,
+        )
         await lease.serve(router_factory, task_status=task_status)
 
     async def fork_task(
@@ -496,7 +517,18 @@ class AgentService(ServedInOwnNursery):
                     RejectionKind.UNKNOWN_MESSAGE, "the session has no such message"
                 ) from None
             raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such session") from None
-        lease = self._open_lease(record, generation, created_here=True, tools=tools, goal=None)
+        # Shielded: a cancellation between the copy and the lease would strand the copy (no
+        # lease to settle its grace period).
+        with trio.CancelScope(shield=True):
+            history_locked = await self._holds_user_message(record)
+        lease = self._open_lease(
+            record,
+            generation,
+            created_here=True,
+            tools=tools,
+            goal=None,
+            history_locked=history_locked,
+        )
         # serve() cleans up (and deletes the untouched row) if the lease is never handed out.
         await lease.serve(router_factory, task_status=task_status)
 

@@ -127,3 +127,51 @@ async def test_an_unprompted_fork_is_swept_like_any_provisional_session(
         assert gone.value.code == RESOURCE_NOT_FOUND
         await client.load_session(sid, str(project))
         assert len(replayed(client, sid)) == 4
+
+
+def model_option(answer: Any) -> dict[str, Any]:
+    option: dict[str, Any] = next(o for o in answer["configOptions"] if o["id"] == "model")
+    return option
+
+
+async def test_a_fork_of_a_prompted_session_keeps_its_locked_model(
+    harness: Harness, project: Path, acp_schema: AcpSchema
+) -> None:
+    sid = await source(harness, project)
+    change = {"configId": "model", "value": "demo-echo-large"}
+    async with harness.connect(initialize=True) as client:
+        answer = await fork(client, sid, project)
+        forked = answer["sessionId"]
+        # The copy holds the source's user messages: the model is locked, as the source's is.
+        assert [o["value"] for o in model_option(answer)["options"]] == ["demo-echo"]
+        with pytest.raises(ProtocolError) as refused:
+            await client.call("session/set_config_option", {"sessionId": forked, **change})
+        assert refused.value.code == INVALID_PARAMS
+        # Its first prompt announces no lock: it was locked from the start.
+        await client.prompt(forked, "/echo three")
+        assert "config_option_update" not in {u["sessionUpdate"] for u in client.updates(forked)}
+        client.validate(acp_schema)
+    # A fork never prompted, loaded by another connection in its grace period: locked too.
+    async with harness.connect(initialize=True) as client:
+        unprompted = (await fork(client, sid, project))["sessionId"]
+    async with harness.connect(initialize=True) as client:
+        loaded = await client.load_session(unprompted, str(project))
+        assert [o["value"] for o in model_option(loaded)["options"]] == ["demo-echo"]
+        with pytest.raises(ProtocolError) as refused:
+            await client.call("session/set_config_option", {"sessionId": unprompted, **change})
+        assert refused.value.code == INVALID_PARAMS
+        client.validate(acp_schema)
+
+
+async def test_a_fork_of_a_session_never_prompted_may_still_choose_its_model(
+    harness: Harness, project: Path, acp_schema: AcpSchema
+) -> None:
+    async with harness.connect(initialize=True) as client:
+        sid = (await client.new_session(str(project)))["sessionId"]
+        forked = (await fork(client, sid, project))["sessionId"]
+        answer = await client.call(
+            "session/set_config_option",
+            {"sessionId": forked, "configId": "model", "value": "demo-echo-large"},
+        )
+        assert model_option(answer)["currentValue"] == "demo-echo-large"
+        client.validate(acp_schema)
