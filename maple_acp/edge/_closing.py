@@ -53,8 +53,8 @@ RELEASE_GROUP_PATIENCE_S: Final = 0.1
 
 
 class SessionCloser:
-    """The ways a session ends on one connection. ``nursery`` is the connection's (read when
-    cleanup must go on in the background); ``ending`` tells whether the connection is ending
+    """The ways a session ends on one connection. ``nursery`` is the connection's (where cleanup
+    goes on in the background); ``ending`` tells whether the connection is ending
     (the client finished sending, or the transport ended)."""
 
     def __init__(
@@ -62,7 +62,7 @@ class SessionCloser:
         table: SessionTable,
         runtime: AgentService,
         *,
-        nursery: Callable[[], trio.Nursery],
+        nursery: trio.Nursery,
         ending: Callable[[], bool],
     ) -> None:
         self._table = table
@@ -98,7 +98,7 @@ class SessionCloser:
             logger.warning("close of session %s missed its deadline; revoking", session.id)
             session.lease.revoke("the close deadline passed")
             # release() asks the lease's task to clean up; it goes on without us.
-            self._nursery().start_soon(partial(session.lease.release, close=True))
+            self._nursery.start_soon(partial(session.lease.release, close=True))
         return finished
 
     async def delete(self, request: DeleteSessionRequest) -> DeleteSessionResponse:
@@ -140,7 +140,7 @@ class SessionCloser:
             # Marked before the releaser runs: the other leases revoked in this same pass
             # join its queue instead of starting releasers of their own.
             self._drained = trio.Event()
-            self._nursery().start_soon(self._release_queued)
+            self._nursery.start_soon(self._release_queued)
 
     async def release_all(self) -> None:
         """The connection ended: release every lease (each already revoked), a group at a

@@ -114,6 +114,13 @@ class AcpConnection:
     hands it the runtime, its config, and callables for the ``initialize`` answer and the
     host status."""
 
+    # The flows, built by ``run`` inside the connection's nursery (where they start tasks).
+    closer: SessionCloser
+    trust: TrustDialog
+    turns: PromptTurns
+    goals: GoalFlow
+    opener: SessionOpener
+
     def __init__(
         self,
         stream: trio.abc.Stream,
@@ -141,21 +148,26 @@ class AcpConnection:
             max_outbound_bytes=config.max_outbound_bytes,
             on_eof=self._input_ended,
         )
-        self.sessions = table = SessionTable(config.max_sessions_per_connection)
-        self.client = channel = ClientChannel(self.peer)
+        self.sessions = SessionTable(config.max_sessions_per_connection)
+        self.client = ClientChannel(self.peer)
         self.relay = RelayValues({})
         self.dialect: Dialect = DIALECTS[0]
         self._initialized = False
-        self._nursery: trio.Nursery | None = None
-        self.closer = SessionCloser(
-            table, runtime, nursery=lambda: self.nursery, ending=lambda: self.ending
-        )
+        #: Filled by ``run``: the flows live in the connection's nursery, so they are built
+        #: once it is open (before that no request can arrive).
+        self._operations: dict[str, Handler] = {}
+        self._requests = self._dispatch_table(self.dialect)
+
+    def _open_flows(self, nursery: trio.Nursery) -> None:
+        """Build the flows inside ``nursery`` (the connection's) and route the methods to them."""
+        table, channel, runtime, config = self.sessions, self.client, self.runtime, self.config
+        self.closer = SessionCloser(table, runtime, nursery=nursery, ending=lambda: self.ending)
         self.trust = TrustDialog(channel)
         self.turns = PromptTurns(
             table,
             channel,
             settle_trust=self.trust.settle,
-            nursery=lambda: self.nursery,
+            nursery=nursery,
             accepts=runtime.prompt_capabilities,
         )
         self.goals = GoalFlow(table, channel, pump=self.turns.pump, forget=self.closer.forget)
@@ -164,7 +176,7 @@ class AcpConnection:
             channel,
             runtime,
             config,
-            nursery=lambda: self.nursery,
+            nursery=nursery,
             relay=lambda: self.relay,
             dialect=lambda: self.dialect,
             watch=self.goals.pump_session_events,
@@ -183,9 +195,7 @@ class AcpConnection:
             "set_config_option": self.opener.set_config_option,
             "set_mode": self.opener.set_mode,
             "goal_control": self.goals.control,
-            "steer": SteeringFlow(
-                table, channel, pump=self.turns.pump, nursery=lambda: self.nursery
-            ).steer,
+            "steer": SteeringFlow(table, channel, pump=self.turns.pump, nursery=nursery).steer,
             "status": self._status,
         }
         if config.allow_session_delete:
@@ -202,11 +212,6 @@ class AcpConnection:
             if route.operation in operations
         }
 
-    @property
-    def nursery(self) -> trio.Nursery:
-        assert self._nursery is not None, "the connection is not running"
-        return self._nursery
-
     # -- lifetime ----------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -219,7 +224,7 @@ class AcpConnection:
         logger.info("ACP connection opened")
         try:
             async with trio.open_nursery() as nursery:
-                self._nursery = nursery
+                self._open_flows(nursery)
                 try:
                     await self.peer.serve()
                 finally:

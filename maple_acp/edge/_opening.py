@@ -84,8 +84,8 @@ class SessionOpener:
     """``session/new``, ``/load``, ``/resume``, ``/list`` and the session settings for one
     connection.
 
-    ``nursery``, ``relay`` and ``dialect`` are read when a session opens (the connection's
-    nursery, the bridge hello's relay values, the dialect chosen at ``initialize``);
+    Sessions start in ``nursery`` (the connection's); ``relay`` and ``dialect`` are read when
+    a session opens (the bridge hello's relay values, the dialect chosen at ``initialize``);
     ``watch`` follows a new session's out-of-prompt events until its lease ends."""
 
     def __init__(
@@ -95,7 +95,7 @@ class SessionOpener:
         runtime: AgentService,
         config: AcpServiceConfig,
         *,
-        nursery: Callable[[], trio.Nursery],
+        nursery: trio.Nursery,
         relay: Callable[[], RelayValues],
         dialect: Callable[[], Dialect],
         watch: Callable[[EdgeSession], Awaitable[None]],
@@ -112,7 +112,7 @@ class SessionOpener:
 
     async def _open(self, start: Callable[..., Awaitable[None]]) -> EdgeSession:
         table = self._table
-        nursery = self._nursery()
+        nursery = self._nursery
         with table.opening():
             lease: SessionLease = await nursery.start(start)
         # No checkpoint from the end of the opening to the registration: the slot passes from

@@ -72,7 +72,7 @@ class SteeringFlow:
         channel: ClientChannel,
         *,
         pump: Callable[[EdgeSession, Run], Awaitable[RunState]],
-        nursery: Callable[[], trio.Nursery],
+        nursery: trio.Nursery,
     ) -> None:
         self._table = table
         self._channel = channel
@@ -118,7 +118,7 @@ class SteeringFlow:
         logger.info("session %s: a steering message started a turn", session.id)
 
         async def pump_after_answer() -> None:
-            self._nursery().start_soon(self._pump_started, session, run, was_locked)
+            self._nursery.start_soon(self._pump_started, session, run, was_locked)
 
         after_answer(pump_after_answer)
         return session.dialect.steering_answer("startedNewTurn", None)

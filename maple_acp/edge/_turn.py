@@ -59,7 +59,7 @@ class PromptTurns:
         channel: ClientChannel,
         *,
         settle_trust: Callable[[EdgeSession], Awaitable[bool]],
-        nursery: Callable[[], trio.Nursery],
+        nursery: trio.Nursery,
         accepts: PromptCapabilities | None = None,
     ) -> None:
         self._table = table
@@ -78,7 +78,7 @@ class PromptTurns:
         if session.dialect.answers_on_acceptance:
             # The answer leaves once the message is inserted; the turn goes on in the
             # connection's nursery, and ends in updates.
-            answer: object = await self._nursery().start(
+            answer: object = await self._nursery.start(
                 self._accepted_turn, session, content, arrival
             )
             return answer
