@@ -30,7 +30,12 @@ from maple_acp.edge._dialect import FAIL_CLOSED, Projection
 from maple_acp.edge._prompt import PromptContent, prompt_content
 from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
-from maple_acp.rpc import ConnectionClosed, OutboundFrameTooLarge, request_arrival
+from maple_acp.rpc import (
+    ConnectionClosed,
+    OutboundFrameTooLarge,
+    after_answer,
+    request_arrival,
+)
 from maple_acp.runtime import (
     PermissionRequest,
     PromptCapabilities,
@@ -77,10 +82,22 @@ class PromptTurns:
         arrival = request_arrival()
         if session.dialect.answers_on_acceptance:
             # The answer leaves once the message is inserted; the turn goes on in the
-            # connection's nursery, and ends in updates.
-            answer: object = await self._nursery.start(
-                self._accepted_turn, session, content, arrival
-            )
+            # connection's nursery, and ends in updates. Its updates (but the echo of the
+            # user message) wait until the answer is queued: the client learns the turn's
+            # message id before anything of the turn arrives.
+            queued = trio.Event()
+
+            async def answer_queued() -> None:
+                queued.set()
+
+            after_answer(answer_queued)
+            try:
+                answer: object = await self._nursery.start(
+                    self._accepted_turn, session, content, arrival, queued
+                )
+            except BaseException:
+                queued.set()  # no answer is coming: a turn that started need not wait
+                raise
             return answer
         return await self._claimed_turn(session, content, arrival, None)
 
@@ -89,22 +106,17 @@ class PromptTurns:
         session: EdgeSession,
         content: PromptContent,
         arrival: int,
+        queued: trio.Event,
         *,
         task_status: trio.TaskStatus[object] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """A turn whose prompt is answered on acceptance. Before that, its errors (and its
         cancellation) are the request's; after it, a failure ends the turn and is logged."""
-        accepted = False
-
-        def accept(answer: object) -> None:
-            nonlocal accepted
-            accepted = True
-            task_status.started(answer)
-
+        acceptance = _Acceptance(task_status, queued)
         try:
-            await self._claimed_turn(session, content, arrival, accept)
+            await self._claimed_turn(session, content, arrival, acceptance)
         except Exception as exc:
-            if not accepted:
+            if not acceptance.accepted:
                 raise
             # The session closed, or the client went away: nothing is left to tell.
             logger.debug("a turn ended early after its prompt was accepted: %r", exc)
@@ -114,7 +126,7 @@ class PromptTurns:
         session: EdgeSession,
         content: PromptContent,
         arrival: int,
-        accept: Callable[[object], None] | None,
+        acceptance: _Acceptance | None,
     ) -> object:
         answer = session.dialect.prompt_answer
         # The runtime's prompt slot: RUN_ACTIVE (-32600) while another prompt holds it.
@@ -123,7 +135,7 @@ class PromptTurns:
             await session.lease.check_images(len(content.images))
             try:
                 with session.update_scope():
-                    return await self._turn(session, claim, content, arrival, accept)
+                    return await self._turn(session, claim, content, arrival, acceptance)
             except SessionClosed:
                 return answer(RunState.CANCELLED)
             # A closed session's pump is cancelled from outside; the turn ends cancelled.
@@ -135,7 +147,7 @@ class PromptTurns:
         claim: PromptClaim,
         content: PromptContent,
         arrival: int,
-        accept: Callable[[object], None] | None,
+        acceptance: _Acceptance | None,
     ) -> object:
         lease = session.lease
         answer = session.dialect.prompt_answer
@@ -157,12 +169,14 @@ class PromptTurns:
         if session.cancelled_since(arrival):
             # A cancel or close arrived while the run was being admitted; it found no run.
             run.cancel()
-        if accept is not None:
-            accept(session.dialect.acceptance_answer(run.user_message_id))
+        if acceptance is not None:
+            acceptance.accept(session.dialect.acceptance_answer(run.user_message_id))
         try:
             await self._channel.send_many(
                 session.projector.accepted(run.user_message_id, content.text)
             )
+            if acceptance is not None:
+                await acceptance.queued.wait()
             if not was_locked:
                 await self._channel.send(session.projector.config_update(session.options()))
             state = await self.pump(session, run)
@@ -177,7 +191,7 @@ class PromptTurns:
         outcome = await run.wait()
         # Every update of the run must be on the wire before the prompt's answer.
         await self._channel.drain()
-        if accept is not None:
+        if acceptance is not None:
             return None  # answered on acceptance; the run's last update ended the turn
         return answer(state, outcome.usage, outcome.stop_reason)
 
@@ -298,6 +312,20 @@ class PromptTurns:
             event.responder.answer(answer)
         with contextlib.suppress(ConnectionClosed):
             await self._channel.send_many(projector.permission_settled())
+
+
+class _Acceptance:
+    """A turn answered on acceptance: ``accept`` hands the answer to the prompt request;
+    ``queued`` is set once that answer is queued on the wire (or will never be)."""
+
+    def __init__(self, task_status: trio.TaskStatus[object], queued: trio.Event) -> None:
+        self._task_status = task_status
+        self.queued = queued
+        self.accepted = False
+
+    def accept(self, answer: object) -> None:
+        self.accepted = True
+        self._task_status.started(answer)
 
 
 def _add_lines(

@@ -29,6 +29,7 @@ from typing import Any, Final, Literal
 import attrs
 
 from maple_acp.edge._bounds import (
+    MAX_TOOL_TEXT_CHARS,
     bound_raw,
     bound_text,
     infer_tool_kind,
@@ -93,6 +94,7 @@ from maple_acp.wire import (
     SessionConfigSelect,
     SessionNotification,
     SteeringResponse,
+    TextContent,
     unstructure,
     v2,
 )
@@ -119,6 +121,13 @@ _CHUNK_KIND: Final[dict[str, ChunkKind]] = {
     ItemKind.USER.value: "user_message_chunk",
     ItemKind.ASSISTANT.value: "agent_message_chunk",
     ItemKind.THOUGHT.value: "agent_thought_chunk",
+}
+
+#: The whole-message upsert of each message kind (a replay sends these, not chunks).
+_MESSAGE_KIND: Final[dict[str, str]] = {
+    ItemKind.USER.value: "user_message",
+    ItemKind.ASSISTANT.value: "agent_message",
+    ItemKind.THOUGHT.value: "agent_thought",
 }
 
 _PARAMS: Final[Mapping[str, tuple[Any, str]]] = {
@@ -301,10 +310,21 @@ class V2Projection:
     def image_placeholder(self, message_id: str, image: ImageRef, why: str) -> list[bytes]:
         return self._text.image_placeholder(message_id, image, why)
 
+    def message(self, kind: str, message_id: str, text: str) -> list[bytes]:
+        """A stored message as a client that may hold it already must get it: one
+        whole-message upsert whose content replaces what it has; past the text bound, a primer
+        that empties the message (``content: []``) and then its text in chunks."""
+        whole = _MESSAGE_KIND[kind]
+        if len(text) <= MAX_TOOL_TEXT_CHARS:
+            content = (TextContent(text=text),)
+            return [self._update(whole, v2.V2MessageUpsert(message_id=message_id, content=content))]
+        primer = self._update(whole, v2.V2MessageUpsert(message_id=message_id, content=()))
+        return [primer, *self.text(_CHUNK_KIND[kind], message_id, text)]
+
     def history(self, rows: Sequence[TimelineItem | MessageRow]) -> Iterator[Outbound]:
-        """Stored history as upserts: each message by its id (its text; images and
-        compactions are not replayed on v2 yet), each tool by its latest row, the latest
-        plan."""
+        """Stored history as upserts: each message by its id, whole (its text; images and
+        compactions are not replayed on v2 yet), so a replay never adds to a message the
+        client holds; each tool by its latest row; the latest plan."""
         latest_plan = max(
             (
                 index
@@ -320,10 +340,9 @@ class V2Projection:
             else:
                 item = row
                 kind, item_id, text = item.kind, item.item_id, item.text
-            chunk_kind = _CHUNK_KIND.get(kind)
-            if chunk_kind is not None:
+            if kind in _MESSAGE_KIND:
                 if text:
-                    yield from self.text(chunk_kind, item_id, text)
+                    yield from self.message(kind, item_id, text)
             elif item is None:
                 raise ValueError(f"a message row of kind {kind!r}")
             elif kind is ItemKind.TOOL:

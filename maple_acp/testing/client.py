@@ -255,6 +255,26 @@ class AcpTestClient:
             if u.get("sessionUpdate") == kind
         )
 
+    def messages(self, session_id: str) -> list[tuple[str, str, str]]:
+        """The session's messages as a v2 client holds them after applying every update in
+        order: ``(kind, message id, text)`` with ``kind`` ``user_message``, ``agent_message``
+        or ``agent_thought``, in order of first appearance. A whole-message update replaces
+        the message's content; a chunk appends to it."""
+        held: dict[str, tuple[str, str]] = {}
+        for update in self.updates(session_id):
+            kind = update.get("sessionUpdate", "")
+            whole = kind.removesuffix("_chunk")
+            if whole not in ("user_message", "agent_message", "agent_thought"):
+                continue
+            message_id = update["messageId"]
+            if kind == whole:
+                blocks = update.get("content") or []
+                text = "".join(b.get("text", "") for b in blocks)
+            else:
+                text = held.get(message_id, (whole, ""))[1] + update["content"].get("text", "")
+            held[message_id] = (whole, text)
+        return [(kind, message_id, text) for message_id, (kind, text) in held.items()]
+
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
         """Wait until ``predicate()`` holds; re-checked whenever a frame arrives."""
         while not predicate():

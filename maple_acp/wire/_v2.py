@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import attrs
 
-from ._content import Meta
+from ._content import ContentBlock, Meta
 from ._initialize import Implementation
 from ._interaction import PermissionOption
 from ._session import HttpHeader, McpServerSse, McpServerStdio, SessionConfigSelectOption
@@ -183,6 +183,17 @@ class V2StateUpdate:
 
     state: Literal["running", "requires_action", "idle"]
     stop_reason: str | None = None
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class V2MessageUpsert:
+    """A ``user_message`` / ``agent_message`` / ``agent_thought`` update: ``content`` is the
+    message's whole content and replaces what the client holds under ``message_id`` (empty:
+    a primer its chunks then fill)."""
+
+    message_id: str
+    content: tuple[ContentBlock, ...]
     meta: Meta | None = None
 
 

@@ -48,7 +48,9 @@ async def test_a_v2_session_resumes_with_its_history_after_a_restart(
             await client.call(
                 "session/resume", {"sessionId": sid, "cwd": cwd, "replayFrom": {"type": "start"}}
             )
-            assert client.text(sid) == "before the restart"
+            assert [t for k, _, t in client.messages(sid) if k == "agent_message"] == [
+                "before the restart"
+            ]
             assert client.updates(sid)[-1] == {"sessionUpdate": "state_update", "state": "idle"}
             await client.prompt(sid, "/echo after")
             await _idle_count(client, sid, 2)

@@ -1,8 +1,9 @@
-"""What the conformance suite's v2 draft found about sessions, on v1 and v2 alike: a list
-filtered by a directory that does not exist lists nothing, a resume may name other additional
-directories (each admitted like the cwd, kept by the session from then on), and an HTTP MCP
-server's ``headers`` may be left out on v2. Every frame is checked against the schema of the
-connection's version."""
+"""What the conformance suite's v2 draft found about sessions: a list filtered by a directory
+that does not exist lists nothing and a resume may name other additional directories (each
+admitted like the cwd, kept by the session from then on), on v1 and v2 alike; on v2, an HTTP
+MCP server's ``headers`` may be left out, a prompt's answer comes before every update of its
+turn but the echo of its message, and a replay never adds to a message the client holds.
+Every frame is checked against the schema of the connection's version."""
 
 from __future__ import annotations
 
@@ -260,3 +261,107 @@ async def test_an_http_mcp_server_without_headers_is_served_on_v2_only(
         assert "headers" in refused.value.message
         await new_session(client, project, mcpServers=[{**server, "headers": []}])
         client.validate(acp_schema)
+
+
+def turn_order(client: AcpTestClient, sid: str, request_id: int) -> list[str]:
+    """What arrived for one prompt, in order: ``answer``, or each update's kind (the user
+    message's echo as ``echo``), from the prompt request on, up to the turn's idle state."""
+    seen: list[str] = []
+    started = False
+    message_id = None
+    for frame in client.frames:
+        message = frame.message
+        if frame.direction == "out":
+            started |= isinstance(message, dict) and message.get("id") == request_id
+            continue
+        if not started or not isinstance(message, dict):
+            continue
+        if message.get("id") == request_id:
+            seen.append("answer")
+            message_id = message["result"]["messageId"]
+            continue
+        update = message.get("params", {}).get("update")
+        if message.get("method") != "session/update" or message["params"]["sessionId"] != sid:
+            continue
+        kind = update["sessionUpdate"]
+        # Before the answer the message id is not known yet: any user message is the echo.
+        echo = kind.startswith("user_message") and message_id in (None, update["messageId"])
+        seen.append("echo" if echo else kind)
+        if kind == "state_update" and update["state"] == "idle":
+            break
+    return seen
+
+
+async def test_a_v2_prompt_is_answered_before_any_update_of_its_turn_but_the_echo(
+    both: Harness, project: Path, acp_schema_v2: AcpSchema
+) -> None:
+    async with connected(both, 2) as client:
+        sid = await new_session(client, project)
+        first_ids: list[int] = []
+        for n in range(30):
+            before = {id(f) for f in client.frames}
+            await prompted(client, sid, f"/think step {n}\n/echo answer {n}\n/plan one", 2)
+            [request] = [
+                f.message
+                for f in client.frames
+                if id(f) not in before and f.direction == "out"
+                if isinstance(f.message, dict) and f.message.get("method") == "session/prompt"
+            ]
+            first_ids.append(request["id"])
+        for request_id in first_ids:
+            order = turn_order(client, sid, request_id)
+            assert order[0] in ("echo", "answer"), order
+            answer_at = order.index("answer")
+            assert set(order[:answer_at]) <= {"echo"}, order
+            assert order[-1] == "state_update", order
+            assert "agent_message_chunk" in order
+            assert "agent_thought_chunk" in order
+        client.validate(acp_schema_v2)
+
+
+def as_held(client: AcpTestClient, sid: str) -> list[tuple[str, str]]:
+    return [(kind, text) for kind, _, text in client.messages(sid)]
+
+
+async def test_a_v2_replay_replaces_the_messages_a_client_holds(
+    both: Harness, project: Path, acp_schema_v2: AcpSchema
+) -> None:
+    long = "y" * 40_000
+    expected = [
+        ("user_message", "/think pondering\n/echo short"),
+        ("agent_thought", "pondering"),
+        ("agent_message", "short"),
+        ("user_message", long),
+        ("agent_message", long),
+    ]
+    start = {"type": "start"}
+    async with connected(both, 2) as client:
+        sid = await new_session(client, project)
+        await prompted(client, sid, "/think pondering\n/echo short", 2)
+        await prompted(client, sid, long, 2)
+        assert as_held(client, sid) == expected
+        # The same client, holding every message, replays the session twice: nothing doubles.
+        for _ in range(2):
+            await client.call(
+                "session/resume", {"sessionId": sid, "cwd": str(project), "replayFrom": start}
+            )
+            assert as_held(client, sid) == expected
+        client.validate(acp_schema_v2)
+    async with connected(both, 2) as client:
+        await client.call(
+            "session/resume", {"sessionId": sid, "cwd": str(project), "replayFrom": start}
+        )
+        replayed = client.updates(sid)
+        assert as_held(client, sid) == expected
+        # Short messages come whole; the long ones as a primer emptying the message, then
+        # chunks (every chunk after its message's primer).
+        whole = [u for u in replayed if u["sessionUpdate"] in dict(expected)]
+        assert [len(u["content"]) for u in whole] == [1, 1, 1, 0, 0]
+        primed: set[str] = set()
+        for update in replayed:
+            kind = update["sessionUpdate"]
+            if kind.endswith("_message") and update["content"] == []:
+                primed.add(update["messageId"])
+            elif kind.endswith("_chunk"):
+                assert update["messageId"] in primed, update
+        client.validate(acp_schema_v2)

@@ -79,8 +79,9 @@ await app.connectWith(stream, async (ctx) => {
   await ctx.request(acp.methods.agent.session.resume, {
     sessionId: sid, cwd: project, mcpServers: [], replayFrom: { type: "start" },
   });
+  // A replay sends each message whole (its content replaces what the client holds).
   report.replayed = updates.slice(before).filter((u) =>
-    u.update.sessionUpdate === "user_message_chunk").length;
+    u.update.sessionUpdate === "user_message" && u.update.content.length === 1).length;
   const listed = await ctx.request(acp.methods.agent.session.list, {});
   report.listed = listed.sessions.map((s) => s.sessionId).includes(sid);
 });
