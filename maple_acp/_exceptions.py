@@ -39,6 +39,7 @@ one clause and still tell the layers apart::
      +-- PrivateDirectoryError   maple_acp.config: a directory that must be private is not
      +-- ProviderConfigError     maple_acp.backends.openai: a provider section refused
      +-- ProviderUnavailable     maple_acp.backends.openai: the optional extra is not installed
+     +-- HttpSetupError          maple_acp.net: the network listener cannot start as configured
      +-- HostUnavailable         the command line's client found no host on the socket
      +-- AcpCallError            the command line's client got an error answer
      +-- SchemaUnavailable       maple_acp.testing: the ACP schema is absent and not fetchable
@@ -47,7 +48,8 @@ Not part of the tree, on purpose, each for its reason:
 
 - control flow inside one module, never let out of it: the edge's ``SessionClosed``, the
   provider's ``ProviderFault`` (it becomes a ``TurnFailed`` line), the command-line client's
-  ``NotServed``;
+  ``NotServed``; the network listener's ``StreamGone``, ``StreamEnded`` and ``BodyTooLarge``
+  (each becomes an HTTP status or the end of a response inside ``maple_acp.net``);
 - the MCP router's ``ResponseTooLarge``, an ``httpx2.StreamError`` so that the HTTP transport
   treats an oversized body like any broken stream (it surfaces as ``McpSetupError`` or
   ``ExternalToolError``);

@@ -271,6 +271,45 @@ SERVE_KEYS: Final[Mapping[str, Callable[[Any], Any]]] = {
 }
 
 
+def _listen(value: Any) -> str:
+    if not isinstance(value, str) or ":" not in value:
+        raise ValueError(f"must be HOST:PORT, not {value!r}")
+    return value
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError("must be a list of non-empty strings")
+    return tuple(value)
+
+
+#: The keys of the ``[http]`` table (the network listener, off unless ``listen`` is set); each
+#: is the ``serve`` option ``http_<key>``.
+HTTP_KEYS: Final[Mapping[str, Callable[[Any], Any]]] = {
+    "listen": _listen,
+    "tls_cert": _absolute_path,
+    "tls_key": _absolute_path,
+    "allowed_origins": _names,
+    "allowed_hosts": _names,
+}
+
+
+def _http_table(value: Any, path: Path) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigFileError(path, "http", "must be a table ([http])")
+    found: dict[str, Any] = {}
+    for key, item in value.items():
+        check = HTTP_KEYS.get(key)
+        if check is None:
+            known = ", ".join(sorted(HTTP_KEYS))
+            raise ConfigFileError(path, f"http.{key}", f"unknown key (known: {known})")
+        try:
+            found[f"http_{key}"] = check(item)
+        except ValueError as exc:
+            raise ConfigFileError(path, f"http.{key}", str(exc)) from None
+    return found
+
+
 @attrs.frozen(kw_only=True)
 class ConfigFile:
     """What a config file holds: checked ``serve`` values and the raw provider section."""
@@ -299,9 +338,12 @@ def parse_config(text: str, path: Path) -> ConfigFile:
                     raise ConfigFileError(path, key, str(exc)) from None
             providers[key] = value
             continue
+        if key == "http":
+            serve.update(_http_table(value, path))
+            continue
         check = SERVE_KEYS.get(key)
         if check is None:
-            known = ", ".join(sorted((*SERVE_KEYS, *PROVIDER_KEYS)))
+            known = ", ".join(sorted((*SERVE_KEYS, *PROVIDER_KEYS, "http")))
             raise ConfigFileError(path, key, f"unknown key (known: {known})")
         try:
             serve[key] = check(value)
@@ -410,6 +452,12 @@ class ServeSettings:
     tool_env_allow: tuple[str, ...] = ()
     log_level: str = "info"
     log_format: str = "text"
+    #: The network listener (``[http]``; ``serve --http``): off while ``http_listen`` is None.
+    http_listen: str | None = None
+    http_tls_cert: str | None = None
+    http_tls_key: str | None = None
+    http_allowed_origins: tuple[str, ...] = ()
+    http_allowed_hosts: tuple[str, ...] = ()
 
 
 #: Environment variables and the ``serve`` option each stands in for.

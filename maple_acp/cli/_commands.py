@@ -279,6 +279,43 @@ _config_option = click.option(
     help="What --provider-url speaks: openai (Chat Completions) or anthropic (the Messages "
     "API, e.g. https://api.anthropic.com/v1).  [default: openai]",
 )
+@click.option(
+    "--http",
+    "http_listen",
+    metavar="HOST:PORT",
+    help="Also serve ACP over WebSocket and Streamable HTTP at http://HOST:PORT/acp "
+    "(config: [http] listen); clients need the token `maple-acp http-token` prints.  "
+    "[default: off]",
+)
+@click.option(
+    "--tls-cert",
+    "http_tls_cert",
+    metavar="PATH",
+    help="TLS certificate for --http; needed for an address other than loopback "
+    "(config: [http] tls_cert).",
+)
+@click.option(
+    "--tls-key",
+    "http_tls_key",
+    metavar="PATH",
+    help="TLS private key for --http (config: [http] tls_key).",
+)
+@click.option(
+    "--http-allowed-origin",
+    "http_allowed_origins",
+    multiple=True,
+    metavar="ORIGIN",
+    help="A browser origin (https://ide.example) allowed to call --http (repeatable; "
+    "config: [http] allowed_origins).  [default: none]",
+)
+@click.option(
+    "--http-allowed-host",
+    "http_allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A name the Host header may carry besides the bind address and localhost, e.g. a "
+    "reverse proxy's (repeatable; config: [http] allowed_hosts).",
+)
 def serve(
     config_path: Path | None,
     socket_path: str | None,
@@ -294,6 +331,11 @@ def serve(
     model: str | None,
     api_key_env: str | None,
     provider_kind: str | None,
+    http_listen: str | None,
+    http_tls_cert: str | None,
+    http_tls_key: str | None,
+    http_allowed_origins: Sequence[str],
+    http_allowed_hosts: Sequence[str],
 ) -> None:
     """Run the agent runtime and the ACP service until SIGINT or SIGTERM.
 
@@ -313,6 +355,11 @@ def serve(
                 "relay_allow": tuple(relay_allow),
                 "log_level": log_level.lower() if log_level else None,
                 "log_format": log_format,
+                "http_listen": http_listen,
+                "http_tls_cert": _absolute(http_tls_cert),
+                "http_tls_key": _absolute(http_tls_key),
+                "http_allowed_origins": tuple(http_allowed_origins),
+                "http_allowed_hosts": tuple(http_allowed_hosts),
             },
             os.environ,
             config,
@@ -325,6 +372,38 @@ def serve(
     except CliError as exc:
         exc.as_json = settings.log_format == "json"
         raise
+
+
+def _absolute(path: str | None) -> str | None:
+    return os.path.abspath(os.path.expanduser(path)) if path is not None else None
+
+
+def _network_settings(settings: ServeSettings, data_dir: Path) -> Any:
+    """The network listener's settings (``None`` when it is off), checked now: a refusal is
+    one line before anything starts."""
+    if settings.http_listen is None:
+        return None
+    from maple_acp.net import HttpSetupError, NetworkSettings, parse_listen
+
+    try:
+        host, port = parse_listen(settings.http_listen)
+    except ValueError as exc:
+        raise CliError(f"--http ([http] listen): {exc}") from None
+    network = NetworkSettings(
+        host=host,
+        port=port,
+        data_dir=data_dir,
+        tls_cert=Path(settings.http_tls_cert) if settings.http_tls_cert else None,
+        tls_key=Path(settings.http_tls_key) if settings.http_tls_key else None,
+        allowed_origins=settings.http_allowed_origins,
+        allowed_hosts=settings.http_allowed_hosts,
+    )
+    try:
+        network.check()
+        network.check_server_installed()
+    except HttpSetupError as exc:
+        raise CliError(str(exc)) from None
+    return network
 
 
 def _announce(log_format: str) -> Callable[[str], None]:
@@ -355,7 +434,9 @@ def _serve_with(
         directory = make_private_dir(settings.data_dir, "data directory")
     except PrivateDirectoryError as exc:
         raise CliError(str(exc)) from None
+    network = _network_settings(settings, directory)
     from maple_acp.edge import ConfigError, ListenerError
+    from maple_acp.net import HttpSetupError
     from maple_acp.store import DataDirectoryLocked
 
     announce = _announce(settings.log_format)
@@ -369,6 +450,7 @@ def _serve_with(
         relay_allow=frozenset(settings.relay_allow),
         tool_env_allow=frozenset(settings.tool_env_allow),
         engine=engine,
+        network=network,
     )
     import trio
 
@@ -376,8 +458,11 @@ def _serve_with(
         trio.run(_serve, options, announce)
     except BaseException as exc:
         inner = single_exception(exc)
-        if isinstance(inner, ListenerError | ConfigError | DataDirectoryLocked):
+        if isinstance(inner, ListenerError | ConfigError | DataDirectoryLocked | HttpSetupError):
             raise CliError(str(inner)) from None
+        if isinstance(inner, OSError) and network is not None:
+            where = settings.http_listen
+            raise CliError(f"cannot serve --http on {where}: {inner.strerror}") from None
         raise
     announce("maple-acp: stopped")
 
@@ -410,6 +495,8 @@ def format_status(status: Mapping[str, Any]) -> str:
         lines.append(f"  model:        {engine.get('defaultModel')} (the default)")
         for provider in engine.get("providers") or ():
             lines.append(f"  provider:     {_provider_line(provider)}")
+        if isinstance(engine.get("http"), str):
+            lines.append(f"  network:      {printable(engine['http'])} (WebSocket and HTTP)")
     return "\n".join(lines)
 
 
@@ -477,6 +564,35 @@ def _host_session(socket_path: str | None, config_path: Path | None) -> Iterator
             yield client
     except (HostUnavailable, AcpCallError) as exc:
         raise CliError(str(exc)) from None
+
+
+@cli.command("http-token")
+@_config_option
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), help=_DATA_DIR_HELP)
+@click.option("--rotate", is_flag=True, help="Replace the token: clients with the old one get 401.")
+def http_token(config_path: Path | None, data_dir: Path | None, rotate: bool) -> None:
+    """Print the bearer token clients of `serve --http` send (created on first use, 0600).
+
+    Clients send it as `Authorization: Bearer TOKEN`, or a browser's WebSocket as the
+    subprotocol `acp.bearer.TOKEN`. A running host takes a rotated token at once.
+    """
+    config = _load_config(config_path)
+    try:
+        settings = resolve_serve_settings(
+            {"data_dir": os.path.abspath(data_dir) if data_dir is not None else None},
+            os.environ,
+            config,
+        )
+        directory = make_private_dir(settings.data_dir, "data directory")
+    except (SettingError, PrivateDirectoryError) as exc:
+        raise CliError(str(exc)) from None
+    from maple_acp.net import HttpSetupError, read_or_create_token, rotate_token
+
+    try:
+        token = rotate_token(directory) if rotate else read_or_create_token(directory)
+    except HttpSetupError as exc:
+        raise CliError(str(exc)) from None
+    click.echo(token)
 
 
 @cli.group(context_settings=CONTEXT_SETTINGS)

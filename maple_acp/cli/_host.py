@@ -110,6 +110,8 @@ class HostOptions:
     account: str = attrs.field(factory=local_account)
     #: ``None``: the offline demo engine.
     engine: EngineFactory | None = None
+    #: The network listener's ``maple_acp.net.NetworkSettings`` (``None``: off).
+    network: Any = None
 
 
 @attrs.define
@@ -120,11 +122,15 @@ class EngineReport:
     backend: str
     default_model: str
     providers: list[dict[str, Any]] = attrs.field(factory=list)
+    #: The network listener's URL while it serves (never its token).
+    http: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         shown: dict[str, Any] = {"backend": self.backend, "defaultModel": self.default_model}
         if self.backend == "provider":
             shown["providers"] = list(self.providers)
+        if self.http is not None:
+            shown["http"] = self.http
         return shown
 
 
@@ -208,6 +214,10 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
             lifecycle = HostLifecycle(runtime, acp)
             async with trio.open_nursery() as nursery:
                 await acp.start(nursery, options.endpoint)
+                if options.network is not None:
+                    from maple_acp.net import serve_network
+
+                    engine.http = await nursery.start(serve_network, acp, options.network)
                 warm_up = getattr(backend, "warm_up", None)
                 if warm_up is not None:
                     nursery.start_soon(warm_up)

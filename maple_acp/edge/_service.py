@@ -137,6 +137,8 @@ class AcpService:
         self._listener_scope: trio.CancelScope | None = None
         self._stopped: trio.Event | None = None
         self._initialize_response = initialize_response(self._config, runtime.prompt_capabilities)
+        #: Connection slots, shared by every transport (the socket and the network listener).
+        self._gate = ConnectionGate(self._config.max_connections)
 
     # -- configuration -----------------------------------------------------------------------
 
@@ -154,6 +156,7 @@ class AcpService:
             raise ConfigError("stop the ACP service before changing its policy")
         self._config = config
         self._initialize_response = initialize_response(config, self.runtime.prompt_capabilities)
+        self._gate.maximum = config.max_connections
 
     @property
     def initialize_response(self) -> InitializeResponse:
@@ -204,6 +207,20 @@ class AcpService:
 
     # -- serving -----------------------------------------------------------------------------
 
+    def try_admit(self) -> bool:
+        """Take a connection slot for a connection another transport accepted (the network
+        listener); ``False`` when every slot is in use. Give it back with :meth:`release`."""
+        return self._gate.try_admit()
+
+    def release(self) -> None:
+        self._gate.release()
+
+    async def session_exists(self, session_id: str) -> bool:
+        """Whether a session by this id is open here or stored for the signed-in account."""
+        if any(connection.sessions.get(session_id) is not None for connection in self._connections):
+            return True
+        return await self.runtime.has_task(session_id)
+
     async def serve_stream(self, stream: trio.abc.Stream) -> None:
         """Serve one ACP connection over ``stream`` until it ends.
 
@@ -246,7 +263,7 @@ class AcpService:
         """
         if self.running:
             raise RuntimeError("the ACP service is already running")
-        gate = ConnectionGate(self._config.max_connections)
+        gate = self._gate
         self._stopped = trio.Event()
         try:
             with trio.CancelScope() as scope:

@@ -602,6 +602,16 @@ class AgentService(ServedInOwnNursery):
             raise RuntimeRejection(RejectionKind.WRONG_ACCOUNT, "no such session")
         return task
 
+    async def has_task(self, task_id: str) -> bool:
+        """Whether the signed-in account has a task by this id (provisional ones included):
+        a network client may open a session's stream before it loads the session."""
+        try:
+            generation = self._fence.admit()
+            await self._own_task(generation, task_id)
+        except RuntimeRejection:
+            return False
+        return True
+
     async def task_history(self, task_id: str) -> list[TimelineItem]:
         """A task's history for a viewer without a lease (same rules as
         ``SessionLease.history``)."""

@@ -26,7 +26,7 @@ import orjson
 import trio
 
 from maple_acp.rpc import JsonRpcPeer, method_not_found
-from maple_acp.testing.schema import AcpSchema, SchemaViolation
+from maple_acp.testing.schema import AcpSchema, SchemaViolation, validate_frames
 
 #: Answers one ``session/request_permission`` (its params) with the response object. The
 #: strings ``"allow"``, ``"reject"`` and ``"cancel"`` are accepted as shorthands.
@@ -286,45 +286,10 @@ class AcpTestClient:
         Responses are validated as the result type of the request they answer; error
         responses against ``Error`` plus the error contract (one line, ≤ 500 chars).
         """
-        methods: dict[Any, str] = {}
         for frame in self.frames:
-            if frame.direction != "out":
-                continue
-            # A batch line (a list) carries requests too.
-            sent = frame.message if isinstance(frame.message, list) else [frame.message]
-            for message in sent:
-                if isinstance(message, dict) and "method" in message and "id" in message:
-                    methods[message["id"]] = message["method"]
-        count = 0
-        for frame in self.frames:
-            if frame.direction != "in":
-                continue
-            if isinstance(frame.message, list) and not frame.message:
-                raise SchemaViolation("agent sent an empty array")
-            for message in frame.message if isinstance(frame.message, list) else [frame.message]:
-                self._validate_one(schema, methods, frame, message)
-                count += 1
-        return count
-
-    @staticmethod
-    def _validate_one(
-        schema: AcpSchema, methods: dict[Any, str], frame: Frame, message: Any
-    ) -> None:
-        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-            raise SchemaViolation(f"agent sent a non-JSON-RPC line: {frame.raw[:200]!r}")
-        if "method" in message:
-            schema.validate_outbound(message["method"], message.get("params"))
-        elif "error" in message:
-            schema.validate_error(message["error"])
-        elif "result" in message:
-            method = methods.get(message.get("id"))
-            if method is None:
-                raise SchemaViolation(f"agent answered an unknown request id {message.get('id')!r}")
-            schema.validate_result(method, message["result"])
-        else:
-            raise SchemaViolation(
-                f"agent sent a frame with no method, result or error: {message!r}"
-            )
+            if frame.direction == "in" and frame.message is None:
+                raise SchemaViolation(f"agent sent a non-JSON-RPC line: {frame.raw[:200]!r}")
+        return validate_frames(schema, ((f.direction, f.message) for f in self.frames))
 
 
 @asynccontextmanager

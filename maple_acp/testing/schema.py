@@ -10,7 +10,7 @@ Needs ``jsonschema`` (a test dependency). The schema directory comes from an exp
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -140,3 +140,49 @@ class AcpSchema:
         if definition is None:
             raise SchemaViolation(f"agent sent an unexpected method {method!r}")
         self.validate(definition, params)
+
+
+def validate_frames(schema: AcpSchema, frames: Iterable[tuple[str, Any]]) -> int:
+    """Check every message an agent sent against ``schema``; return how many.
+
+    ``frames`` are ``(direction, message)`` pairs in the order they moved: ``"out"`` to the
+    agent (its requests name the method each answer is checked against), ``"in"`` from it.
+    Answers are validated as the result type of the request they answer; error answers
+    against ``Error`` plus the error contract (one line, at most 500 chars).
+    """
+    frames = list(frames)
+    methods: dict[Any, str] = {}
+    for direction, message in frames:
+        if direction != "out":
+            continue
+        # A batch line (a list) carries requests too.
+        for sent in message if isinstance(message, list) else [message]:
+            if isinstance(sent, dict) and "method" in sent and "id" in sent:
+                methods[sent["id"]] = sent["method"]
+    count = 0
+    for direction, line in frames:
+        if direction != "in":
+            continue
+        # A batch's answer (v2) is one array of answers.
+        if isinstance(line, list) and not line:
+            raise SchemaViolation("agent sent an empty array")
+        for message in line if isinstance(line, list) else [line]:
+            _validate_one(schema, methods, message)
+            count += 1
+    return count
+
+
+def _validate_one(schema: AcpSchema, methods: Mapping[Any, str], message: Any) -> None:
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        raise SchemaViolation(f"agent sent a non-JSON-RPC message: {str(message)[:200]!r}")
+    if "method" in message:
+        schema.validate_outbound(message["method"], message.get("params"))
+    elif "error" in message:
+        schema.validate_error(message["error"])
+    elif "result" in message:
+        method = methods.get(message.get("id"))
+        if method is None:
+            raise SchemaViolation(f"agent answered an unknown request id {message.get('id')!r}")
+        schema.validate_result(method, message["result"])
+    else:
+        raise SchemaViolation(f"agent sent a frame with no method, result or error: {message}")

@@ -1,0 +1,191 @@
+"""Who may talk to the network listener: the checks every request and WebSocket upgrade
+passes before anything else (sans-I/O, a clock passed in).
+
+In order: the ``Host`` header must name the listener (its bind address, ``localhost``, or a
+configured name): a page whose DNS name was re-pointed at this machine sends its own name and
+gets ``421``. An ``Origin`` outside the allowed list gets ``403`` (no list: no browser page at
+all). An address with more than 10 failed authentications in the last second gets ``429``
+before its token is even looked at. Then the bearer token, from ``Authorization: Bearer`` or,
+for browsers' WebSockets, the subprotocol ``acp.bearer.<token>``, compared in constant time;
+a missing or wrong one is ``401`` with no detail.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from typing import Final
+
+import attrs
+
+logger = logging.getLogger(__name__)
+
+#: Failed authentications per address within one second before it is refused with 429.
+MAX_AUTH_FAILURES_PER_S: Final = 10
+#: The window those failures are counted in.
+AUTH_FAILURE_WINDOW_S: Final = 1.0
+#: Addresses whose recent failures are remembered; the oldest is forgotten beyond it (a
+#: flood of spoofed sources cannot grow the table).
+MAX_TRACKED_ADDRESSES: Final = 4096
+#: The WebSocket subprotocol prefix that carries the token (browsers cannot set headers).
+BEARER_SUBPROTOCOL_PREFIX: Final = "acp.bearer."
+#: The subprotocol a client may offer beside it, which the listener then selects.
+ACP_SUBPROTOCOL: Final = "acp"
+
+
+def host_name(header: str) -> str:
+    """The name in a ``Host`` header, without its port, lowercased (``[::1]:8765`` -> ``::1``)."""
+    value = header.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        return value[1:end] if end > 0 else value
+    if value.count(":") == 1:
+        value = value.split(":", 1)[0]
+    return value.rstrip(".")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@attrs.frozen
+class GuardPolicy:
+    #: Names a ``Host`` header may carry (lowercase, no port).
+    allowed_hosts: frozenset[str]
+    #: Exact origins (``https://ide.example``) a browser page may come from.
+    allowed_origins: frozenset[str]
+
+    @classmethod
+    def for_bind(
+        cls, bind_host: str, hosts: Iterable[str] = (), origins: Iterable[str] = ()
+    ) -> GuardPolicy:
+        names = {host_name(bind_host), "localhost", *(host_name(h) for h in hosts)}
+        if is_loopback(host_name(bind_host)):
+            names.update({"127.0.0.1", "::1"})
+        return cls(
+            allowed_hosts=frozenset(names),
+            allowed_origins=frozenset(o.strip().rstrip("/").lower() for o in origins),
+        )
+
+
+class AuthFailures:
+    """Failed authentications per address in a sliding one-second window."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._recent: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def _window(self, address: str) -> deque[float] | None:
+        times = self._recent.get(address)
+        if times is None:
+            return None
+        cutoff = self._clock() - AUTH_FAILURE_WINDOW_S
+        while times and times[0] <= cutoff:
+            times.popleft()
+        if not times:
+            del self._recent[address]
+            return None
+        return times
+
+    def throttled(self, address: str) -> bool:
+        times = self._window(address)
+        return times is not None and len(times) >= MAX_AUTH_FAILURES_PER_S
+
+    def record(self, address: str) -> None:
+        times = self._window(address)
+        if times is None:
+            times = self._recent[address] = deque()
+            while len(self._recent) > MAX_TRACKED_ADDRESSES:
+                self._recent.popitem(last=False)
+        self._recent.move_to_end(address)
+        times.append(self._clock())
+        if len(times) > MAX_AUTH_FAILURES_PER_S:
+            times.popleft()
+
+
+def bearer_from_header(value: str | None) -> str | None:
+    if value is None:
+        return None
+    scheme, _, token = value.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def bearer_from_subprotocols(offered: Iterable[str]) -> str | None:
+    for protocol in offered:
+        if protocol.startswith(BEARER_SUBPROTOCOL_PREFIX):
+            return protocol[len(BEARER_SUBPROTOCOL_PREFIX) :]
+    return None
+
+
+def chosen_subprotocol(offered: Iterable[str]) -> str | None:
+    """What the listener answers to a client's subprotocol offer: ``acp`` when offered (so
+    the token is not echoed), else the bearer one it authenticated with, else none."""
+    offered = list(offered)
+    if ACP_SUBPROTOCOL in offered:
+        return ACP_SUBPROTOCOL
+    for protocol in offered:
+        if protocol.startswith(BEARER_SUBPROTOCOL_PREFIX):
+            return protocol
+    return None
+
+
+@attrs.frozen
+class Refusal:
+    status: int
+    #: One short reason for the log (never a header value, never the token).
+    reason: str
+
+
+class RequestGuard:
+    """See the module docstring. ``token_matches`` compares an offered token with the host's
+    in constant time."""
+
+    def __init__(
+        self,
+        policy: GuardPolicy,
+        token_matches: Callable[[str], bool],
+        clock: Callable[[], float],
+    ) -> None:
+        self.policy = policy
+        self._token_matches = token_matches
+        self._failures = AuthFailures(clock)
+
+    def check_host(self, host: str | None) -> Refusal | None:
+        if host is None or host_name(host) not in self.policy.allowed_hosts:
+            return Refusal(421, "a Host header that does not name this listener")
+        return None
+
+    def check_origin(self, origin: str | None) -> Refusal | None:
+        if origin is None:
+            return None
+        if origin.strip().rstrip("/").lower() not in self.policy.allowed_origins:
+            return Refusal(403, "an Origin that is not allowed")
+        return None
+
+    def origin_allowed(self, origin: str | None) -> bool:
+        return origin is not None and self.check_origin(origin) is None
+
+    def check_token(self, address: str, token: str | None) -> Refusal | None:
+        if self._failures.throttled(address):
+            return Refusal(429, "too many failed authentications from one address")
+        if token is None or not self._token_matches(token):
+            self._failures.record(address)
+            return Refusal(401, "a missing or wrong bearer token")
+        return None
+
+    def admit(
+        self, *, address: str, host: str | None, origin: str | None, token: str | None
+    ) -> Refusal | None:
+        """The first refusal a request earns, or ``None`` when it may go on."""
+        return (
+            self.check_host(host) or self.check_origin(origin) or self.check_token(address, token)
+        )

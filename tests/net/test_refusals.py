@@ -1,0 +1,283 @@
+"""Every refusal of the network listener, on a real loopback server: the token (401 with no
+detail, 429 past 10 failures a second), the Host allow-list (421), the Origin allow-list
+(403) and CORS preflights, on plain requests and on the WebSocket upgrade; the transport's own
+rules (415, 406, 400, 404, 501, 413); the connection limit shared with the Unix socket."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+import trio
+from net_support import (
+    DEADLINE,
+    INITIALIZE,
+    SseReader,
+    net_host,
+    rpc,
+    token_free,
+    websocket_handshake,
+)
+
+from maple_acp.net import MAX_AUTH_FAILURES_PER_S, HttpSetupError, NetworkSettings
+
+JSON = {"Content-Type": "application/json"}
+ALLOWED_ORIGIN = "https://ide.example"
+
+
+async def test_a_request_without_the_right_token_gets_401_with_no_detail(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("DEBUG")
+    async with net_host() as host, host.client() as client:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic x"}):
+            answer = await client.post(host.url, content=INITIALIZE, headers={**JSON, **headers})
+            assert answer.status_code == 401
+            assert answer.content == b""
+            assert answer.headers.get("www-authenticate") == "Bearer"
+        # A prefix of the right token is as wrong as any other.
+        prefix = {"Authorization": f"Bearer {host.token[:-1]}"}
+        answer = await client.post(host.url, content=INITIALIZE, headers={**JSON, **prefix})
+        assert answer.status_code == 401
+        # The right one passes.
+        answer = await client.post(host.url, content=INITIALIZE, headers=host.headers(**JSON))
+        assert answer.status_code == 200
+    assert "missing or wrong bearer token" in caplog.text
+    assert token_free(caplog.text, host.token)
+
+
+async def test_more_than_ten_failures_a_second_from_one_address_get_429() -> None:
+    async with net_host() as host, host.client() as client:
+        for _ in range(MAX_AUTH_FAILURES_PER_S):
+            bad = await client.post(
+                host.url, content=INITIALIZE, headers={**JSON, "Authorization": "Bearer x"}
+            )
+            assert bad.status_code == 401
+        # Now even the right token is not looked at.
+        throttled = await client.post(host.url, content=INITIALIZE, headers=host.headers(**JSON))
+        assert throttled.status_code == 429
+        upgrade = await websocket_handshake(host, headers=host.headers())
+        assert (upgrade.accepted, upgrade.status) == (False, 429)
+        # The window is one second: past it, the right token is admitted again.
+        await trio.sleep(1.05)
+        answer = await client.post(host.url, content=INITIALIZE, headers=host.headers(**JSON))
+        assert answer.status_code == 200
+
+
+async def test_a_host_header_that_does_not_name_the_listener_gets_421() -> None:
+    async with net_host(allowed_hosts=("acp.example",)) as host, host.client() as client:
+        port = host.address[1]
+        for name in ("evil.example", f"evil.example:{port}", "127.0.0.2"):
+            answer = await client.post(
+                host.url, content=INITIALIZE, headers=host.headers(**JSON, Host=name)
+            )
+            assert answer.status_code == 421, name
+            upgrade = await websocket_handshake(host, headers=host.headers(), host_header=name)
+            assert (upgrade.accepted, upgrade.status) == (False, 421)
+        for name in (f"localhost:{port}", f"127.0.0.1:{port}", "acp.example", "ACP.example."):
+            answer = await client.post(
+                host.url, content=INITIALIZE, headers=host.headers(**JSON, Host=name)
+            )
+            assert answer.status_code == 200, name
+
+
+async def test_an_origin_outside_the_list_gets_403_and_cors_only_for_allowed_ones() -> None:
+    async with net_host(allowed_origins=(ALLOWED_ORIGIN,)) as host, host.client() as client:
+        evil = await client.post(
+            host.url,
+            content=INITIALIZE,
+            headers=host.headers(**JSON, Origin="https://evil.example"),
+        )
+        assert evil.status_code == 403
+        assert "access-control-allow-origin" not in evil.headers
+        upgrade = await websocket_handshake(
+            host, headers={**host.headers(), "Origin": "https://evil.example"}
+        )
+        assert (upgrade.accepted, upgrade.status) == (False, 403)
+        preflight_evil = await client.options(
+            host.url,
+            headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"},
+        )
+        assert preflight_evil.status_code == 403
+        assert "access-control-allow-origin" not in preflight_evil.headers
+        preflight = await client.options(
+            host.url,
+            headers={"Origin": ALLOWED_ORIGIN, "Access-Control-Request-Method": "POST"},
+        )
+        assert preflight.status_code == 204
+        assert preflight.headers["access-control-allow-origin"] == ALLOWED_ORIGIN
+        assert "authorization" in preflight.headers["access-control-allow-headers"]
+        allowed = await client.post(
+            host.url, content=INITIALIZE, headers=host.headers(**JSON, Origin=ALLOWED_ORIGIN)
+        )
+        assert allowed.status_code == 200
+        assert allowed.headers["access-control-allow-origin"] == ALLOWED_ORIGIN
+        assert "acp-connection-id" in allowed.headers["access-control-expose-headers"]
+        upgrade = await websocket_handshake(
+            host, headers={**host.headers(), "Origin": ALLOWED_ORIGIN}
+        )
+        assert upgrade.accepted
+
+
+async def test_no_origin_list_means_no_browser_page_is_allowed() -> None:
+    async with net_host() as host, host.client() as client:
+        answer = await client.post(
+            host.url, content=INITIALIZE, headers=host.headers(**JSON, Origin="http://127.0.0.1")
+        )
+        assert answer.status_code == 403
+
+
+async def test_the_websocket_token_may_come_as_a_subprotocol() -> None:
+    async with net_host() as host:
+        bearer = f"acp.bearer.{host.token}"
+        offered = await websocket_handshake(host, subprotocols=["acp", bearer])
+        assert offered.accepted
+        # "acp" is chosen when offered, so the token is not echoed back.
+        assert offered.subprotocol == "acp"
+        assert offered.headers["acp-connection-id"]
+        alone = await websocket_handshake(host, subprotocols=[bearer])
+        assert alone.accepted
+        assert alone.subprotocol == bearer
+        wrong = await websocket_handshake(host, subprotocols=["acp", "acp.bearer.nope"])
+        assert (wrong.accepted, wrong.status) == (False, 401)
+        missing = await websocket_handshake(host)
+        assert (missing.accepted, missing.status) == (False, 401)
+
+
+async def test_streamable_http_refuses_what_the_transport_does_not_allow() -> None:
+    async with net_host() as host, host.client() as client:
+        auth = host.headers()
+        # Content-Type must be JSON.
+        answer = await client.post(host.url, content=INITIALIZE, headers=auth)
+        assert answer.status_code == 415
+        # A batch is not served over HTTP.
+        batch = b"[" + INITIALIZE + b"]"
+        answer = await client.post(host.url, content=batch, headers={**auth, **JSON})
+        assert answer.status_code == 501
+        answer = await client.post(host.url, content=b"{not json", headers={**auth, **JSON})
+        assert answer.status_code == 400
+        # Anything but initialize needs a connection; an unknown one is 404.
+        list_sessions = rpc("session/list", {}, 1)
+        answer = await client.post(host.url, content=list_sessions, headers={**auth, **JSON})
+        assert answer.status_code == 400
+        answer = await client.post(
+            host.url, content=list_sessions, headers={**auth, **JSON, "Acp-Connection-Id": "x"}
+        )
+        assert answer.status_code == 404
+        # A GET stream needs Accept: text/event-stream and a known connection.
+        answer = await client.get(host.url, headers=auth)
+        assert answer.status_code == 406
+        sse = {**auth, "Accept": "text/event-stream"}
+        answer = await client.get(host.url, headers=sse)
+        assert answer.status_code == 400
+        answer = await client.get(host.url, headers={**sse, "Acp-Connection-Id": "x"})
+        assert answer.status_code == 404
+        answer = await client.delete(host.url, headers=auth)
+        assert answer.status_code == 400
+        answer = await client.get(host.url.replace("/acp", "/other"), headers=sse)
+        assert answer.status_code == 404
+
+        opened = await client.post(host.url, content=INITIALIZE, headers={**auth, **JSON})
+        assert opened.status_code == 200
+        assert orjson.loads(opened.content)["result"]["protocolVersion"] == 1
+        connection = {"Acp-Connection-Id": opened.headers["acp-connection-id"]}
+        # A session stream for an id that exists nowhere is 404.
+        answer = await client.get(
+            host.url, headers={**sse, **connection, "Acp-Session-Id": "no-such-session"}
+        )
+        assert answer.status_code == 404
+        # A prompt must name its session in Acp-Session-Id too, the same one.
+        prompt = rpc("session/prompt", {"sessionId": "s1", "prompt": []}, 2)
+        answer = await client.post(host.url, content=prompt, headers={**auth, **JSON, **connection})
+        assert answer.status_code == 400
+        answer = await client.post(
+            host.url,
+            content=prompt,
+            headers={**auth, **JSON, **connection, "Acp-Session-Id": "s2"},
+        )
+        assert answer.status_code == 400
+        # A body past the frame cap is refused whole.
+        big = b'{"jsonrpc":"2.0","method":"x","params":"' + b"a" * (10 * 1024 * 1024) + b'"}'
+        answer = await client.post(host.url, content=big, headers={**auth, **JSON, **connection})
+        assert answer.status_code == 413
+        # The connection is still usable after every refusal.
+        async with client.stream("GET", host.url, headers={**sse, **connection}) as stream:
+            assert stream.status_code == 200
+            events = SseReader(stream)
+            answer = await client.post(
+                host.url, content=rpc("session/list", {}, 3), headers={**auth, **JSON, **connection}
+            )
+            assert answer.status_code == 202
+            with trio.fail_after(DEADLINE):
+                _, listed = await events.until(lambda m: m.get("id") == 3)
+            assert listed["result"] == {"sessions": []}
+            # DELETE ends it: the stream ends, and the id is gone.
+            ended = await client.delete(host.url, headers={**auth, **connection})
+            assert ended.status_code == 202
+            with trio.fail_after(DEADLINE), pytest.raises(StopAsyncIteration):
+                await drain(events)
+        with trio.fail_after(DEADLINE):
+            while True:
+                gone = await client.delete(host.url, headers={**auth, **connection})
+                if gone.status_code == 404:
+                    break
+                await trio.sleep(0.01)
+
+
+async def drain(events: SseReader) -> None:
+    while True:
+        await events.next()
+
+
+async def test_network_connections_count_in_the_host_connection_limit() -> None:
+    async with net_host(max_connections=2) as host, host.client() as client:
+        first = await client.post(host.url, content=INITIALIZE, headers=host.headers(**JSON))
+        assert first.status_code == 200
+        upgrade = await websocket_handshake(host, headers=host.headers())
+        assert upgrade.accepted
+        # The WebSocket above closed at once; wait for its slot to come back, then take it
+        # with a second Streamable HTTP connection and see the third refused.
+        with trio.fail_after(DEADLINE):
+            while True:
+                if host.lifecycle.acp.status().connections == 1:
+                    break
+                await trio.sleep(0.01)
+        second = await client.post(host.url, content=INITIALIZE, headers=host.headers(**JSON))
+        assert second.status_code == 200
+        third = await client.post(host.url, content=INITIALIZE, headers=host.headers(**JSON))
+        assert third.status_code == 503
+        refused = await websocket_handshake(host, headers=host.headers())
+        assert (refused.accepted, refused.status) == (False, 503)
+        # The Unix socket counts in the same limit: it is closed at accept now.
+        stream = await trio.open_unix_socket(str(host.socket))
+        with trio.fail_after(DEADLINE):
+            assert await stream.receive_some(10) == b""
+        await stream.aclose()
+
+
+def test_a_non_loopback_bind_without_tls_is_refused_in_one_line(tmp_path: Path) -> None:
+    settings = NetworkSettings(host="0.0.0.0", port=8765, data_dir=tmp_path)
+    with pytest.raises(HttpSetupError) as refused:
+        settings.check()
+    assert "\n" not in str(refused.value)
+    assert "TLS" in str(refused.value)
+    NetworkSettings(host="127.0.0.1", port=8765, data_dir=tmp_path).check()
+    NetworkSettings(host="::1", port=8765, data_dir=tmp_path).check()
+    with pytest.raises(HttpSetupError):
+        NetworkSettings(
+            host="127.0.0.1", port=8765, data_dir=tmp_path, tls_cert=tmp_path / "c"
+        ).check()
+
+
+def test_without_hypercorn_serve_http_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "hypercorn.config", None)
+    settings = NetworkSettings(host="127.0.0.1", port=8765, data_dir=tmp_path)
+    with pytest.raises(HttpSetupError) as refused:
+        settings.check_server_installed()
+    assert "pip install 'maple-acp[http]'" in str(refused.value)
+    assert "\n" not in str(refused.value)
