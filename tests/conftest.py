@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+import deadlines
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -52,6 +53,22 @@ def pytest_configure(config: pytest.Config) -> None:
     the cache is the user's), and pass it on through ``ACP_SCHEMA_DIR`` to every module and
     process that looks."""
     os.environ[SCHEMA_ENV] = os.fspath(require_schema(os.environ))
+    deadlines.configure(config)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Every test has a hard bound (tests/deadlines.py)."""
+    with deadlines.hard_bound(item):
+        yield
+
+
+# First, so that pytest-trio's own wrapper then wraps the guarded test function.
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A Trio test fails with its tasks' stacks after its real-time deadline."""
+    deadlines.guard(item)
+    yield
 
 
 #: Variables that opt in to the live provider tests (tests/backends/openai/test_provider_live.py).
