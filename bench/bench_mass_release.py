@@ -12,7 +12,8 @@ by an untimed ``session/close`` and a ``_maple/status``) until the status shows 
 left. The release lasts from A's close to that status; its granularity is one loop of B.
 B's first call overlaps A's end itself (every lease is revoked at once, synchronously), so
 its latency is printed apart from the worst of the later ones, made during the release.
-Target (SPEC.md limits): B's worst ``session/new`` under 100 ms, the release within 5 s.
+Target (docs/protocol.md, performance targets): B's worst ``session/new`` under 100 ms, the
+release within 5 s.
 
 ``--source DIR`` runs the host from another checkout, e.g. a worktree of an older commit
 (``git worktree add /tmp/wt-before <commit>``), to compare; the client side is this script.

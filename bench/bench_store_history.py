@@ -4,7 +4,8 @@ Writes one task of ``--items`` items (10,000 by default: text, thoughts, tool ro
 input and output) through the public API, then times ``SqliteTaskStore.history`` (one query,
 rows decoded on the store's worker thread) and, beside it, the bare query and the decoding
 alone, so the split between SQLite and Python is visible. Prints medians and the cost per
-item, to set against the ~10 us of host CPU a live streamed update costs (PERF.md).
+item, to set against the ~10 us of host CPU a live streamed update costs (docs/protocol.md,
+performance targets).
 
 Usage: python bench/bench_store_history.py [--items N] [--repeat N]
 """

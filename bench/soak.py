@@ -67,12 +67,12 @@ from maple_acp.testing.client import AcpTestClient, open_acp_client
 from maple_acp.testing.schema import AcpSchema, SchemaViolation, find_schema_dir
 from maple_acp.wire import ProtocolError
 
-#: SPEC: memory may grow this much over a host's life after its warm-up.
+#: Memory may grow this much over a host's life after its warm-up.
 MAX_RSS_GROWTH = 16 * 1024 * 1024
 #: Bounds a step that should take well under a second; a step past it is a stall (a finding).
 STEP_DEADLINE_S = 30.0
-#: SPEC: close and disconnect cleanup take at most 5 s; then connectors exit. Idle waits poll
-#: the host this long before calling a lease or a run stranded.
+#: Close and disconnect cleanup take at most 5 s (docs/protocol.md); then connectors exit.
+#: Idle waits poll the host this long before calling a lease or a run stranded.
 IDLE_DEADLINE_S = 20.0
 #: trio's idle worker threads end after 10 s; fds, threads and children get this long to settle.
 SETTLE_DEADLINE_S = 25.0
@@ -92,8 +92,8 @@ HOST_COMMAND_ENV = "MAPLE_ACP_SOAK_HOST"
 VERIFIERS = 4
 #: How often the host's RSS is sampled under traffic, for the printed trend.
 RSS_EVERY_S = 10.0
-#: Error codes the SPEC gives refusals (bad params, state conflict, unknown session, unknown
-#: method, parse error, cancelled request); anything else, -32603 included, is a finding.
+#: Error codes refusals carry (docs/protocol.md: bad params, state conflict, unknown session,
+#: unknown method, parse error, cancelled request); anything else, -32603 included, is a finding.
 EXPECTED_CODES = frozenset({-32700, -32600, -32601, -32602, -32002, -32800})
 #: A connection runs this many operations before it ends (one of the ways below).
 OPS_PER_CONNECTION = (4, 30)

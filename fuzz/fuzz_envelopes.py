@@ -5,7 +5,7 @@ The input spells one request line: the first byte picks the id's JSON type (inte
 length, a number with a fraction or an exponent, string, null, true/false, array, object, or
 no id at all), the second byte where it goes and how it is spaced, the rest supplies its digits
 or characters and the method name. Because the target writes the line itself, it knows the
-answer the SPEC requires:
+answer the request id rules require (docs/protocol.md):
 
 - an integer id, however large, comes back as exactly that integer (a JSON integer with the
   same digits in the answer, never a float, a string or a rounded value);
@@ -50,7 +50,7 @@ def _digits(body: bytes, *, lead_zero_ok: bool = False) -> str:
 
 
 def _id_token(kind: str, flags: int, body: bytes) -> tuple[str, Any]:
-    """The id's JSON text and the value the SPEC says comes back (``...`` = refused)."""
+    """The id's JSON text and the value that must come back (``...`` = refused)."""
     sign = "-" if flags & 0x40 else ""
     if kind == "integer":
         text = sign + _digits(body)

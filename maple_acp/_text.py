@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-#: SPEC.md's error contract: every message is at most this long.
+#: The error contract (docs/protocol.md): every message is at most this long.
 MAX_MESSAGE_CHARS: Final = 500
 
 #: Ends a one-line message (an error, a notice, a log field) that was cut.

@@ -53,7 +53,7 @@ LOG_LEVEL_ENV: Final = "MAPLE_ACP_LOG_LEVEL"
 
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 LOG_FORMATS: Final = ("text", "json")
-#: SPEC limit on simultaneous ACP connections (the edge enforces it again).
+#: Simultaneous ACP connections at most (docs/protocol.md; the edge enforces it again).
 MAX_CONNECTIONS: Final = 8
 #: A hello carries at most this many values, so a longer allow-list is a mistake.
 MAX_RELAY_NAMES: Final = 16

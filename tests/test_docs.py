@@ -287,3 +287,48 @@ def test_ci_script_runs_exactly_the_readme_test_command() -> None:
     # It builds its own environment in a copy of the tree: a developer's .venv is left alone.
     assert "rm -rf .venv" not in ci
     assert 'cd "$tree"' in ci.split(command)[0]
+
+
+#: Files and directories whose text is the repository's own (what a clone holds).
+OWN_TEXT = ["maple_acp", "connector", "tests", "fuzz", "bench", "docs", "examples", ".ci"]
+OWN_FILES = ["README.md", "CHANGELOG.md", "CONTRIBUTING.md", "noxfile.py", "pyproject.toml"]
+#: The schema lookup (and the CI script that hides it) may name the directory beside a
+#: checkout where the ACP schema is found.
+SCHEMA_LOOKUP = {
+    "maple_acp/testing/schema_source.py",
+    "maple_acp/testing/schema.py",
+    "tests/test_schema_source.py",
+    ".ci/run",
+}
+_OUTSIDE_CITATION = re.compile(r"\b(?:SPEC|PERF)(?:\.md)?\b|\.\./shared(?!/acp-schema)")
+
+
+def own_text_files() -> Iterator[Path]:
+    for name in OWN_FILES:
+        if (REPO / name).is_file():
+            yield REPO / name
+    for name in OWN_TEXT:
+        for path in sorted((REPO / name).rglob("*")):
+            if path.is_file() and path.suffix in {".py", ".md", ".toml", ".txt", ".cfg", ""}:
+                yield path
+
+
+def test_the_repository_cites_no_document_outside_it() -> None:
+    """What the code relies on is said in docs/, not in a file no clone contains."""
+    found = []
+    for path in own_text_files():
+        relative = path.relative_to(REPO).as_posix()
+        if relative in SCHEMA_LOOKUP or path == Path(__file__):
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if _OUTSIDE_CITATION.search(line):
+                found.append(f"{relative}:{number}: {line.strip()}")
+    assert found == []
+
+
+def test_the_citation_check_sees_a_citation() -> None:
+    assert _OUTSIDE_CITATION.search("(SPEC.md limits)")
+    assert _OUTSIDE_CITATION.search("reads pay an mmap (PERF.md)")
+    assert _OUTSIDE_CITATION.search("see ../shared/notes")
+    assert not _OUTSIDE_CITATION.search("`../shared/acp-schema/v1` beside the checkout")
+    assert not _OUTSIDE_CITATION.search("_SPECIAL = {}")

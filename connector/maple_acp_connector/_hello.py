@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 RELAY_ENV = "MAPLE_ACP_RELAY_ENV"
 HELLO_METHOD = "_maple/bridge/hello"
-# The SPEC's relay-environment limits; the host refuses a hello beyond them.
+# The relay environment's bounds (docs/protocol.md); the host refuses a hello beyond them.
 MAX_VALUES = 16
 MAX_VALUE_BYTES = 16 * 1024
 MAX_TOTAL_BYTES = 32 * 1024

@@ -17,7 +17,7 @@ from maple_acp._text import CUT_TEXT, truncate
 from maple_acp.model import ToolLocation
 from maple_acp.wire import ToolCallLocation, ToolKind
 
-#: Tool and message text per update (SPEC.md limits).
+#: Tool and message text per update: longer text is cut with a marker (docs/limits.md).
 MAX_TOOL_TEXT_CHARS: Final = 16_000
 #: Encoded size of a raw tool input or output; larger values become a truncation marker.
 MAX_RAW_BYTES: Final = 64 * 1024

@@ -7,8 +7,8 @@ the callers (the permission question, the trust dialog) treat as a failed answer
 closed on, like ``ConnectionClosed`` and ``OutboundFrameTooLarge``.
 
 Resource handling: a request holds its outbound credit until answered or the connection ends
-(SPEC.md limits); updates are charged by the peer. Cancellation: every call is a checkpoint;
-a cancelled request is withdrawn by the peer and its late answer dropped.
+(docs/protocol.md, outbound admission); updates are charged by the peer. Cancellation: every
+call is a checkpoint; a cancelled request is withdrawn by the peer and its late answer dropped.
 """
 
 from __future__ import annotations

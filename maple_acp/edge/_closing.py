@@ -42,7 +42,8 @@ logger = logging.getLogger(__name__)
 #: Runtime answers meaning the account has no such task: a delete of it is already done.
 _ABSENT: Final = frozenset({RejectionKind.TASK_NOT_FOUND, RejectionKind.WRONG_ACCOUNT})
 
-#: One deadline for cancel + operation barrier + lease cleanup on close (SPEC.md).
+#: One deadline for cancel + operation barrier + lease cleanup on close (the five-second
+#: rule, docs/protocol.md).
 CLOSE_DEADLINE_S: Final = 5.0
 #: Leases released together when many end at once: enough to keep the whole release well
 #: inside the cleanup bound, few enough that another connection's request never waits long.
@@ -105,7 +106,7 @@ class SessionCloser:
         """Delete a task durably. A session this connection holds is closed first (the close
         rules); the runtime refuses a task another lease holds or that has a run or goal
         cycle going. An id the account has no task for (unknown, already deleted, another
-        account's) answers ``{}`` too: the spec's idempotent delete, and no existence oracle."""
+        account's) answers ``{}`` too: delete is idempotent, and no existence oracle."""
         task_id = request.session_id
         session = self._table.get(task_id)
         if session is not None and not session.closing:

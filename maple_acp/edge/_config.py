@@ -23,11 +23,11 @@ from maple_acp_connector.endpoint import UnsafeDirectory, ensure_private_dir
 
 logger = logging.getLogger(__name__)
 
-#: More simultaneous ACP connections than this is never allowed (SPEC.md limits).
+#: More simultaneous ACP connections than this is never allowed (docs/protocol.md).
 MAX_CONNECTIONS_LIMIT: Final = 8
 #: Inbound frames longer than this end the connection; configurable lower only.
 MAX_LINE_BYTES_LIMIT: Final = 10 * 1024 * 1024
-#: Outbound admission per connection (SPEC.md limits); configurable lower only.
+#: Outbound admission per connection (docs/protocol.md); configurable lower only.
 MAX_OUTBOUND_LINES_LIMIT: Final = 256
 MAX_OUTBOUND_BYTES_LIMIT: Final = 4 * 1024 * 1024
 #: The persisted file is tiny; anything larger is not ours.

@@ -67,7 +67,8 @@ MAX_LOGGED_ID_CHARS = 100
 #: A client's name as another client's error quotes it: a product name, not a paragraph.
 MAX_CLIENT_NAME_CHARS = 64
 
-#: The bound for the asynchronous cleanup after a disconnect (SPEC.md).
+#: The bound for the asynchronous cleanup after a disconnect (the five-second rule,
+#: docs/protocol.md).
 DISCONNECT_CLEANUP_S: Final = 5.0
 #: The protocol versions this agent speaks, oldest first; ``initialize`` picks one.
 DIALECTS: Final[tuple[Dialect, ...]] = (V1, V2)

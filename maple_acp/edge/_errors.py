@@ -14,8 +14,8 @@ from maple_acp.wire import (
     ProtocolError,
 )
 
-#: SPEC.md's error contract: -32602 bad params, -32600 state conflicts, -32002 unknown or
-#: not-owned session, -32603 when the runtime cannot serve at all.
+#: The error contract (docs/protocol.md): -32602 bad params, -32600 state conflicts, -32002
+#: unknown or not-owned session, -32603 when the runtime cannot serve at all.
 REJECTION_CODES: Final[dict[RejectionKind, int]] = {
     RejectionKind.INVALID_CWD: INVALID_PARAMS,
     RejectionKind.INVALID_RELAY: INVALID_PARAMS,

@@ -22,7 +22,7 @@ from maple_acp.edge._errors import unknown_session
 from maple_acp.edge._session import EdgeSession
 from maple_acp.wire import INVALID_REQUEST, ProtocolError
 
-#: Sessions one connection may hold (SPEC.md limits): releasing them all when the connection
+#: Sessions one connection may hold: releasing them all when the connection
 #: ends must fit the five-second cleanup bound without stalling other connections.
 MAX_SESSIONS_PER_CONNECTION: Final = 256
 

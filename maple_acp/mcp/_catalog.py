@@ -21,19 +21,19 @@ from maple_acp.mcp._errors import ExternalToolError, McpSetupError
 EXTERNAL_MCP_TOOL_NAME: Final = "external_mcp"
 #: Joins a server key and a tool name into a frozen id.
 TOOL_ID_SEPARATOR: Final = "__"
-#: A catalog that needs more pages than this is treated as hostile (SPEC limits table).
+#: A catalog that needs more pages than this is treated as hostile (docs/limits.md).
 MAX_CATALOG_PAGES: Final = 16
-#: Tools one server may contribute (SPEC limits table).
+#: Tools one server may contribute (docs/limits.md).
 MAX_TOOLS_PER_SERVER: Final = 256
-#: Tools all servers of a lease may contribute together (SPEC limits table).
+#: Tools all servers of a lease may contribute together (docs/limits.md).
 MAX_TOOLS_TOTAL: Final = 1024
-#: One sanitised tool, serialized (SPEC limits table).
+#: One sanitised tool, serialized (docs/limits.md).
 MAX_TOOL_BYTES: Final = 256 * 1024
-#: The whole sanitised catalog of a lease, serialized (SPEC limits table).
+#: The whole sanitised catalog of a lease, serialized (docs/limits.md).
 MAX_CATALOG_BYTES: Final = 2 * 1024 * 1024
-#: Tool ids are model-facing identifiers; providers cap function names near this (SPEC limits).
+#: Tool ids are model-facing identifiers; providers cap function names near this.
 MAX_TOOL_ID_BYTES: Final = 64
-#: One sanitised call result, serialized (SPEC limits table).
+#: One sanitised call result, serialized (docs/limits.md).
 MAX_RESULT_BYTES: Final = 4 * 1024 * 1024
 #: Per tool in the external_mcp description: enough to choose a tool, not a payload channel.
 MAX_DESCRIBED_TEXT_CHARS: Final = 1000

@@ -19,13 +19,13 @@ import httpx2
 from maple_acp._text import one_line
 from maple_acp.mcp._errors import McpDefinitionError
 
-#: A lease may carry at most this many transient servers (SPEC limits table).
+#: A lease may carry at most this many transient servers (docs/protocol.md).
 MAX_SERVERS: Final = 16
-#: Server names are shown to the model and the client; keep them short (SPEC limits table).
+#: Server names are shown to the model and the client; keep them short (docs/protocol.md).
 MAX_NAME_CHARS: Final = 64
-#: One header value; larger values are not credentials but payloads (SPEC limits table).
+#: One header value; larger values are not credentials but payloads (docs/protocol.md).
 MAX_HEADER_VALUE_BYTES: Final = 16 * 1024
-#: All header names and values of one server together (SPEC limits table).
+#: All header names and values of one server together (docs/protocol.md).
 MAX_HEADER_BYTES_PER_SERVER: Final = 64 * 1024
 #: A loopback endpoint URL has no business being longer; bounds parsing work on hostile input.
 MAX_URL_CHARS: Final = 2048

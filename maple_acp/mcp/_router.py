@@ -43,11 +43,11 @@ from maple_acp.mcp._sdk_logs import install as _install_sdk_log_filter
 logger = logging.getLogger(__name__)
 _install_sdk_log_filter()
 
-#: Connecting to every server and discovering every catalog shares this one deadline (SPEC).
+#: Connecting to every server and discovering every catalog shares this one deadline.
 SETUP_TIMEOUT_SECONDS: Final = 30.0
-#: One external tool call; the model's turn must not hang on a remote server (SPEC).
+#: One external tool call; the model's turn must not hang on a remote server.
 CALL_TIMEOUT_SECONDS: Final = 30.0
-#: Leaving a session (the DELETE) after revocation; matches the lease cleanup bound (SPEC).
+#: Leaving a session (the DELETE) after revocation; matches the lease cleanup bound.
 SESSION_CLOSE_TIMEOUT_SECONDS: Final = 5.0
 #: TCP connect to a loopback server; anything slower is a dead server.
 HTTP_CONNECT_TIMEOUT_SECONDS: Final = 10.0

@@ -6,11 +6,11 @@ from typing import Final
 
 from ._exceptions import OutboundFrameTooLarge
 
-#: Un-written lines one connection may queue (SPEC.md outbound admission).
+#: Un-written lines one connection may queue (outbound admission, docs/protocol.md).
 MAX_OUTBOUND_LINES: Final = 256
-#: Un-written bytes one connection may queue, overhead included (SPEC.md: ~4 MiB).
+#: Un-written bytes one connection may queue, overhead included.
 MAX_OUTBOUND_BYTES: Final = 4 * 1024 * 1024
-#: Fixed cost added to each frame so that many tiny frames still count (SPEC.md).
+#: Fixed cost added to each frame so that many tiny frames still count.
 FRAME_OVERHEAD_BYTES: Final = 256
 #: Un-written replies the reading side itself owes (a parse error, a refused request) that one
 #: connection may queue: the reader never waits for credit, so they draw on a reserve of

@@ -6,7 +6,7 @@ from typing import Final
 
 from ._exceptions import FrameTooLong
 
-#: Largest inbound line, terminator excluded (SPEC.md: one frame is at most 10 MiB).
+#: Largest inbound line, terminator excluded (docs/protocol.md: one frame is at most 10 MiB).
 MAX_LINE_BYTES: Final = 10 * 1024 * 1024
 
 _NL: Final = 0x0A

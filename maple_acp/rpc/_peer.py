@@ -55,9 +55,9 @@ from ._pending import PendingRequests
 
 logger = logging.getLogger(__name__)
 
-#: Bytes asked of the transport per read (PERF.md: reads above 128 KiB pay an mmap each).
+#: Bytes asked of the transport per read (reads above 128 KiB pay an mmap each).
 READ_CHUNK_BYTES: Final = 64 * 1024
-#: The writer joins queued lines up to about this size into one ``send_all`` (PERF.md: one
+#: The writer joins queued lines up to about this size into one ``send_all`` (one
 #: ``send_all`` per line caps near 90 k lines/s).
 WRITE_BATCH_BYTES: Final = 64 * 1024
 #: Inbound requests handled at once; each holds a task, so a client that floods requests and

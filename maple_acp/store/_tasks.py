@@ -28,7 +28,7 @@ from maple_acp.model import (
 )
 from maple_acp.store._protocol import InvalidCursor, StoreError
 
-#: The most rows one list page returns, whatever the caller asks for (SPEC: pages of 100).
+#: The most rows one list page returns, whatever the caller asks for (docs/protocol.md).
 MAX_PAGE = 100
 #: Longest cursor accepted; a real one is a small fraction of this, so anything longer is not
 #: ours and is refused before it is decoded.

@@ -21,7 +21,7 @@ INTERNAL_ERROR: Final = -32603
 RESOURCE_NOT_FOUND: Final = -32002  # ACP: unknown or not-owned session
 REQUEST_CANCELLED: Final = -32800  # ACP: answer to a request cancelled by $/cancel_request
 
-#: Every error message that crosses the protocol is at most this long (SPEC.md error contract).
+#: Every error message that crosses the protocol is at most this long (docs/protocol.md).
 MAX_ERROR_MESSAGE_CHARS: Final = MAX_MESSAGE_CHARS
 
 

@@ -37,7 +37,7 @@ from maple_acp.wire import ProtocolError
 GRACE_S = 120.0
 #: A jump at least this long past a grace expiry guarantees a sweep ran after it.
 SWEEP_S = PROVISIONAL_SWEEP_INTERVAL_S
-#: The close deadline (SPEC.md).
+#: The close deadline (the five-second rule, docs/protocol.md).
 CLOSE_S = 5.0
 OTHER_ACCOUNT = "other-account"
 CHAT_MODELS = ("demo-echo", "demo-echo-large")
@@ -907,7 +907,7 @@ class Scenario:
             return
         if call.error is None:
             if task is None or task.removed_at is not None or task.account != self.account:
-                return  # the spec's idempotent delete: {} for an id the account does not have
+                return  # delete is idempotent: {} for an id the account does not have
             if holder is not None and holder[0] is not conn:
                 if not self._ending(holder[0], task_id):
                     raise Violation(

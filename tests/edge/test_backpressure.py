@@ -21,7 +21,7 @@ from maple_acp.runtime import ToolState, ToolStatus, Turn
 STREAM_UPDATES = 200_000
 #: Characters in each of them.
 UPDATE_CHARS = 100
-#: Host memory may grow by at most this much while the client stalls (SPEC: bounded).
+#: Host memory may grow by at most this much while the client stalls (outbound admission).
 MEMORY_BOUND = 8 * 1024 * 1024
 
 

@@ -42,7 +42,7 @@ def test_integer_ids_within_64_bits(flags: int, method: bytes, digits: bytes) ->
 
 
 def test_integer_id_beyond_64_bits_is_echoed() -> None:
-    # 18446744073709551616: the SPEC's own example.
+    # 18446744073709551616: 2**64, the example docs/protocol.md gives.
     fuzz_one(
         _input(
             "integer", 0, b"m", bytes([1, 8, 4, 4, 6, 7, 4, 4, 0, 7, 3, 7, 0, 9, 5, 5, 1, 6, 1, 6])
