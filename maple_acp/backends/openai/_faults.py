@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import email.utils
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
@@ -34,6 +35,13 @@ BACKOFF_S = (1.0, 2.0, 4.0)
 #: Statuses and error codes that mean "busy, come back later" like a 429 (Anthropic's).
 OVERLOADED_STATUS = 529
 OVERLOADED_CODES = frozenset({"overloaded_error", "overloaded"})
+
+#: The shortest wait before a retry, whatever the provider says (``Retry-After: 0`` is "now"
+#: to a server that has not yet recovered).
+MIN_RETRY_WAIT_S = 1.0
+#: A reset further off than this is read as this far off (ten years): beyond any wait, and
+#: still a date a clock can name.
+MAX_RESET_S = 10 * 365 * 86_400.0
 
 MALFORMED_STREAM = "the provider sent a malformed stream"
 BROKEN_STREAM = "the provider's stream broke off before the answer ended"
@@ -112,31 +120,39 @@ def connection_fault(where: str, *, timed_out: bool) -> ProviderFault:
 
 
 def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
-    """The provider's ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date), if any
-    and sane."""
+    """The provider's ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date), if it
+    gave one that reads as a time: however far off (a day, a year), it is the reset, and the
+    caller decides whether to wait for it. A date already past is a wait of zero."""
     millis = headers.get("retry-after-ms")
     if millis is not None:
-        try:
-            value = float(millis) / 1000
-        except ValueError:
-            value = -1.0
-        if 0 <= value < 86_400:
-            return value
+        value = _seconds(millis)
+        if value is not None:
+            return value / 1000
     text = headers.get("retry-after")
     if text is None:
         return None
+    value = _seconds(text)
+    if value is not None:
+        return value
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return max(when.timestamp() - (time.time() if now is None else now), 0.0)
+
+
+def _seconds(text: str) -> float | None:
+    """A non-negative, finite number of seconds (no later than ``MAX_RESET_S``), if ``text``
+    is one."""
     try:
         value = float(text)
     except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError):
-            return None
-        value = when.timestamp() - (time.time() if now is None else now)
-        value = max(value, 0.0)
-    if not 0 <= value < 86_400:
         return None
-    return value
+    if not 0 <= value < math.inf:
+        return None
+    return min(value, MAX_RESET_S)
 
 
 @attrs.frozen
@@ -155,6 +171,8 @@ class RetryPlan:
         delay = self.fault.retry_after
         if delay is None:
             delay = self.backoff[min(self.retries_done, len(self.backoff) - 1)]
+        else:
+            delay = max(delay, MIN_RETRY_WAIT_S)
         if self.elapsed + delay > RETRY_BUDGET_S:
             return None
         return delay
@@ -213,8 +231,12 @@ async def retrying(
 
 
 def utc_clock(seconds_from_now: float) -> str:
-    """The wall-clock time (``HH:MM:SS``, UTC) ``seconds_from_now`` seconds from now."""
-    moment = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=seconds_from_now)
+    """The wall-clock time (``HH:MM:SS``, UTC) ``seconds_from_now`` seconds from now, with its
+    date (``YYYY-MM-DD HH:MM:SS``) when that is not today."""
+    now = datetime.datetime.now(datetime.UTC)
+    moment = now + datetime.timedelta(seconds=min(seconds_from_now, MAX_RESET_S))
+    if moment.date() != now.date():
+        return moment.strftime("%Y-%m-%d %H:%M:%S")
     return moment.strftime("%H:%M:%S")
 
 

@@ -161,7 +161,7 @@ async def test_a_rate_limit_then_success_over_acp(
         # The retry was told as a warning notice, not mixed into the answer.
         [notice] = [u for u in client.updates(sid) if u["sessionUpdate"] == "notice"]
         assert notice["severity"] == "warning"
-        assert "retrying in 0 s" in notice["title"]
+        assert "retrying in 1 s" in notice["title"]
 
 
 async def test_a_reload_replays_the_conversation_and_the_next_turn_sees_it(
