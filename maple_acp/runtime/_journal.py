@@ -229,5 +229,14 @@ class RunJournal:
         self._dirty.clear()
         await self._store.upsert_items(self.task_id, items, now_ms=now)
 
+    async def keep_transcript(self, body: bytes) -> None:
+        """Write what is pending, then keep ``body`` as covering this run's items so far."""
+        async with self._writing:
+            await self._flush_locked()
+            await self._store.put_transcript(self.task_id, self.run_id, body)
+
+    async def transcripts(self) -> dict[str, bytes]:
+        return await self._store.transcripts(self.task_id)
+
     async def record_usage(self, usage: Usage) -> None:
         await self._store.record_usage(self.task_id, self.run_id, usage)

@@ -142,6 +142,12 @@ class RunOutlet:
     def sign_thought(self, message_id: str, signature: str) -> bool:
         return self._journal.sign_thought(message_id, signature)
 
+    async def keep_transcript(self, body: bytes) -> None:
+        await self._journal.keep_transcript(body)
+
+    async def transcripts(self) -> dict[str, bytes]:
+        return await self._journal.transcripts()
+
     def send_text_nowait(self, kind: ItemKind, text: str, message_id: str | None) -> str:
         event = self._text_event(kind, text, message_id)
         if not self._overflowed and not self._queue.send_nowait(event):

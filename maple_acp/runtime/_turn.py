@@ -42,6 +42,9 @@ logger = logging.getLogger(__name__)
 
 #: A title a backend sets is one line of at most this many characters.
 MAX_TITLE_CHARS = 200
+#: A transcript a backend keeps for one run, at most (a run of many tool calls with long
+#: outputs stays well below it).
+MAX_TRANSCRIPT_BYTES = 16 * 1024 * 1024
 #: Where each notice level lands in the log.
 _LOG_LEVELS: Final[dict[NoticeLevel, int]] = {
     "info": logging.INFO,
@@ -215,6 +218,23 @@ class Turn:
         False, and nothing kept, for an id this run did not use for a thought, a thought cut
         for length, or a signature past ``MAX_SIGNATURE_CHARS``."""
         return self._outlet.sign_thought(message_id, signature)
+
+    async def keep_transcript(self, body: bytes) -> bool:
+        """Keep ``body`` (opaque to the runtime: what the backend sent its model for this run,
+        in its own encoding) with the task history, as covering this run's history so far
+        (the pending text is written first). A later turn reads it from ``transcripts`` and
+        can send the same bytes again instead of rebuilding them from the rows. False, and
+        nothing kept, past ``MAX_TRANSCRIPT_BYTES``."""
+        if len(body) > MAX_TRANSCRIPT_BYTES:
+            return False
+        await self._outlet.keep_transcript(body)
+        return True
+
+    async def transcripts(self) -> dict[str, bytes]:
+        """The transcripts backends kept for this task's runs, by run id: only those that still
+        cover their run's whole history (a run whose later rows no transcript covers is not
+        there)."""
+        return await self._outlet.transcripts()
 
     async def send_tool_row(self, tool_id: str, tool: ToolState) -> None:
         """Report a tool call's state; the first row of an id opens the call, later rows update

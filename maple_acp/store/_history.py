@@ -571,3 +571,22 @@ class HistoryCache:
 
 def _seq(item: TimelineItem) -> int:
     return item.seq
+
+
+_PUT_TRANSCRIPT = (
+    "INSERT OR REPLACE INTO transcripts (task_id, run_id, covered_seq, body) VALUES "
+    "(?, ?, COALESCE((SELECT MAX(seq) FROM items WHERE task_id = ? AND run_id = ?), 0), ?)"
+)
+_READ_TRANSCRIPTS = (
+    "SELECT t.run_id, t.body FROM transcripts t WHERE t.task_id = ? AND t.covered_seq >= "
+    "COALESCE((SELECT MAX(seq) FROM items i WHERE i.task_id = t.task_id "
+    "AND i.run_id = t.run_id), 0)"
+)
+
+
+def put_transcript(conn: sqlite3.Connection, task_id: str, run_id: str, body: bytes) -> None:
+    conn.execute(_PUT_TRANSCRIPT, (task_id, run_id, task_id, run_id, body))
+
+
+def read_transcripts(conn: sqlite3.Connection, task_id: str) -> dict[str, bytes]:
+    return {str(run): bytes(body) for run, body in conn.execute(_READ_TRANSCRIPTS, (task_id,))}

@@ -258,6 +258,20 @@ _THOUGHT_SIGNATURES = """
 ALTER TABLE items ADD COLUMN signature TEXT
 """
 
+#: Step 10: what a provider engine sent for a run (``transcripts``), so that later requests
+#: carry the same bytes: tool results with their exit codes, the provider's call ids and
+#: argument text. ``covered_seq`` is the run's last item when it was written; a run with items
+#: past it (a later turn of the run that failed) is rebuilt from its items instead.
+_TRANSCRIPTS = """
+CREATE TABLE transcripts (
+    task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    run_id TEXT NOT NULL,
+    covered_seq INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (task_id, run_id)
+) WITHOUT ROWID
+"""
+
 #: One schema step: a SQL script, or a function that runs inside the step's transaction (for
 #: a change of stored values that SQL cannot state exactly).
 Step = str | Callable[[sqlite3.Connection], None]
@@ -273,6 +287,7 @@ MIGRATIONS: tuple[Step, ...] = (
     _FORKS,
     _BLOBS,
     _THOUGHT_SIGNATURES,
+    _TRANSCRIPTS,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -139,6 +139,14 @@ class TaskStore(Protocol):
         items were copied. Raises ``ForkSourceMissing`` (nothing written) when the source or
         the message is not stored, ``StoreError`` if ``task``'s id exists."""
 
+    async def put_transcript(self, task_id: str, run_id: str, body: bytes) -> None:
+        """Keep what a provider engine sent for run ``run_id`` (opaque bytes, replacing an
+        earlier one of the run), as covering the run's items stored so far."""
+
+    async def transcripts(self, task_id: str) -> dict[str, bytes]:
+        """The kept transcripts of the task's runs, by run id: only those that still cover
+        every item of their run."""
+
     # -- usage -------------------------------------------------------------------------------
     async def record_usage(self, task_id: str, run_id: str, usage: Usage) -> None:
         """Store one run's usage (replacing an earlier record for the same run)."""

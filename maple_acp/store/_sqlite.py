@@ -356,6 +356,12 @@ class SqliteTaskStore:
     async def item_count(self, task_id: str) -> int:
         return await self._run(lambda conn: _history.count_items(conn, task_id))
 
+    async def put_transcript(self, task_id: str, run_id: str, body: bytes) -> None:
+        await self._transaction(lambda conn: _history.put_transcript(conn, task_id, run_id, body))
+
+    async def transcripts(self, task_id: str) -> dict[str, bytes]:
+        return await self._run(lambda conn: _history.read_transcripts(conn, task_id))
+
     # -- usage -------------------------------------------------------------------------------
 
     async def record_usage(self, task_id: str, run_id: str, usage: Usage) -> None:

@@ -80,6 +80,7 @@ DOCUMENTED_SCHEMA = {
     "forks": ["task_id", "copied_seq"],
     "blobs": ["sha256", "data"],
     "blob_refs": ["task_id", "sha256"],
+    "transcripts": ["task_id", "run_id", "covered_seq", "body"],
 }
 
 

@@ -24,10 +24,14 @@ import trio
 from maple_acp._groups import single_exception
 from maple_acp.backends.anthropic._client import MessagesClients, import_sdk
 from maple_acp.backends.anthropic._messages import (
+    TRANSCRIPT_FORMAT,
     Block,
+    Mark,
     Message,
-    history_messages,
+    end_of,
     image_source,
+    replay_history,
+    since,
     tool_definitions,
     user_text,
     with_breakpoints,
@@ -44,7 +48,12 @@ from maple_acp.backends.openai._config import (
     ProviderEntry,
     split_model_id,
 )
-from maple_acp.backends.openai._conversation import bound_result, wanted_images
+from maple_acp.backends.openai._conversation import (
+    bound_result,
+    encode_transcript,
+    kept_transcripts,
+    wanted_images,
+)
 from maple_acp.backends.openai._faults import (
     BACKOFF_S,
     BROKEN_STREAM,
@@ -211,15 +220,23 @@ class AnthropicBackend:
         entry = self._config.provider(provider_name)
         if entry is None:
             raise TurnFailed(f"the model {model_id[:200]!r} is no longer configured")
-        system, messages = await self._conversation(turn, self.accepts_images(model_id))
+        system, messages, mark = await self._conversation(turn, self.accepts_images(model_id))
         exchange = _Exchange(turn, self._clients.get(entry), entry, model, system)
-        answer, stop = await self._loop(exchange, messages)
+        answer, stop, final = await self._loop(exchange, messages)
+        # Later turns send this run's part again as it went, byte for byte: the model sees
+        # the same results and thinking, and the prompt cache still matches.
+        sent = since(messages, mark)
+        if final:
+            sent.append({"role": "assistant", "content": final})
+        await turn.keep_transcript(encode_transcript(TRANSCRIPT_FORMAT, sent))
         if stop is not StopReason.END_TURN:
             logger.info("turn %s stopped: %s", turn.run_id, stop.value)
         progress = _goal_progress(answer) if turn.kind is RunKind.GOAL_CYCLE else None
         return TurnResult(stop_reason=stop, goal_progress=progress)
 
-    async def _conversation(self, turn: Turn, sees: bool) -> tuple[str, list[Message]]:
+    async def _conversation(self, turn: Turn, sees: bool) -> tuple[str, list[Message], Mark]:
+        """The system prompt and messages of the turn's first request, and where this run's
+        part of them starts (after its user message): what a transcript of the run keeps."""
         system = self._config.system_prompt or DEFAULT_SYSTEM_PROMPT.format(root=turn.root)
         if turn.skills:
             listed = "\n".join(f"- {skill.name}: {skill.path}" for skill in turn.skills)
@@ -229,9 +246,10 @@ class AnthropicBackend:
         if turn.planning:
             system += f"\n\n{PLANNING_PROMPT}"
         summary, history = after_compaction(turn.history)
-        plans = [item.plan for item in turn.history if item.kind is ItemKind.PLAN and item.plan]
-        if plans:
-            steps = "\n".join(f"- [{entry.status.value}] {entry.content}" for entry in plans[-1])
+        transcripts = await kept_transcripts(turn, history, TRANSCRIPT_FORMAT)
+        plans = [item for item in turn.history if item.kind is ItemKind.PLAN and item.plan]
+        if plans and plans[-1].run_id not in transcripts:
+            steps = "\n".join(f"- [{e.status.value}] {e.content}" for e in plans[-1].plan)
             system += f"\n\nYour plan so far (update it with update_plan):\n{steps}"
         prompt = turn.prompt
         if turn.kind is RunKind.GOAL_CYCLE:
@@ -246,12 +264,15 @@ class AnthropicBackend:
         if summary is not None:
             # Compacted by the OpenAI-compatible backend: the summary stands for what it covers.
             user_text(messages, SUMMARY_PREFIX + summary)
-        history_messages(history, messages, sources)
+        mark = replay_history(history, messages, sources, transcripts, turn.run_id)
         user_text(messages, prompt, turn.images, sources)
-        return system, messages
+        return system, messages, end_of(messages) if mark is None else mark
 
-    async def _loop(self, exchange: _Exchange, messages: list[Message]) -> tuple[str, StopReason]:
-        """The model's last answer text and why the turn stops."""
+    async def _loop(
+        self, exchange: _Exchange, messages: list[Message]
+    ) -> tuple[str, StopReason, list[Block]]:
+        """The model's last answer text, why the turn stops, and its last answer's blocks (not
+        in ``messages``: no request carried them yet)."""
         turn = exchange.turn
         settings = exchange.entry.settings_for(exchange.model)
         window = (settings.context_window if settings else None) or exchange.entry.context_window
@@ -270,17 +291,17 @@ class AnthropicBackend:
                     usage.total_tokens, window, cost_usd=cost if prices is not None else None
                 )
             answer = response.text()
+            content = response.content()
             stop = response.stop_reason
             if stop in ("max_tokens", "model_context_window_exceeded"):
-                return answer, StopReason.MAX_TOKENS
+                return answer, StopReason.MAX_TOKENS, content
             if stop == "refusal":
-                return answer, StopReason.REFUSAL
+                return answer, StopReason.REFUSAL, content
             calls = response.tool_calls() if stop == "tool_use" else []
             if not calls and stop != "pause_turn":
-                return answer, StopReason.END_TURN
+                return answer, StopReason.END_TURN, content
             if number == self._max_requests:
-                return answer, StopReason.MAX_TURN_REQUESTS
-            content = response.content()
+                return answer, StopReason.MAX_TURN_REQUESTS, content
             if content:
                 messages.append({"role": "assistant", "content": content})
             results: list[Block] = []
@@ -297,7 +318,7 @@ class AnthropicBackend:
                 )
             if results:
                 messages.append({"role": "user", "content": results})
-        return answer, StopReason.END_TURN
+        return answer, StopReason.END_TURN, []
 
     def _add_cost(
         self, task_id: str, response: StreamedAnswer, prices: ModelPrices | None

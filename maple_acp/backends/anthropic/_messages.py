@@ -9,12 +9,18 @@ import base64
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from maple_acp.backends.openai._conversation import bound_result, tool_name
+from maple_acp.backends.openai._conversation import bound_result, runs_of, tool_name
 from maple_acp.model import ImageRef, ItemKind, TimelineItem
 from maple_acp.runtime import describe_image
 
 Message = dict[str, Any]
 Block = dict[str, Any]
+
+#: This engine's transcripts (``Turn.keep_transcript``): Messages API messages.
+TRANSCRIPT_FORMAT = "anthropic-messages"
+#: Where a run's part of the messages starts: the number of messages, and the number of
+#: blocks of the last one (a run's first message may join a user message already last).
+Mark = tuple[int, int]
 
 #: The prompt-cache marker: the prefix up to a block carrying it is cached for reuse.
 CACHE_BREAKPOINT: dict[str, str] = {"type": "ephemeral"}
@@ -102,6 +108,50 @@ def history_messages(
             )
     flush()
     return messages
+
+
+def replay_history(
+    items: Sequence[TimelineItem],
+    messages: list[Message],
+    sources: Mapping[str, Block],
+    transcripts: Mapping[str, list[Message]],
+    current_run: str,
+) -> Mark | None:
+    """Add the history to ``messages``: a run with a transcript as its user message and then
+    the messages it sent, byte for byte; any other run rebuilt from its rows. Returns where the
+    current run's part (after its user message) starts, if the history holds it already (a
+    later turn of the same run)."""
+    mark = None
+    for run_id, rows in runs_of(items):
+        sent = transcripts.get(run_id) if run_id is not None else None
+        if rows[0].kind is ItemKind.USER:
+            history_messages(rows[:1], messages, sources)
+            rows = rows[1:]
+        if run_id == current_run:
+            mark = end_of(messages)
+        if sent is None:
+            history_messages(rows, messages, sources)
+        else:
+            for message in sent:
+                _append(messages, message["role"], list(message["content"]))
+    return mark
+
+
+def end_of(messages: Sequence[Message]) -> Mark:
+    """The mark of what ``messages`` hold now."""
+    return len(messages), len(messages[-1]["content"]) if messages else 0
+
+
+def since(messages: Sequence[Message], mark: Mark) -> list[Message]:
+    """What was added to ``messages`` after ``mark`` (a first message may continue the one
+    at the mark)."""
+    count, blocks = mark
+    added: list[Message] = []
+    if count and len(messages[count - 1]["content"]) > blocks:
+        last = messages[count - 1]
+        added.append({"role": last["role"], "content": last["content"][blocks:]})
+    added.extend(messages[count:])
+    return added
 
 
 def user_text(

@@ -76,7 +76,12 @@ class StreamedAnswer:
             block = draft.block
             if block["type"] == "tool_use":
                 block = {**block, "input": tool_input(draft)}
-            elif block["type"] == "ignored" or (block["type"] == "text" and not block["text"]):
+            elif (
+                block["type"] == "ignored"
+                or (block["type"] == "text" and not block["text"])
+                or (block["type"] == "thinking" and not block["signature"])
+            ):
+                # Thinking goes back only with its signature (the provider refuses it without).
                 continue
             blocks.append(block)
         return blocks

@@ -37,12 +37,16 @@ from maple_acp.backends.openai._config import (
     split_model_id,
 )
 from maple_acp.backends.openai._conversation import (
+    TRANSCRIPT_FORMAT,
     Message,
     bound_result,
     data_url,
+    encode_transcript,
     estimate_tokens,
     fit_to_window,
     history_messages,
+    kept_transcripts,
+    replayed_messages,
     user_message,
     wanted_images,
 )
@@ -210,7 +214,7 @@ class ProviderBackend:
         entry = self._config.provider(provider_name)
         if entry is None:
             raise TurnFailed(f"the model {model_id[:200]!r} is no longer configured")
-        messages = await self._conversation(turn, self.accepts_images(model_id))
+        messages, mark = await self._conversation(turn, self.accepts_images(model_id))
         forced = turn.kind is RunKind.PROMPT and turn.prompt.strip() == COMPACT_COMMAND
         try:
             client = await self._clients.get(entry)
@@ -221,13 +225,20 @@ class ProviderBackend:
             if await self._compact(exchange, messages) is None:
                 await turn.notice("There is nothing to compact yet.")
             return TurnResult()
-        answer, stop = await self._loop(exchange, messages)
+        answer, stop, sent = await self._loop(exchange, messages)
+        if sent is not None:
+            # Later turns send this run's part again as it went, byte for byte: the model
+            # sees the same results, and the provider's prompt cache still matches.
+            final = [{"role": "assistant", "content": answer}] if answer else []
+            await turn.keep_transcript(encode_transcript(TRANSCRIPT_FORMAT, [*sent[mark:], *final]))
         if stop is not StopReason.END_TURN:
             logger.info("turn %s stopped: %s", turn.run_id, stop.value)
         progress = _goal_progress(answer) if turn.kind is RunKind.GOAL_CYCLE else None
         return TurnResult(stop_reason=stop, goal_progress=progress)
 
-    async def _conversation(self, turn: Turn, sees: bool) -> list[Message]:
+    async def _conversation(self, turn: Turn, sees: bool) -> tuple[list[Message], int]:
+        """The messages of the turn's first request, and where this run's part of them
+        starts (after its user message): what a transcript of the run keeps."""
         system = self._config.system_prompt or DEFAULT_SYSTEM_PROMPT.format(root=turn.root)
         if turn.skills:
             listed = "\n".join(f"- {skill.name}: {skill.path}" for skill in turn.skills)
@@ -237,10 +248,12 @@ class ProviderBackend:
         if turn.planning:
             system += f"\n\n{PLANNING_PROMPT}"
         summary, history = after_compaction(turn.history)
-        plans = [item.plan for item in turn.history if item.kind is ItemKind.PLAN and item.plan]
-        if plans:
-            # A plan is not a message a provider accepts back; the model still should know it.
-            steps = "\n".join(f"- [{entry.status.value}] {entry.content}" for entry in plans[-1])
+        transcripts = await kept_transcripts(turn, history)
+        plans = [item for item in turn.history if item.kind is ItemKind.PLAN and item.plan]
+        if plans and plans[-1].run_id not in transcripts:
+            # A plan is not a message a provider accepts back; the model still should know it
+            # (unless the run that made it is sent as it was, its update_plan call included).
+            steps = "\n".join(f"- [{e.status.value}] {e.content}" for e in plans[-1].plan)
             system += f"\n\nYour plan so far (update it with update_plan):\n{steps}"
         prompt = turn.prompt
         if turn.kind is RunKind.GOAL_CYCLE:
@@ -251,20 +264,28 @@ class ProviderBackend:
             data = await turn.image_data(image)
             if data is not None:
                 urls[image.sha256] = data_url(image, data)
-        return [
+        replayed, mark = replayed_messages(history, urls, transcripts, turn.run_id)
+        head: list[Message] = [
             {"role": "system", "content": system},
             *([summary_message(summary)] if summary is not None else []),
-            *history_messages(history, urls),
-            user_message(prompt, turn.images, urls),
         ]
+        messages = [*head, *replayed, user_message(prompt, turn.images, urls)]
+        return messages, len(messages) if mark is None else len(head) + mark
 
-    async def _loop(self, exchange: _Exchange, messages: list[Message]) -> tuple[str, StopReason]:
-        """The model's last answer text and why the turn stops."""
+    async def _loop(
+        self, exchange: _Exchange, messages: list[Message]
+    ) -> tuple[str, StopReason, list[Message] | None]:
+        """The model's last answer text, why the turn stops, and the messages sent (``None``
+        when a compaction replaced them)."""
         turn = exchange.turn
         window = self._window(exchange)
         answer = ""
         used = 0
         compacted = False
+
+        def kept() -> list[Message] | None:
+            return None if compacted else messages
+
         for number in range(1, self._max_requests + 1):
             # What the user added while the turn worked goes in before the next request.
             messages.extend(history_messages(turn.steering()))
@@ -285,14 +306,14 @@ class ProviderBackend:
                 used = response.context_used
             answer = "".join(response.text)
             if response.finish_reason == "length":
-                return answer, StopReason.MAX_TOKENS
+                return answer, StopReason.MAX_TOKENS, kept()
             if response.finish_reason == "content_filter":
-                return answer, StopReason.REFUSAL
+                return answer, StopReason.REFUSAL, kept()
             calls = response.tool_calls(number)
             if not calls:
-                return answer, StopReason.END_TURN
+                return answer, StopReason.END_TURN, kept()
             if number == self._max_requests:
-                return answer, StopReason.MAX_TURN_REQUESTS
+                return answer, StopReason.MAX_TURN_REQUESTS, kept()
             messages.append(
                 {
                     "role": "assistant",
@@ -322,7 +343,7 @@ class ProviderBackend:
                         "content": bound_result(turn.tools.redactor.text(result.content)),
                     }
                 )
-        return answer, StopReason.END_TURN
+        return answer, StopReason.END_TURN, kept()
 
     def _window(self, exchange: _Exchange) -> int | None:
         """The model's context window when known (its own setting, else its provider's)."""

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from maple_acp.model import ImageRef, ItemKind, TimelineItem
-from maple_acp.runtime import describe_image
+from maple_acp.runtime import Turn, describe_image
 
 Message = dict[str, Any]
 
@@ -33,6 +33,9 @@ IMAGE_TOKENS = 1_000
 MAX_REQUEST_IMAGES = 32
 
 _TOOL_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+#: This engine's transcripts (``Turn.keep_transcript``): Chat Completions messages.
+TRANSCRIPT_FORMAT = "chat-completions"
 
 
 def data_url(image: ImageRef, data: bytes) -> str:
@@ -121,6 +124,83 @@ def history_messages(
             )
     flush()
     return messages
+
+
+def runs_of(items: Sequence[TimelineItem]) -> list[tuple[str | None, list[TimelineItem]]]:
+    """``items`` cut into the runs they came from (consecutive rows of one ``run_id``)."""
+    runs: list[tuple[str | None, list[TimelineItem]]] = []
+    for item in items:
+        if runs and runs[-1][0] == item.run_id:
+            runs[-1][1].append(item)
+        else:
+            runs.append((item.run_id, [item]))
+    return runs
+
+
+def encode_transcript(kind: str, messages: Sequence[Any]) -> bytes:
+    """A run's messages after its user message, as this engine sent them, for
+    ``Turn.keep_transcript``."""
+    return orjson.dumps({"format": kind, "messages": list(messages)})
+
+
+def decode_transcript(body: bytes, kind: str) -> list[Any] | None:
+    """The messages of a transcript of format ``kind``; ``None`` for another engine's or a
+    damaged one (the run is then rebuilt from its rows)."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if type(value) is not dict or value.get("format") != kind:
+        return None
+    messages = value.get("messages")
+    if type(messages) is not list or not all(type(m) is dict for m in messages):
+        return None
+    return messages
+
+
+async def kept_transcripts(
+    turn: Turn, history: Sequence[TimelineItem], kind: str = TRANSCRIPT_FORMAT
+) -> dict[str, list[Any]]:
+    """The transcripts of format ``kind`` kept for the runs of ``history``, by run id."""
+    runs = {item.run_id for item in history if item.run_id is not None}
+    if not runs:
+        return {}
+    found = {}
+    for run_id, body in (await turn.transcripts()).items():
+        if run_id in runs:
+            messages = decode_transcript(body, kind)
+            if messages is not None:
+                found[run_id] = messages
+    return found
+
+
+def replayed_messages(
+    items: Sequence[TimelineItem],
+    urls: Mapping[str, str],
+    transcripts: Mapping[str, list[Message]],
+    current_run: str,
+) -> tuple[list[Message], int | None]:
+    """The history as messages: a run with a transcript as its user message and then the
+    messages it sent, byte for byte; any other run rebuilt from its rows. Also where the
+    current run's part (after its user message) starts, if the history holds it already (a
+    later turn of the same run)."""
+    messages: list[Message] = []
+    mark = None
+    for run_id, rows in runs_of(items):
+        sent = transcripts.get(run_id) if run_id is not None else None
+        opens = rows[0].kind is ItemKind.USER
+        if sent is None:
+            start = len(messages)
+            messages.extend(history_messages(rows, urls))
+            if run_id == current_run and opens:
+                mark = start + 1
+            continue
+        if opens:
+            messages.append(user_message(rows[0].text, rows[0].images, urls))
+        if run_id == current_run:
+            mark = len(messages)
+        messages.extend(sent)
+    return messages, mark
 
 
 def tool_name(name: str) -> str:

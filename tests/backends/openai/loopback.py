@@ -62,6 +62,8 @@ class Recorded:
     body: Any
     #: ``time.monotonic_ns()`` when the request's first bytes were read.
     arrived_ns: int = 0
+    #: The body as it came, byte for byte.
+    raw_body: bytes = b""
 
 
 def chunk(
@@ -336,7 +338,14 @@ async def _read_request(stream: trio.abc.Stream, buffer: bytearray) -> Recorded 
         body += data
     buffer[:] = body[length:]
     parsed: Any = json.loads(bytes(body[:length])) if length else None
-    return Recorded(method=method, path=path, headers=headers, body=parsed, arrived_ns=arrived_ns)
+    return Recorded(
+        method=method,
+        path=path,
+        headers=headers,
+        body=parsed,
+        arrived_ns=arrived_ns,
+        raw_body=bytes(body[:length]),
+    )
 
 
 async def _bench_main(port_file: str, tokens: int) -> None:
