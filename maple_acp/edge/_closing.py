@@ -29,6 +29,7 @@ import trio
 
 from maple_acp.edge._session import EdgeSession
 from maple_acp.edge._sessions import SessionTable
+from maple_acp.rpc import admitted
 from maple_acp.runtime import AgentService, RejectionKind, RuntimeRejection, SessionLease
 from maple_acp.wire import (
     CloseSessionRequest,
@@ -78,6 +79,9 @@ class SessionCloser:
 
     async def close(self, request: CloseSessionRequest) -> CloseSessionResponse:
         session = self._table.live(request.session_id)
+        # Closing from here on: a request about the session after this one finds it closing.
+        session.begin_close()
+        admitted()
         await self._close(session)
         logger.info("session %s closed", session.id)
         return CloseSessionResponse()

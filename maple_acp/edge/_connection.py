@@ -5,6 +5,10 @@ writer, one task per inbound request), and so does every session lease
 (``AgentService.serve_new_task`` / ``serve_task``), each with its own nursery inside the
 runtime where its run and MCP router live. A prompt runs as its request's task, so the
 connection keeps reading while it runs; ``session/cancel`` and ``$/cancel_request`` reach it.
+Requests are still *decided* in arrival order: the peer orders them by :func:`order_key`
+(``initialize`` against all, a session's requests against each other), each flow says when
+its request has decided (``rpc.admitted``), and a cancel acts once the requests before it
+about its session have decided.
 
 Each flow lives in its own module and class and gets only what it uses: the connection's
 :class:`~maple_acp.edge._sessions.SessionTable` (the one owner of its sessions), its
@@ -43,7 +47,7 @@ from maple_acp.edge._turn import PromptTurns
 from maple_acp.edge._v1 import V1
 from maple_acp.edge._v2 import V2
 from maple_acp.mcp import ExternalMcpError
-from maple_acp.rpc import JsonRpcPeer, method_not_found
+from maple_acp.rpc import EVERYTHING, JsonRpcPeer, Params, method_not_found
 from maple_acp.runtime import AgentService, RejectionKind, RelayValues, RuntimeRejection
 from maple_acp.wire import (
     BRIDGE_HELLO_METHOD,
@@ -86,6 +90,24 @@ def choose_dialect(requested: object, maximum: int) -> Dialect:
         if dialect.version <= min(requested, maximum):
             chosen = dialect
     return chosen
+
+
+def session_key(session_id: str) -> tuple[str, str]:
+    """The admission-order key of requests about one session."""
+    return ("session", session_id.strip())
+
+
+def order_key(method: str, params: Params) -> object:
+    """A request's admission-order key (read from the raw params, before any check):
+    ``initialize`` decides for the whole connection; a request naming a session is ordered
+    against the others naming it; any other decides nothing another request depends on."""
+    if method == "initialize":
+        return EVERYTHING
+    if type(params) is dict:
+        session_id = params.get("sessionId")
+        if type(session_id) is str:
+            return session_key(session_id)
+    return None
 
 
 def _with_session(error: ProtocolError, request: Any, has_session: bool) -> ProtocolError:
@@ -148,6 +170,7 @@ class AcpConnection:
             max_outbound_lines=config.max_outbound_lines,
             max_outbound_bytes=config.max_outbound_bytes,
             on_eof=self._input_ended,
+            order_key=order_key,
         )
         self.sessions = SessionTable(config.max_sessions_per_connection)
         self.client = ClientChannel(self.peer)
@@ -320,9 +343,16 @@ class AcpConnection:
     async def _on_notification(self, method: str, params: Any) -> None:
         if method == "session/cancel":
             request = _checked_session_id(structure_params(params, CancelNotification))
-            session = self.sessions.get(request.session_id)
-            if session is not None:
-                session.cancel_prompt(self.peer.frames_received)
+            arrival = self.peer.frames_received
+
+            def cancel() -> None:
+                session = self.sessions.get(request.session_id)
+                if session is not None:
+                    session.cancel_prompt(arrival)
+
+            # After every request about the session that arrived before it has decided: a
+            # prompt still waiting for its turn (or a load that opens the session) included.
+            self.peer.in_order(session_key(request.session_id), cancel)
         elif method == BRIDGE_HELLO_METHOD:
             self._hello(params)
         else:

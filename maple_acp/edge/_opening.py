@@ -37,7 +37,7 @@ from maple_acp.edge._prompt import mcp_definitions
 from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
 from maple_acp.mcp import ValidatedServer, validate_servers
-from maple_acp.rpc import OutboundFrameTooLarge, after_answer
+from maple_acp.rpc import OutboundFrameTooLarge, admitted, after_answer
 from maple_acp.runtime import AgentService, RelayValues, RouterFactory, SessionLease
 from maple_acp.wire import (
     INVALID_PARAMS,
@@ -359,7 +359,8 @@ class SessionOpener:
             # Only the thought level has a "default" value; the dialect never gives another.
             raise ProtocolError(INVALID_PARAMS, f"value: expected a {change.setting} id")
         elif change.setting == "model":
-            await lease.set_model(change.value)
+            # A prompt admitted before this change decides the model lock.
+            await lease.set_model(change.value, decided=admitted)
         else:
             await lease.set_mode(change.value)
         return session.dialect.config_answer(session.options())

@@ -32,7 +32,7 @@ from maple_acp.edge._errors import unknown_session
 from maple_acp.edge._prompt import prompt_text
 from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
-from maple_acp.rpc import ConnectionClosed, after_answer, request_arrival
+from maple_acp.rpc import ConnectionClosed, admitted, after_answer, request_arrival
 from maple_acp.runtime import RejectionKind, Run, RunState, RuntimeRejection, SteeringOutcome
 from maple_acp.wire import INVALID_PARAMS, REQUEST_CANCELLED, ProtocolError, SteeringRequest
 
@@ -91,7 +91,9 @@ class SteeringFlow:
             with session.abortable() as waiting:
                 if session.cancelled_since(arrival):
                     waiting.cancel()
-                outcome = await lease.steer(text)
+                # Decided once the turn it joins is known (the running one, or the prompt
+                # holding the slot): later requests about the session need not wait for it.
+                outcome = await lease.steer(text, decided=admitted)
             if waiting.cancelled_caught:
                 if session.closing:
                     raise unknown_session()
@@ -105,7 +107,10 @@ class SteeringFlow:
                 return session.dialect.steering_answer("promptRequired", NO_RUNNING_TURN)
             was_locked = session.model_locked
             try:
-                run = await lease.start_run(text)
+                with lease.claim_prompt() as claim:
+                    # The new turn holds the slot: a prompt after this message is refused.
+                    admitted()
+                    run = await lease.start_run(text, claim=claim)
             except RuntimeRejection as exc:
                 # A prompt took the slot since: steer that one.
                 if exc.kind is RejectionKind.RUN_ACTIVE:

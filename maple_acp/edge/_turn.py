@@ -33,6 +33,7 @@ from maple_acp.edge._sessions import SessionTable
 from maple_acp.rpc import (
     ConnectionClosed,
     OutboundFrameTooLarge,
+    admitted,
     after_answer,
     request_arrival,
 )
@@ -131,6 +132,8 @@ class PromptTurns:
         answer = session.dialect.prompt_answer
         # The runtime's prompt slot: RUN_ACTIVE (-32600) while another prompt holds it.
         with session.lease.claim_prompt() as claim:
+            # The slot is this prompt's: requests after it about the session may decide.
+            admitted()
             # A model that does not see images is refused before the trust question.
             await session.lease.check_images(len(content.images))
             try:

@@ -2,9 +2,11 @@
 outbound credit and ``$/cancel_request``. Knows nothing of ACP methods.
 
 The sans-I/O core (:class:`LineFramer`, :func:`parse_message`, :class:`PendingRequests`,
-:class:`OutboundCredit`) is plain Python; :class:`JsonRpcPeer` is the thin Trio shell.
+:class:`OutboundCredit`, :class:`AdmissionOrder`) is plain Python; :class:`JsonRpcPeer` is the
+thin Trio shell.
 """
 
+from ._admission import EVERYTHING, AdmissionOrder
 from ._credit import (
     FRAME_OVERHEAD_BYTES,
     MAX_OUTBOUND_BYTES,
@@ -41,7 +43,9 @@ from ._peer import (
     MAX_CONCURRENT_REQUESTS,
     JsonRpcPeer,
     NotificationHandler,
+    OrderKey,
     RequestHandler,
+    admitted,
     after_answer,
     method_not_found,
     request_arrival,
@@ -51,6 +55,7 @@ from ._pending import PendingRequests
 __all__ = [
     "CANCEL_REQUEST_METHOD",
     "EOF_GRACE_S",
+    "EVERYTHING",
     "FRAME_OVERHEAD_BYTES",
     "MAX_BATCH_MESSAGES",
     "MAX_CONCURRENT_REQUESTS",
@@ -59,6 +64,7 @@ __all__ = [
     "MAX_OUTBOUND_LINES",
     "REPLY_RESERVE_BYTES",
     "REPLY_RESERVE_LINES",
+    "AdmissionOrder",
     "ConnectionClosed",
     "ErrorResponse",
     "FrameTooLong",
@@ -68,6 +74,7 @@ __all__ = [
     "Message",
     "Notification",
     "NotificationHandler",
+    "OrderKey",
     "OutboundCredit",
     "OutboundFrameTooLarge",
     "Params",
@@ -78,6 +85,7 @@ __all__ = [
     "RequestId",
     "Response",
     "RpcError",
+    "admitted",
     "after_answer",
     "check_frame",
     "encode_error",

@@ -1,4 +1,5 @@
-"""The Trio shell: one reader, one writer and one task per inbound request over a Stream.
+"""The Trio shell: one reader, one writer and one task per inbound request over a Stream;
+requests decided in arrival order (``_admission``), a batch's members in one answer.
 
 Everything with a rule in it (framing, envelopes, credit, id correlation) lives in the sans-I/O
 modules beside this one; this module only moves bytes and wakes tasks. One concern, kept whole
@@ -10,7 +11,8 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from functools import partial
 from typing import Any, Final, TypeAlias
 
 import trio
@@ -24,6 +26,7 @@ from maple_acp.wire.errors import (
     ProtocolError,
 )
 
+from ._admission import AdmissionOrder
 from ._credit import (
     FRAME_OVERHEAD_BYTES,
     MAX_OUTBOUND_BYTES,
@@ -94,6 +97,24 @@ def after_answer(send: Callable[[], Awaitable[None]]) -> None:
     follow_ups.append(send)
 
 
+#: Marks the current request handler's request admitted (see :func:`admitted`).
+_ADMIT: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "maple_acp_rpc_admit", default=None
+)
+
+
+def admitted() -> None:
+    """In a request handler: its request has made its decision (claimed what it claims,
+    chosen what it chooses). Requests that arrived after it and are ordered against it (see
+    ``order_key`` of :class:`JsonRpcPeer`) may decide from now on, while this one's work goes
+    on. Without this call a request counts as admitted when its handler ends. Idempotent;
+    also valid in a task the handler started."""
+    admit = _ADMIT.get()
+    if admit is None:
+        raise RuntimeError("admitted() is for request handlers")
+    admit()
+
+
 def request_arrival() -> int:
     """In a request handler: the inbound frame index at which its request arrived.
 
@@ -104,6 +125,8 @@ def request_arrival() -> int:
 
 
 RequestHandler: TypeAlias = Callable[[str, Params], Awaitable[Any]]
+#: A request's ordering key from its method and params (see ``rpc._admission``).
+OrderKey: TypeAlias = Callable[[str, Params], Hashable | None]
 NotificationHandler: TypeAlias = Callable[[str, Params], Awaitable[None]]
 
 
@@ -212,6 +235,12 @@ class JsonRpcPeer:
     in the reader task so that they are handled in arrival order: it must return promptly.
     ``$/cancel_request`` is handled here and never reaches ``on_notification``.
 
+    With ``order_key``, requests are *admitted* in arrival order: the reader gives each
+    request its key as it reads it (``order_key(method, params)``, see ``rpc._admission``;
+    it must not raise), and a handler starts only once every earlier request with a
+    conflicting key has been admitted, which it is when its handler calls :func:`admitted`
+    or ends. A notification handler orders an action the same way with :meth:`in_order`.
+
     When the other side finishes sending, ``on_eof`` (if given) is called at once, and the
     requests already read get ``eof_grace`` seconds to be answered before the connection ends.
 
@@ -233,6 +262,7 @@ class JsonRpcPeer:
         max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS,
         eof_grace: float = EOF_GRACE_S,
         on_eof: Callable[[], None] | None = None,
+        order_key: OrderKey | None = None,
     ) -> None:
         if not 1 <= max_concurrent_requests <= MAX_CONCURRENT_REQUESTS:
             raise ValueError(f"max_concurrent_requests must be in 1..{MAX_CONCURRENT_REQUESTS}")
@@ -248,6 +278,10 @@ class JsonRpcPeer:
         self._pending: PendingRequests[_Call] = PendingRequests()
         self._max_concurrent = max_concurrent_requests
         self._inflight: dict[RequestId, trio.CancelScope] = {}
+        self._order_key = order_key
+        self._order = AdmissionOrder()
+        #: Handlers waiting for their turn to decide, by ticket (their arrival).
+        self._admission_waiters: dict[int, trio.Event] = {}
         # (line, credit to give back once written: 0 when the sender holds it, negative when
         # it is the reply reserve's)
         self._outbox: deque[tuple[bytes, int]] = deque()
@@ -798,6 +832,10 @@ class JsonRpcPeer:
         scope = trio.CancelScope()
         self._inflight[request.id] = scope
         self._handlers += 1
+        if self._order_key is not None:
+            self._order.enter(
+                self._frames_received, self._order_key(request.method, request.params)
+            )
         slot = None
         if batch is not None:
             batch.handled = True
@@ -827,6 +865,7 @@ class JsonRpcPeer:
         slot: tuple[_BatchAnswer, int] | None,
     ) -> None:
         _ARRIVAL.set(arrival)
+        _ADMIT.set(partial(self._admit, arrival))
         follow_ups: list[Callable[[], Awaitable[None]]] = []
         _FOLLOW_UPS.set(follow_ups)
         error: ProtocolError | None = None
@@ -837,10 +876,13 @@ class JsonRpcPeer:
                 try:
                     if self._on_request is None:
                         raise method_not_found(request.method)
+                    if not self._order.ready(arrival):
+                        await self._admission_turn(arrival)
                     result = await self._on_request(request.method, request.params)
                     returned = True
                 finally:
                     del self._inflight[request.id]
+                    self._admit(arrival)
         except Exception as exc:
             if self._closed and isinstance(single_exception(exc), ConnectionClosed):
                 # The connection ended under the handler (a client gone mid-stream): a normal
@@ -889,6 +931,38 @@ class JsonRpcPeer:
                 await send()
         except ConnectionClosed:
             logger.debug("follow-ups of a batch member not sent: the connection ended")
+
+    # --- admission order ----------------------------------------------------------------------
+
+    async def _admission_turn(self, ticket: int) -> None:
+        event = self._admission_waiters[ticket] = trio.Event()
+        try:
+            await event.wait()
+        finally:
+            self._admission_waiters.pop(ticket, None)
+
+    def _admit(self, ticket: int) -> None:
+        free = self._order.admit(ticket)
+        for waiting, event in list(self._admission_waiters.items()):
+            if self._order.ready(waiting):
+                del self._admission_waiters[waiting]
+                event.set()
+        for callback in free:
+            self._run_ordered(callback)
+
+    def in_order(self, key: Hashable | None, callback: Callable[[], None]) -> None:
+        """In a notification handler: run ``callback`` once every request read before this
+        notification whose key conflicts with ``key`` has been admitted: now, or later from
+        the task that admits the last of them (it must be quick and must not raise)."""
+        if not self._order.defer(self._frames_received, key, callback):
+            self._run_ordered(callback)
+
+    @staticmethod
+    def _run_ordered(callback: Callable[[], None]) -> None:
+        try:
+            callback()
+        except Exception:
+            logger.exception("an action held for admission order failed")
 
     @classmethod
     def _encode_answer(cls, request: Request, result: Any, error: ProtocolError | None) -> bytes:

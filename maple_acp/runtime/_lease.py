@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import trio
@@ -52,6 +52,10 @@ logger = logging.getLogger(__name__)
 
 #: A model id quoted in a notice is cut to this many characters.
 MAX_SHOWN_MODEL_CHARS = 200
+
+
+def _nothing() -> None:
+    """The default ``decided`` callback: a caller with no order to keep."""
 
 
 class SessionLease:
@@ -207,11 +211,22 @@ class SessionLease:
             self._life.check_live()
             return choices
 
-    async def set_model(self, model_id: str) -> TaskRecord:
+    async def set_model(
+        self, model_id: str, *, decided: Callable[[], None] = _nothing
+    ) -> TaskRecord:
         """Choose the task's model. Allowed until the first admitted user message; after it
         only the current model is accepted (``MODEL_LOCKED`` otherwise). ``UNKNOWN_MODEL`` if
-        the catalog does not offer it."""
+        the catalog does not offer it.
+
+        A prompt that holds the slot but whose message is not stored yet (a trust question,
+        its admission) decides the lock: this waits until it stored its message or gave up,
+        calling ``decided`` as it starts waiting (the caller's later requests need not wait
+        for that prompt's outcome)."""
         with self.operation():
+            while self._claim is not None and not self.model_locked:
+                decided()
+                await self._slot.wait()
+                self._life.check_live()
             async with self._admission:
                 self._life.check_live()
                 if self.model_locked:
@@ -510,7 +525,7 @@ class SessionLease:
                     self._prompt_waiting -= 1
                     self._goals.poke()
 
-    async def steer(self, text: str) -> SteeringOutcome:
+    async def steer(self, text: str, *, decided: Callable[[], None] = _nothing) -> SteeringOutcome:
         """Steer the running prompt turn with ``text`` (the caller checked it is a non-empty
         message): ``INJECTED`` once it is durably in the history, after what the run said so
         far; the backend takes it at its next step (``Turn.steering()``), or as the message
@@ -521,16 +536,22 @@ class SessionLease:
         While a prompt holds the slot but its run does not take steering (being admitted,
         a trust question, cancelled and ending, answered but not yet released) this waits
         for that run to start or the slot to be free. ``RUN_ACTIVE`` when the run already
-        holds ``MAX_WAITING_STEERS`` messages it has not taken."""
+        holds ``MAX_WAITING_STEERS`` messages it has not taken.
+
+        ``decided`` is called once the message's turn is known: before it is written into a
+        running turn, or as it starts waiting for the prompt that holds the slot (with
+        ``IDLE`` the caller decides: nothing is called)."""
         with self.operation():
             while True:
                 self._life.check_live()
                 run = self._active_run
                 if run is not None and run.takes_steering:
+                    decided()
                     await run.admit_steering(text, now_ms=self._context.now_ms())
                     return SteeringOutcome.INJECTED
                 if self._claim is None and (run is None or run.kind is not RunKind.PROMPT):
                     return SteeringOutcome.IDLE
+                decided()
                 await self._slot.wait()
 
     def cancel_run(self) -> bool:
