@@ -9,6 +9,8 @@ The public names below are loaded on first use, so that importing ``maple_acp`` 
   ``ModelCatalog``, ``PermissionPolicy``); its refusals, ``RuntimeRejection`` with a
   ``RejectionKind``;
 - errors: :class:`MapleAcpError`, the base of every exception the library raises on purpose;
+- the host process: :func:`harden_host_process` closes it to the processes it starts
+  (``maple-acp serve`` calls it; a library host calls it itself);
 - store: :class:`SqliteTaskStore`;
 - edge: :class:`AcpService`, :class:`AcpServiceConfig`, :class:`HostLifecycle`;
 - the demo backend: :class:`DemoBackend` (see ``maple_acp.backends.demo``);
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from maple_acp._exceptions import MapleAcpError
+    from maple_acp._hardening import harden_host_process
     from maple_acp.backends.demo import DemoBackend, demo_catalog, demo_policy
     from maple_acp.edge import AcpService, AcpServiceConfig, HostLifecycle
     from maple_acp.runtime import (
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "MapleAcpError": "maple_acp._exceptions",
+    "harden_host_process": "maple_acp._hardening",
     "AcpService": "maple_acp.edge",
     "AcpServiceConfig": "maple_acp.edge",
     "HostLifecycle": "maple_acp.edge",
@@ -77,6 +81,7 @@ __all__ = [
     "__version__",
     "demo_catalog",
     "demo_policy",
+    "harden_host_process",
 ]
 
 

@@ -36,6 +36,7 @@ from typing import Any, Final
 import click
 
 from maple_acp._groups import single_exception
+from maple_acp._hardening import harden_host_process
 from maple_acp.cli._client import (
     AcpCallError,
     HostUnavailable,
@@ -342,6 +343,8 @@ def serve(
     Each setting comes from its flag, else the environment, else the config file, else the
     default.
     """
+    # First: the environment may hold a provider key, and the tool children run as this user.
+    hardened = harden_host_process()
     config = _load_config(config_path)
     try:
         settings = resolve_serve_settings(
@@ -367,6 +370,9 @@ def serve(
     except SettingError as exc:
         raise CliError(str(exc)) from None
     configure_logging(settings.log_level, settings.log_format)
+    if hardened:
+        # DEBUG: a refusal below must stay the one line on stderr.
+        logger.debug("the host process is not dumpable: the processes it starts cannot read it")
     try:
         _serve_with(settings, config, (provider_url, model, api_key_env), provider_kind)
     except CliError as exc:
