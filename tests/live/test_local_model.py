@@ -312,9 +312,12 @@ async def test_a_prompt_past_the_context_window_fails_in_one_clear_line(
     assert line.strip()
     assert "\n" not in line.strip()
     assert line.strip() in log
-    # The session goes on.
+    # The next turn is not silence either: answered, or failed in one line.
     assert after.answer["stopReason"] == "end_turn"
-    assert_answered(proxy.chats()[-1])
+    assert after.text.strip() or len(after.notices) == 1, after.chunks
+    FIGURES["the turn after a prompt past the window"] = (
+        "answered" if after.text.strip() else f"failed: {after.notices[0]['content']['text']}"
+    )
 
 
 async def test_a_tool_call_allowed_end_to_end_and_the_turn_after_it(
@@ -323,7 +326,7 @@ async def test_a_tool_call_allowed_end_to_end_and_the_turn_after_it(
     project = short_dir / "project"
     project.mkdir()
     with trio.fail_after(DEADLINE):
-        async with live_host(short_dir, proxy) as host, acp(host, permission="allow") as bridge:
+        async with live_host(short_dir, proxy) as host, acp(host) as bridge:
             client = bridge.client
             sid = (await client.new_session(os.fspath(project)))["sessionId"]
             proxy.force_next(tool_choice={"type": "function", "function": {"name": "write_file"}})
@@ -367,6 +370,8 @@ async def test_doctor_and_status_see_the_local_server(
 ) -> None:
     with trio.fail_after(DEADLINE):
         async with live_host(short_dir, proxy) as host:
+            # The host checks its provider once it listens: status shows the outcome after.
+            await host.stderr.wait_for(lambda line: f'provider "{PROVIDER}" at' in line)
             socket = os.fspath(host.socket)
             status = await trio.to_thread.run_sync(
                 partial(
@@ -457,7 +462,10 @@ async def _direct_stream(server: LocalServer, body: dict[str, Any]) -> list[floa
     async with httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(60.0)) as http:
         sent = trio.current_time()
         async with http.stream(
-            "POST", f"{server.base_url}/chat/completions", content=orjson.dumps(body)
+            "POST",
+            f"{server.base_url}/chat/completions",
+            content=orjson.dumps(body),
+            headers={"content-type": "application/json"},
         ) as answer:
             assert answer.status_code == 200
             async for line in answer.aiter_lines():
