@@ -48,6 +48,8 @@ from .recording_proxy import Exchange, RecordingProxy
 
 #: Bounds one test; a turn of this model on one thread takes a few seconds.
 DEADLINE: Final = 180.0
+#: The suite's real-time bound, past the test's own (the first test also starts the server).
+pytestmark = pytest.mark.deadline(DEADLINE + 120)
 PROVIDER: Final = "local"
 #: SmolLM2's end tokens (``<|endoftext|>``, ``<|im_end|>``): banned where a check needs an
 #: answer that goes on until ``max_tokens``.
