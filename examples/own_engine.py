@@ -12,7 +12,7 @@ The engine (``LookupEngine``) is an ``AgentBackend`` with no model behind it:
 
 Run (the directories are created private, 0700)::
 
-    python examples/own_engine.py --socket /tmp/own/acp.sock --data-dir /tmp/own/data
+    .venv/bin/python examples/own_engine.py --socket /tmp/own/acp.sock --data-dir /tmp/own/data
 
 then point an ACP client at ``maple-acp acp --socket /tmp/own/acp.sock``. SIGINT or SIGTERM
 stops it: the ACP service first, then the runtime, then the store. ``docs/backends.md``

@@ -175,7 +175,7 @@ def test_status_summary_names_every_counter() -> None:
     assert "connections:  3" in text
     assert "sessions:     2" in text
     assert "active runs:  1" in text
-    assert "leases:       2" in text
+    assert "leases:       2 (sessions a client holds open)" in text
 
 
 def test_version_from_click_matches_the_fast_path() -> None:

@@ -493,7 +493,7 @@ def format_status(status: Mapping[str, Any]) -> str:
         f"  connections:  {connections} (this query included)",
         f"  sessions:     {status.get('sessions', 0)}",
         f"  active runs:  {status.get('activeRuns', 0)}",
-        f"  leases:       {status.get('leases', 0)}",
+        f"  leases:       {status.get('leases', 0)} (sessions a client holds open)",
     ]
     engine = status.get("engine")
     if isinstance(engine, Mapping):
