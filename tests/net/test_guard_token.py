@@ -1,0 +1,114 @@
+"""The guard's rules without a socket (Host names, origins, the failure window on a fake
+clock), and the token file: 0600, created once, rotated, refused when another user could read
+it; ``maple-acp http-token`` prints and rotates it."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from maple_acp.cli import cli
+from maple_acp.net import (
+    GuardPolicy,
+    HttpSetupError,
+    RequestGuard,
+    TokenFile,
+    read_or_create_token,
+    rotate_token,
+    token_path,
+)
+from maple_acp.net._guard import bearer_from_header, chosen_subprotocol, host_name
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_host_names_lose_their_port_and_case() -> None:
+    assert host_name("LocalHost:8765") == "localhost"
+    assert host_name("[::1]:8765") == "::1"
+    assert host_name("acp.example.") == "acp.example"
+    assert host_name("::1") == "::1"
+
+
+def test_a_loopback_bind_admits_its_loopback_names_only() -> None:
+    policy = GuardPolicy.for_bind("127.0.0.1", hosts=("acp.example",))
+    assert policy.allowed_hosts == {"127.0.0.1", "::1", "localhost", "acp.example"}
+    guard = RequestGuard(policy, lambda token: token == "t", FakeClock())
+    assert guard.check_host("127.0.0.1:1") is None
+    assert guard.check_host(None) is not None
+    assert guard.check_host("attacker.example:8765") is not None
+
+
+def test_failures_are_counted_per_address_in_a_one_second_window() -> None:
+    clock = FakeClock()
+    guard = RequestGuard(GuardPolicy.for_bind("127.0.0.1"), lambda token: token == "t", clock)
+    for _ in range(10):
+        refusal = guard.check_token("10.0.0.1", "wrong")
+        assert refusal is not None
+        assert refusal.status == 401
+    throttled = guard.check_token("10.0.0.1", "t")
+    assert throttled is not None
+    assert throttled.status == 429
+    # Another address is not affected.
+    assert guard.check_token("10.0.0.2", "t") is None
+    clock.now += 1.01
+    assert guard.check_token("10.0.0.1", "t") is None
+
+
+def test_bearer_parsing_and_the_subprotocol_answer() -> None:
+    assert bearer_from_header("Bearer abc") == "abc"
+    assert bearer_from_header("bearer  abc ") == "abc"
+    assert bearer_from_header("Basic abc") is None
+    assert bearer_from_header("Bearer ") is None
+    assert chosen_subprotocol(["acp.bearer.x", "acp"]) == "acp"
+    assert chosen_subprotocol(["acp.bearer.x"]) == "acp.bearer.x"
+    assert chosen_subprotocol([]) is None
+
+
+def test_the_token_file_is_private_made_once_and_rotated(tmp_path: Path) -> None:
+    token = read_or_create_token(tmp_path)
+    path = token_path(tmp_path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert len(token) == 43  # 32 bytes, URL-safe base64 without padding
+    assert read_or_create_token(tmp_path) == token
+    watcher = TokenFile(tmp_path)
+    assert watcher.matches(token)
+    assert not watcher.matches(token[:-1])
+    rotated = rotate_token(tmp_path)
+    assert rotated != token
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    # A running listener takes the new token at once.
+    assert watcher.matches(rotated)
+    assert not watcher.matches(token)
+
+
+def test_a_token_file_others_can_read_is_refused_without_the_token(tmp_path: Path) -> None:
+    token = read_or_create_token(tmp_path)
+    os.chmod(token_path(tmp_path), 0o644)
+    with pytest.raises(HttpSetupError) as refused:
+        read_or_create_token(tmp_path)
+    assert "0600" in str(refused.value)
+    assert token not in str(refused.value)
+
+
+def test_the_http_token_command_prints_and_rotates(tmp_path: Path) -> None:
+    runner = CliRunner()
+    data = tmp_path / "data"
+    first = runner.invoke(cli, ["http-token", "--data-dir", str(data)])
+    assert first.exit_code == 0, first.output
+    token = first.output.strip()
+    assert token == read_or_create_token(data)
+    again = runner.invoke(cli, ["http-token", "--data-dir", str(data)])
+    assert again.output.strip() == token
+    rotated = runner.invoke(cli, ["http-token", "--data-dir", str(data), "--rotate"])
+    assert rotated.exit_code == 0
+    assert rotated.output.strip() not in ("", token)
