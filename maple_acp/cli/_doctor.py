@@ -16,6 +16,7 @@ Error handling: every failure becomes a failed check; nothing propagates but int
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sqlite3
 import stat
@@ -168,6 +169,39 @@ def _data_checks(
     return checks
 
 
+def _network_check(
+    inputs: DoctorInputs, env: Mapping[str, str], config: ConfigFile, status: Any
+) -> Check:
+    """The network listener: serving (the running host's URL), configured, or off. Never the
+    token, only where it is and whether its file is private."""
+    engine = status.get("engine") if isinstance(status, dict) else None
+    if isinstance(engine, dict) and isinstance(engine.get("http"), str):
+        return Check(True, "network listener", f"serving at {engine['http']}")
+    try:
+        flags = {"data_dir": os.path.abspath(inputs.data_dir) if inputs.data_dir else None}
+        settings = resolve_serve_settings(flags, env, config)
+    except SettingError as exc:
+        return Check(False, "network listener", str(exc), "fix the variable or unset it")
+    if settings.http_listen is None:
+        return Check(True, "network listener", "off (serve --http HOST:PORT turns it on)")
+    from maple_acp.net import INSTALL_HINT, token_path
+
+    if importlib.util.find_spec("hypercorn") is None:
+        return Check(False, "network listener", "hypercorn is not installed", INSTALL_HINT)
+    token = token_path(settings.data_dir)
+    if token.exists() and token.stat().st_mode & 0o077:
+        return Check(
+            False, "network listener", f"the token file {token} is readable by others",
+            f"chmod 600 {token}",
+        )  # fmt: skip
+    made = "exists" if token.exists() else "is created on first use"
+    return Check(
+        True,
+        "network listener",
+        f"configured at {settings.http_listen}; the token file {token} {made}",
+    )
+
+
 def _integrity_check(store: Path) -> Check:
     try:
         conn = sqlite3.connect(f"{store.absolute().as_uri()}?mode=ro", uri=True, timeout=5.0)
@@ -244,6 +278,7 @@ def run_checks(inputs: DoctorInputs, env: Mapping[str, str]) -> tuple[list[Check
     endpoint_checks, endpoint, status = _endpoint_checks(inputs, env, config)
     checks += endpoint_checks
     checks += _data_checks(inputs, env, config, host_running=status is not None)
+    checks.append(_network_check(inputs, env, config, status))
     if config_check.ok:
         checks += _provider_checks(config)
     checks.append(_connector_check())

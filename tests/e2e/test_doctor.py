@@ -49,6 +49,7 @@ async def test_a_healthy_installation_passes_every_check_and_prints_settings(
         "data directory",
         "data directory lock",
         "store",
+        "network listener",
         "engine",
         "connector",
     ]

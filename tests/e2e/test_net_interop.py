@@ -168,3 +168,22 @@ async def test_typescript_sdk_http_client_drives_a_whole_session(
         check_report(report, project)
         await host.wait_status(lambda status: status["connections"] == 1)
     assert validate_log(acp_schema, frames) > 20
+
+
+async def test_status_and_doctor_show_the_listener_never_the_token(tmp_path: Path) -> None:
+    async with network_host(tmp_path) as (host, url, token):
+        socket = ["--socket", os.fspath(host.socket)]
+        shown = await trio.to_thread.run_sync(
+            run_command, [*MAPLE_ACP, "status", *socket, "--json"]
+        )
+        assert json.loads(shown.stdout)["engine"]["http"] == url
+        text = await trio.to_thread.run_sync(run_command, [*MAPLE_ACP, "status", *socket])
+        assert f"network:      {url}" in text.stdout
+        doctor = await trio.to_thread.run_sync(
+            run_command,
+            [*MAPLE_ACP, "doctor", *socket, "--data-dir", os.fspath(tmp_path / "data")],
+        )
+        assert f"✓ network listener: serving at {url}" in doctor.stdout
+        for output in (shown.stdout, text.stdout, doctor.stdout, doctor.stderr):
+            assert token not in output
+    assert token not in host.stderr.text

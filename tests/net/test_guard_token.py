@@ -112,3 +112,28 @@ def test_the_http_token_command_prints_and_rotates(tmp_path: Path) -> None:
     rotated = runner.invoke(cli, ["http-token", "--data-dir", str(data), "--rotate"])
     assert rotated.exit_code == 0
     assert rotated.output.strip() not in ("", token)
+
+
+@pytest.mark.parametrize(
+    ("listen", "says"),
+    [
+        ("0.0.0.0:8765", "without TLS"),
+        ("192.0.2.1:8765", "without TLS"),
+        ("localhost", "HOST:PORT"),
+        ("example.com:8765", "IP address or localhost"),
+    ],
+)
+def test_serve_refuses_a_bad_listener_in_one_line(tmp_path: Path, listen: str, says: str) -> None:
+    runner = CliRunner()
+    done = runner.invoke(
+        cli,
+        ["serve", "--http", listen, "--socket", str(tmp_path / "run" / "s.sock"),
+         "--data-dir", str(tmp_path / "data")],
+    )  # fmt: skip
+    assert done.exit_code == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("maple-acp: ")
+    assert says in lines[0]
+    # Refused before anything started: no store, no token.
+    assert not (tmp_path / "data" / "tasks.sqlite3").exists()
