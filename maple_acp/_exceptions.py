@@ -37,8 +37,9 @@ one clause and still tell the layers apart::
      +-- ConfigFileError         maple_acp.config: a config file, named with its key and fault
      +-- SettingError            maple_acp.config: an environment variable serve cannot use
      +-- PrivateDirectoryError   maple_acp.config: a directory that must be private is not
-     +-- ProviderConfigError     maple_acp.backends.openai: a provider section refused
-     +-- ProviderUnavailable     maple_acp.backends.openai: the optional extra is not installed
+     +-- ProviderConfigError     the provider layer (both model engines): a provider section
+     |                           refused
+     +-- ProviderUnavailable     the provider layer: an engine's optional extra is not installed
      +-- HttpSetupError          maple_acp.net: the network listener cannot start as configured
      +-- HostUnavailable         the command line's client found no host on the socket
      +-- AcpCallError            the command line's client got an error answer

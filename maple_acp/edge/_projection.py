@@ -10,7 +10,8 @@ line of the same message with the text cut out), so a chunk costs one ``orjson.d
 text. The template is derived from the typed path, never written by hand, and a test checks
 that both give the same bytes.
 
-One concern, kept whole although long: how runtime events and history rows become updates.
+This module is the projector: how runtime events and stored history rows become v1
+``session/update`` notifications (the v2 dialect builds on it).
 """
 
 from __future__ import annotations

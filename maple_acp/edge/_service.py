@@ -46,7 +46,8 @@ from maple_acp_connector import __version__
 
 logger = logging.getLogger(__name__)
 
-#: The only protocol version this agent speaks; any requested version is answered with it.
+#: The version in the ``initialize`` answer's template: v1, the oldest this agent speaks. The
+#: dialect chosen for a connection (``DIALECTS`` in ``_connection``) answers with its own.
 PROTOCOL_VERSION: Final = VERSION
 
 

@@ -90,7 +90,7 @@ _ANSWERS: Final = {"allow_once": "allow_once", "reject_once": "deny_once"}
 _CHUNK_KINDS: Final[Mapping[type, ChunkKind]] = MappingProxyType(
     {TextChunk: "agent_message_chunk", ThoughtChunk: "agent_thought_chunk"}
 )
-#: ACP's stop reason for a completed turn, by the backend's own (``Turn.stop_reason``).
+#: ACP's stop reason for a completed turn, by the backend's own (``TurnResult.stop_reason``).
 COMPLETED_REASONS: Final[dict[RunStopReason, StopReason]] = {
     RunStopReason.END_TURN: "end_turn",
     RunStopReason.MAX_TOKENS: "max_tokens",

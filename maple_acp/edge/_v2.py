@@ -16,8 +16,8 @@ What differs from v1, and where it is decided here:
 Text chunks keep v1's line (the v2 ``ContentChunk`` has the same keys), so the streaming hot
 path is the same code. Every other update is finished into a line here. No I/O.
 
-One concern, kept whole although long: the v2 dialect (routes, projection, answers) is one
-object a connection chooses at ``initialize``; splitting it would scatter one version's rules.
+This module is the v2 dialect: its method table, its projection and its answers, the one
+object a connection chooses at ``initialize`` for v2, so every v2 rule is found here.
 """
 
 from __future__ import annotations

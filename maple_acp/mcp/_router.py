@@ -7,8 +7,8 @@ the server-side session; cancelling that ``async with`` instead would skip it an
 session. So the owning tasks are shielded from outside cancellation and bounded by their own
 deadlines, and revocation is a synchronous method that sets events and cancels scopes.
 
-One concern, kept whole although long: the life of the client sessions of one router (setup,
-catalog freeze, calls, revocation) shares the owning-task and deadline rules above.
+This module is the router: the life of the client sessions of one lease's servers (setup,
+catalog freeze, calls, revocation), which share the owning-task and deadline rules above.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 requests decided in arrival order (``_admission``), a batch's members in one answer.
 
 Everything with a rule in it (framing, envelopes, credit, id correlation) lives in the sans-I/O
-modules beside this one; this module only moves bytes and wakes tasks. One concern, kept whole
-although long: the tasks and wake-ups of one connection depend on each other's state.
+modules beside this one; this module only moves bytes and wakes tasks: the reader, the
+writer and the request tasks of one connection, whose wake-ups depend on each other's state.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ class RunKind(enum.Enum):
 
 
 class StopReason(enum.StrEnum):
-    """Why a completed turn stopped, as the backend reports it (``Turn.stop_reason``)."""
+    """Why a completed turn stopped, as the backend reports it (``TurnResult.stop_reason``)."""
 
     #: The model finished its answer.
     END_TURN = "end_turn"

@@ -1,8 +1,9 @@
 """``SessionLease``: one caller's exclusive, revocable hold on one task.
 
-One concern, kept whole although long: the lease's public face, every method a caller uses on
-a held task. How the lease lives and ends is in ``_lease_life``, its goal cycles in
-``_goal_driver``, what it shares with the service in ``_context``.
+This module is the lease's public face: every method a caller uses on a held task (prompt
+claims, operations, models, modes, trust, steering, relay values, router swaps). How the lease
+lives and ends is in ``_lease_life``, its goal cycles in ``_goal_driver``, what it shares with
+the service in ``_context``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """``AgentService``: the transport-neutral runtime facade.
 
-One concern, kept whole although long: the service's public face (opening, attaching, forking,
-listing and deleting tasks, models, trust, relay values, status). How a lease lives is in
+This module is the service's public face: every method a host or the edge calls on it
+(opening, attaching, forking, listing and deleting tasks, models, trust, relay values,
+status), each checking its rules and handing the work on. How a lease lives is in
 ``_lease`` and ``_lease_life``, admission in ``_admission``, the model cache in ``_models``.
 """
 

@@ -1,7 +1,7 @@
 """The history half of the SQLite store: timeline items, their columns and their encoding.
 
-One concern, kept whole although past 500 lines: every read and write of a task's items
-(including the replay fast path and the copy a fork makes).
+This module is the task history's SQL: every read and write of a task's items (including
+the replay fast path and the copy a fork makes).
 
 Functions here run on the store's worker thread with its one connection; a write function
 expects the caller to hold an open write transaction (see ``_sqlite._write``).

@@ -1,6 +1,7 @@
 """The one converter between wire types and JSON, and the functions the other layers call.
 
-One concern, kept whole although long: every structuring and unstructuring rule of the wire.
+This module is the wire's one converter: every structuring and unstructuring rule of the wire
+types.
 
 Rules it enforces, in one place:
 
