@@ -165,6 +165,12 @@ class SessionLease:
         return self._row.prompted or self._history_locked
 
     @property
+    def busy(self) -> bool:
+        """A run is active, or a prompt holds the slot (its run is still to start): what a
+        fork or a delete of the task must wait for, as for a run."""
+        return self._active_run is not None or self._claim is not None
+
+    @property
     def active_run(self) -> Run | None:
         """The task's running run (a prompt's or a goal cycle's), if any."""
         return self._active_run

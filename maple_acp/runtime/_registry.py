@@ -23,9 +23,10 @@ class LeaseRegistry:
 
     def check_idle(self, task_id: str) -> None:
         """Raises ``RUN_ACTIVE`` if the task's holder runs something (a prompt or a goal
-        cycle): the one place that rule is checked."""
+        cycle), or a prompt holds its slot (a prompt admitted whose run has not started yet,
+        during its trust question, say): the one place that rule is checked."""
         holder = self._leases.get(task_id)
-        if holder is not None and holder.active_run is not None:
+        if holder is not None and holder.busy:
             raise RuntimeRejection(RejectionKind.RUN_ACTIVE, "the session has a run going")
 
     def check_free(self, task_id: str) -> None:

@@ -197,6 +197,31 @@ async def test_a_model_change_written_after_a_prompt_meets_the_lock(
             assert decision(changed) == INVALID_PARAMS
 
 
+async def test_a_fork_or_a_delete_written_after_a_prompt_meets_its_turn(tmp_path: Path) -> None:
+    # A prompt holds its session from its admission on: a fork or a delete written right
+    # after it is refused (-32600) as while its run goes, though the run has not started yet.
+    project = tmp_path / "project"
+    project.mkdir()
+    config = AcpServiceConfig(allow_session_delete=True)
+    async with (
+        running_service(tmp_path, config=config) as harness,
+        harness.connect(initialize=True) as client,
+    ):
+        sid = (await client.new_session(str(project)))["sessionId"]
+        for method in ("session/fork", "session/delete") * 25:
+            since = len(client.frames)
+            prompt_id, prompt = request("session/prompt", {"sessionId": sid, "prompt": text("hi")})
+            params = {"sessionId": sid, "cwd": str(project)} if method == "session/fork" else {}
+            other_id, other = request(method, {"sessionId": sid, **params})
+            await write_together(client, [prompt, other])
+            prompted, refused = await answers_of(client, [prompt_id, other_id], since)
+            assert decision(prompted)["stopReason"] == "end_turn"
+            assert decision(refused) == INVALID_REQUEST, method
+        # Idle again: both go through.
+        assert await client.call("session/fork", {"sessionId": sid, "cwd": str(project)})
+        assert await client.delete_session(sid) == {}
+
+
 async def test_bad_session_ids_are_refused_in_their_turn_and_the_connection_goes_on(
     harness: Harness, project: Path
 ) -> None:
