@@ -172,6 +172,79 @@ async def websocket_handshake(
                     raise AssertionError("the server closed before answering the upgrade")
 
 
+class WsClient:
+    """A WebSocket client made of wsproto over a Trio TCP stream: text messages each way."""
+
+    def __init__(self, stream: trio.SocketStream, ws: wsproto.WSConnection) -> None:
+        self.stream = stream
+        self.ws = ws
+        self._messages: list[str] = []
+        self._partial = ""
+        self.closed_code: int | None = None
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(cls, host: NetHost) -> AsyncIterator[WsClient]:
+        address, port = host.address
+        stream = await trio.open_tcp_stream(address, port)
+        async with stream:
+            ws = wsproto.WSConnection(wsproto.ConnectionType.CLIENT)
+            headers = [(k.encode(), v.encode()) for k, v in host.headers().items()]
+            await stream.send_all(
+                ws.send(
+                    wsproto.events.Request(
+                        host=f"{address}:{port}", target="/acp", extra_headers=headers
+                    )
+                )
+            )
+            client = cls(stream, ws)
+            with trio.fail_after(DEADLINE):
+                while True:
+                    data = await stream.receive_some(65536)
+                    assert data, "closed during the handshake"
+                    ws.receive_data(data)
+                    events = list(ws.events())
+                    if any(isinstance(e, wsproto.events.AcceptConnection) for e in events):
+                        client._take(events)
+                        break
+                    assert not events, events
+            yield client
+
+    def _take(self, events: list[Any]) -> None:
+        for event in events:
+            if isinstance(event, wsproto.events.TextMessage):
+                self._partial += event.data
+                if event.message_finished:
+                    self._messages.append(self._partial)
+                    self._partial = ""
+            elif isinstance(event, wsproto.events.CloseConnection):
+                self.closed_code = event.code
+
+    async def send(self, text: str | bytes) -> None:
+        data = text.decode() if isinstance(text, bytes) else text
+        await self.stream.send_all(self.ws.send(wsproto.events.Message(data=data)))
+
+    async def receive(self) -> Any:
+        """The next message, parsed (``None`` once the server closed the WebSocket)."""
+        while not self._messages:
+            if self.closed_code is not None:
+                return None
+            data = await self.stream.receive_some(65536)
+            if not data:
+                return None
+            self.ws.receive_data(data)
+            self._take(list(self.ws.events()))
+        return orjson.loads(self._messages.pop(0))
+
+    async def until(self, done: Callable[[Any], bool]) -> Any:
+        while True:
+            message = await self.receive()
+            if message is None:
+                raise AssertionError("the WebSocket closed first")
+            if done(message):
+                return message
+
+
 def token_free(text: str, token: str) -> bool:
     return token not in text and token[: len(token) // 2] not in text
 
@@ -182,6 +255,7 @@ __all__ = [
     "NetHost",
     "SseReader",
     "Upgrade",
+    "WsClient",
     "net_host",
     "rpc",
     "sse_events",
