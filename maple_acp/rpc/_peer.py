@@ -75,6 +75,13 @@ MAX_CONCURRENT_REQUESTS: Final = 256
 EOF_GRACE_S: Final = 1.0
 #: The notification that cancels one in-flight inbound request (ACP ``$/cancel_request``).
 CANCEL_REQUEST_METHOD: Final = "$/cancel_request"
+#: A line about the other side's fault is cut to this (its own text may be long: one client
+#: answers every update it does not know with 500 characters), so that with the log prefix it
+#: stays within 200.
+MAX_PEER_FAULT_CHARS: Final = 160
+#: Kinds of fault told at INFO once each per connection; past this many, all go to DEBUG (a
+#: client choosing error codes cannot grow the set).
+MAX_PEER_FAULT_KINDS: Final = 16
 
 #: The inbound frame index (see ``JsonRpcPeer.frames_received``) of the request whose handler
 #: is running in the current task.
@@ -303,7 +310,8 @@ class JsonRpcPeer:
         # Request handler tasks still running (answer not yet queued), for the EOF grace.
         self._handlers = 0
         self._handlers_done = trio.Event()
-        self._peer_faults = 0
+        #: The kinds of the other side's faults already told at INFO on this connection.
+        self._peer_faults: set[object] = set()
 
     # --- state ------------------------------------------------------------------------------
 
@@ -691,7 +699,9 @@ class JsonRpcPeer:
 
     def _refuse(self, message: InvalidMessage, batch: _BatchAnswer | None = None) -> None:
         reply = message.reply
-        self._log_peer_fault("answering a malformed message: %s", reply.message)
+        self._log_peer_fault(
+            ("malformed", reply.code), f"answering a malformed message: {reply.message}"
+        )
         if message.response_id is not None:
             call = self._pending.pop(message.response_id)
             if call is not None:
@@ -720,8 +730,12 @@ class JsonRpcPeer:
                 call.finish(result=message.result)
         elif isinstance(message, ErrorResponse):
             if message.id is None:
+                # An error answer to one of our notifications (a client that does not know an
+                # update kind, say): told once per connection and code.
                 self._log_peer_fault(
-                    "the other side reported an error: %d %s", message.code, message.message
+                    ("error answer", message.code),
+                    f"the other side answered a notification with error {message.code}: "
+                    f"{message.message}",
                 )
                 return
             call = self._pending.pop(message.id)
@@ -782,10 +796,18 @@ class JsonRpcPeer:
             self._end(reason)
             raise ConnectionClosed(reason)
 
-    def _log_peer_fault(self, text: str, *args: object) -> None:
-        # The first one is worth an operator's attention; a flood of them is not.
-        self._peer_faults += 1
-        logger.log(logging.INFO if self._peer_faults == 1 else logging.DEBUG, text, *args)
+    def _log_peer_fault(self, kind: object, text: str) -> None:
+        """One line (at most ``MAX_PEER_FAULT_CHARS``) about the other side's fault: the first
+        of each kind on this connection is worth an operator's attention (INFO); a flood of
+        them is not (DEBUG)."""
+        faults = self._peer_faults
+        first = kind not in faults and len(faults) < MAX_PEER_FAULT_KINDS
+        if first:
+            faults.add(kind)
+        line = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+        if len(line) > MAX_PEER_FAULT_CHARS:
+            line = line[: MAX_PEER_FAULT_CHARS - 1] + "…"
+        logger.log(logging.INFO if first else logging.DEBUG, "%s", line)
 
     async def _handle_notification(self, message: Notification) -> None:
         if message.method == CANCEL_REQUEST_METHOD:

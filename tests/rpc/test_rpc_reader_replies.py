@@ -161,3 +161,40 @@ async def test_an_object_without_jsonrpc_is_logged_and_answered_as_an_invalid_re
     assert reply["error"]["code"] == -32600
     faults = [r.getMessage() for r in caplog.records if "malformed message" in r.getMessage()]
     assert faults == ['answering a malformed message: invalid request: "jsonrpc" must be "2.0"']
+
+
+async def test_error_answers_to_notifications_are_told_once_per_kind_in_a_short_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client that answers every update it does not know with a long error (Toad does): the
+    first of each code on a connection is one INFO line of at most 160 characters (200 with
+    the log prefix), the repeats are DEBUG; the connection goes on."""
+    caplog.set_level(logging.DEBUG, logger="maple_acp.rpc")
+    long_text = "Parameter is not the expected type (dict[str, JSONType]);\n" + "x" * 500
+
+    def error(code: int) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": long_text}}
+
+    async def echo(method: str, params: Params) -> Any:
+        return {"method": method}
+
+    ours, theirs = memory_pair()
+    raw = RawEnd(theirs)
+    async with serving(JsonRpcPeer(ours, on_request=echo)):
+        for code in (-32602, -32602, -32602, -32601, -32602):
+            await raw.send(error(code))
+        await raw.send(request_line(7, "still"))
+        assert (await raw.read())["result"] == {"method": "still"}
+    told = [r for r in caplog.records if "answered a notification" in r.getMessage()]
+    assert [r.levelno for r in told] == [
+        logging.INFO,
+        logging.DEBUG,
+        logging.DEBUG,
+        logging.INFO,
+        logging.DEBUG,
+    ]
+    for record in told:
+        line = record.getMessage()
+        assert len(line) <= 160
+        assert "\n" not in line
+    assert "error -32601" in told[3].getMessage()
