@@ -81,8 +81,9 @@ def soak(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Side-by-side benchmarks; each prints ratios measured in one run. The official Python
-    ACP SDK is installed here only, as the throughput baseline."""
-    session.install("-e", ".", "agent-client-protocol")
+    ACP SDK is installed here only, as the throughput baseline (with its WebSocket client,
+    for the network bench)."""
+    session.install("-e", ".[http]", "agent-client-protocol[http]")
     for script in sorted(Path("bench").glob("bench_*.py")):
         session.run("python", str(script), *session.posargs)
 
