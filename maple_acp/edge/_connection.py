@@ -177,6 +177,8 @@ class AcpConnection:
         self.relay = RelayValues({})
         self.dialect: Dialect = DIALECTS[0]
         self._initialized = False
+        #: The latest ``session/cancel`` held for each session (see ``_cancel_in_order``).
+        self._held_cancels: dict[str, int] = {}
         #: Filled by ``run``: the flows live in the connection's nursery, so they are built
         #: once it is open (before that no request can arrive).
         self._operations: dict[str, Handler] = {}
@@ -343,20 +345,33 @@ class AcpConnection:
     async def _on_notification(self, method: str, params: Any) -> None:
         if method == "session/cancel":
             request = _checked_session_id(structure_params(params, CancelNotification))
-            arrival = self.peer.frames_received
-
-            def cancel() -> None:
-                session = self.sessions.get(request.session_id)
-                if session is not None:
-                    session.cancel_prompt(arrival)
-
-            # After every request about the session that arrived before it has decided: a
-            # prompt still waiting for its turn (or a load that opens the session) included.
-            self.peer.in_order(session_key(request.session_id), cancel)
+            self._cancel_in_order(request.session_id)
         elif method == BRIDGE_HELLO_METHOD:
             self._hello(params)
         else:
             logger.debug("ignoring notification %r", method[:64])
+
+    def _cancel_in_order(self, session_id: str) -> None:
+        """Cancel what arrived before this ``session/cancel`` for the session, once every
+        request about it that arrived earlier has decided: a prompt still waiting for its turn,
+        or one behind the load that opens the session, is reached too.
+
+        At most one cancel per session is held: a later one stands for the earlier (it ends
+        all they would end, and more), so a flood of cancels behind a slow load holds one."""
+        arrival = self.peer.frames_received
+        held = self._held_cancels
+        if session_id in held:
+            held[session_id] = arrival
+            return
+        held[session_id] = arrival
+
+        def cancel() -> None:
+            latest = held.pop(session_id)
+            session = self.sessions.get(session_id)
+            if session is not None:
+                session.cancel_prompt(latest)
+
+        self.peer.in_order(session_key(session_id), cancel)
 
     def _hello(self, params: Any) -> None:
         if self.peer.frames_received != 1:

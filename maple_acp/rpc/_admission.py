@@ -43,6 +43,11 @@ class AdmissionOrder:
     def __len__(self) -> int:
         return len(self._waiting)
 
+    @property
+    def deferred(self) -> int:
+        """Callbacks held back (the caller bounds how many it defers)."""
+        return len(self._deferred)
+
     def enter(self, ticket: int, key: Hashable | None) -> None:
         """A request arrived (call in arrival order: tickets must grow)."""
         if self._waiting and ticket <= next(reversed(self._waiting)):

@@ -972,10 +972,17 @@ class JsonRpcPeer:
         for callback in free:
             self._run_ordered(callback)
 
+    @property
+    def held_actions(self) -> int:
+        """Notification actions :meth:`in_order` holds back for now."""
+        return self._order.deferred
+
     def in_order(self, key: Hashable | None, callback: Callable[[], None]) -> None:
         """In a notification handler: run ``callback`` once every request read before this
         notification whose key conflicts with ``key`` has been admitted: now, or later from
-        the task that admits the last of them (it must be quick and must not raise)."""
+        the task that admits the last of them (it must be quick and must not raise). Each
+        held action is kept until then: the caller bounds how many it holds (one per key,
+        say, as a later action can stand for an earlier one)."""
         if not self._order.defer(self._frames_received, key, callback):
             self._run_ordered(callback)
 

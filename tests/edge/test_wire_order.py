@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import itertools
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -439,3 +439,61 @@ def test_requests_written_at_once_are_decided_as_read_one_at_a_time(script: list
 
     with project_directory() as project:
         trio.run(main, project)
+
+
+@asynccontextmanager
+async def silent_mcp_server() -> AsyncIterator[tuple[str, trio.Event]]:
+    """A loopback TCP listener that accepts and never answers: a load naming it as its MCP
+    server waits in its setup (up to the 30 s setup bound)."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    held: list[trio.SocketStream] = []
+    accepted = trio.Event()
+
+    async def accept_forever() -> None:
+        while True:
+            held.append(await listeners[0].accept())
+            accepted.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(accept_forever)
+        try:
+            yield f"http://127.0.0.1:{port}/mcp", accepted
+        finally:
+            nursery.cancel_scope.cancel()
+            for stream in held:
+                await stream.aclose()
+            await listeners[0].aclose()
+
+
+async def test_a_slow_load_holds_only_its_own_session_and_one_cancel(
+    harness: Harness, project: Path
+) -> None:
+    async with harness.connect(initialize=True) as client, silent_mcp_server() as (url, reached):
+        slow = (await client.new_session(str(project)))["sessionId"]
+        await client.prompt(slow, "kept")
+        await client.close_session(slow)
+        other = (await client.new_session(str(project)))["sessionId"]
+        (connection,) = harness.acp._connections  # the service's one connection: its peer
+        server = {"type": "http", "name": "silent", "url": url, "headers": []}
+        load_id, load = request(
+            "session/load", {"sessionId": slow, "cwd": str(project), "mcpServers": [server]}
+        )
+        prompt_id, prompt = request("session/prompt", {"sessionId": slow, "prompt": text("x")})
+        cancel = orjson.dumps(
+            {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": slow}}
+        )
+        since = len(client.frames)
+        await write_together(client, [load, prompt, *[cancel + b"\n"] * 1000])
+        with trio.fail_after(10):
+            await reached.wait()
+        # Another session's requests do not wait for the load's setup.
+        assert (await client.prompt(other, "meanwhile"))["stopReason"] == "end_turn"
+        # 1000 cancels behind the load: one is held, standing for them all.
+        assert connection.peer.held_actions == 1
+        await client.notify("$/cancel_request", {"requestId": load_id})
+        loaded, prompted = await answers_of(client, [load_id, prompt_id], since)
+        assert decision(loaded) == REQUEST_CANCELLED
+        assert decision(prompted) == RESOURCE_NOT_FOUND  # the load it waited for failed
+        assert connection.peer.held_actions == 0
+        assert (await client.load_session(slow, str(project)))["configOptions"]
