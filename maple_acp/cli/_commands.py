@@ -510,7 +510,8 @@ def _provider_line(provider: Mapping[str, Any]) -> str:
     """One provider's check as ``status`` prints it (the host's text is shown as printable)."""
     text = f"{provider.get('name')} at {provider.get('address')}: {provider.get('state')}"
     if isinstance(provider.get("models"), int):
-        text += f", {provider['models']} models listed"
+        count = provider["models"]
+        text += f", {count} model{'' if count == 1 else 's'} listed"
     if provider.get("detail"):
         text += f" ({provider['detail']})"
     return printable(text)

@@ -241,7 +241,11 @@ def _provider_checks(config: ConfigFile) -> list[Check]:
             result.ok,
             f'provider "{result.name}"',
             f"{result.address}: {result.state}"
-            + (f", {result.models} models listed" if result.models is not None else ""),
+            + (
+                f", {result.models} model{'' if result.models == 1 else 's'} listed"
+                if result.models is not None
+                else ""
+            ),
             result.detail or "check the provider",
         )
         for result in results

@@ -129,7 +129,9 @@ class Projection(Protocol):
         """The current state, sent by a resume before its answer."""
         ...
 
-    def turn_ended(self, state: RunState, usage: Usage, reason: StopReason) -> list[Outbound]:
+    def turn_ended(
+        self, state: RunState, usage: Usage | None, reason: StopReason
+    ) -> list[Outbound]:
         """The end of a turn a steering message started, after its ``run_ended`` frames: in a
         version whose prompt answer ends a turn, what that answer would have carried."""
         ...

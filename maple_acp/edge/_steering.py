@@ -150,5 +150,6 @@ class SteeringFlow:
         state = await self._pump(session, run)
         outcome = await run.wait()
         # Every update of the run is queued before its end, as before a prompt's answer.
-        ended = session.projector.turn_ended(state, outcome.usage, outcome.stop_reason)
+        usage = outcome.usage if outcome.usage_reported else None
+        ended = session.projector.turn_ended(state, usage, outcome.stop_reason)
         await self._channel.send_many(ended)

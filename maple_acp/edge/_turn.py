@@ -196,7 +196,8 @@ class PromptTurns:
         await self._channel.drain()
         if acceptance is not None:
             return None  # answered on acceptance; the run's last update ended the turn
-        return answer(state, outcome.usage, outcome.stop_reason)
+        usage = outcome.usage if outcome.usage_reported else None
+        return answer(state, usage, outcome.stop_reason)
 
     async def pump(self, session: EdgeSession, run: Run) -> RunState:
         """Send every event of ``run`` as it comes, framed by the dialect's run updates

@@ -200,7 +200,9 @@ class V1Projection(NoTurnFrames, SessionProjector):
             options=PERMISSION_OPTIONS,
         )
 
-    def turn_ended(self, state: RunState, usage: RunUsage, reason: RunStopReason) -> list[Outbound]:
+    def turn_ended(
+        self, state: RunState, usage: RunUsage | None, reason: RunStopReason
+    ) -> list[Outbound]:
         """``session_info_update`` with ``_meta.steering.turnEnded``: the stop reason and
         usage the turn's prompt answer would have carried."""
         answer = V1.prompt_answer(state, usage, reason)
@@ -290,15 +292,17 @@ class V1Dialect:
     ) -> PromptResponse:
         """A completed turn answers the backend's reason; a failed one ``end_turn``: its
         failure text was already shown as agent text, and answering normally keeps a client
-        from retrying work that may have had effects. A turn cancelled before its run began
-        has zero usage."""
-        usage = usage or RunUsage()
+        from retrying work that may have had effects. Without usage (the backend reported
+        none, or the turn was cancelled before its run began) the answer carries none: zeros
+        would read as counts."""
         if state is RunState.CANCELLED:
             stop: StopReason = "cancelled"
         elif state is RunState.COMPLETED:
             stop = COMPLETED_REASONS[reason]
         else:
             stop = "end_turn"
+        if usage is None:
+            return PromptResponse(stop_reason=stop)
         return PromptResponse(
             stop_reason=stop,
             usage=Usage(

@@ -391,7 +391,9 @@ class V2Projection:
         self._waiting = 0
         return [_state(self.session_id, "running")]
 
-    def turn_ended(self, state: RunState, usage: RunUsage, reason: RunStopReason) -> list[Outbound]:
+    def turn_ended(
+        self, state: RunState, usage: RunUsage | None, reason: RunStopReason
+    ) -> list[Outbound]:
         return []  # the run's ``state_update`` idle already ended it
 
     def run_ended(self, state: RunState, reason: RunStopReason) -> list[Outbound]:

@@ -50,6 +50,8 @@ class RunOutcome:
     failure: str | None = None
     #: Token usage of exactly this run (never cumulative across runs).
     usage: Usage = attrs.field(factory=Usage)
+    #: The backend reported usage: without it ``usage`` is all zeros, which are not counts.
+    usage_reported: bool = False
     #: The run was cancelled because its event queue overflowed.
     overflowed: bool = False
     #: For a completed run: why the backend's turn stopped (``END_TURN`` otherwise).

@@ -97,6 +97,7 @@ class RunOutlet:
         self._broker = broker
         self._cancel_run = cancel_run
         self._usage = Usage()
+        self._usage_reported = False
         self._overflowed = False
         #: Tool calls whose permission question ended with the run, not with an answer.
         self._cancelled_asks: set[str] = set()
@@ -255,6 +256,12 @@ class RunOutlet:
         self._compactions.clear()
         return ended
 
+    @property
+    def usage_reported(self) -> bool:
+        """The backend reported usage at least once (zeros are counts only then)."""
+        return self._usage_reported
+
     async def add_usage(self, usage: Usage) -> None:
+        self._usage_reported = True
         self._usage = self._usage + usage
         await self._queue.send(UsageUpdate(self.run_id, self._usage))

@@ -242,6 +242,7 @@ class Run:
                     state=state,
                     failure=failure,
                     usage=self._outlet.usage,
+                    usage_reported=self._outlet.usage_reported,
                     overflowed=overflowed,
                     stop_reason=self._result.stop_reason if completed else StopReason.END_TURN,
                 )
@@ -298,8 +299,13 @@ class Run:
             reason = " (the event queue overflowed)"
         else:
             reason = ""
+        tokens = (
+            f"tokens in {usage.input_tokens} out {usage.output_tokens} total {usage.total_tokens}"
+            if outcome.usage_reported
+            else "tokens not reported"
+        )
         logger.info(
-            "%s run %s of task %s ended: %s%s in %.3f s, %d updates, tokens in %d out %d total %d",
+            "%s run %s of task %s ended: %s%s in %.3f s, %d updates, %s",
             self.kind.value,
             self.id,
             self.task_id,
@@ -307,9 +313,7 @@ class Run:
             reason,
             duration_s,
             self._queue.sent,
-            usage.input_tokens,
-            usage.output_tokens,
-            usage.total_tokens,
+            tokens,
         )
 
     def _safe(self, text: str) -> str:

@@ -279,7 +279,8 @@ async def test_one_prompt_at_a_time(harness: Harness, project: Path) -> None:
             error = await _error(client.prompt(sid, "again"))
             assert error.code == -32600
             await client.cancel(sid)
-        assert first == {"stopReason": "cancelled", "usage": first["usage"]}
+        # The hung turn reported no usage: the answer carries none (zeros are not counts).
+        assert first == {"stopReason": "cancelled"}
 
 
 async def test_usage_is_per_turn(harness: Harness, project: Path, acp_schema: AcpSchema) -> None:

@@ -284,9 +284,10 @@ class AnthropicBackend:
                 user_text(messages, item.text)
             response = await self._request(exchange, messages)
             usage = response.usage()
-            await turn.report_usage(usage)
+            if response.usage_reported:
+                await turn.report_usage(usage)
             cost = self._add_cost(turn.task_id, response, prices)
-            if window is not None:
+            if window is not None and response.usage_reported:
                 await turn.report_context(
                     usage.total_tokens, window, cost_usd=cost if prices is not None else None
                 )

@@ -61,6 +61,8 @@ class StreamedAnswer:
     output_tokens: int = 0
     cache_read: int = 0
     cache_write: int = 0
+    #: The provider reported usage (without it the counts above are not counts).
+    usage_reported: bool = False
     #: Something of this answer already reached the caller: it can no longer be retried.
     forwarded: bool = False
     #: The provider has sent some of the body: it is answering, not keeping the turn waiting.
@@ -312,6 +314,7 @@ def _start_block(response: StreamedAnswer, index: object, block: Any) -> Draft:
 def _take_usage(response: StreamedAnswer, usage: Any) -> None:
     if not isinstance(usage, dict):
         return
+    response.usage_reported = True
     for name, field in (
         ("input_tokens", "input_tokens"),
         ("output_tokens", "output_tokens"),

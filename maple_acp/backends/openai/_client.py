@@ -15,6 +15,7 @@ import logging
 import os
 import ssl
 import sys
+import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,8 @@ NO_KEY = "no-key"
 _AMBIENT_HEADERS = "OPENAI_CUSTOM_HEADERS"
 #: Where the in-memory rehearsal request "goes" (its transport never opens a socket).
 _REHEARSAL_URL = "http://rehearsal.invalid/v1"
+#: The loggers a request through the SDK writes to (the SDK's client, the HTTP client).
+_REQUEST_LOGGERS = ("openai._base_client", "httpx2")
 #: Keep-alive connections each provider's client keeps open: one per streaming turn at once.
 MAX_KEEPALIVE_CONNECTIONS = 8
 #: An idle pooled connection is closed after this long (servers drop theirs around a minute).
@@ -141,11 +144,35 @@ def _prepare_sdk() -> None:
     rehearse_request()
 
 
+class _ThisThreadQuiet(logging.Filter):
+    """Drops the records one thread makes, so that a rehearsal is not logged as a request
+    while the other threads' records (a real request at the same moment) still are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._thread = threading.get_ident()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.thread != self._thread
+
+
 def rehearse_request() -> None:
     """One streaming chat request through a throwaway synchronous SDK client whose transport
     answers in memory: the SDK's first-use work (its typed parameter tables, its platform
     headers) is done here, in the worker thread, instead of in a host's first prompt. Nothing
-    leaves the process."""
+    leaves the process, and nothing of it is logged: it is no request to any server."""
+    quiet = _ThisThreadQuiet()
+    loggers = [logging.getLogger(name) for name in _REQUEST_LOGGERS]
+    for each in loggers:
+        each.addFilter(quiet)
+    try:
+        _rehearse()
+    finally:
+        for each in loggers:
+            each.removeFilter(quiet)
+
+
+def _rehearse() -> None:
     import httpx2
     import openai
 
