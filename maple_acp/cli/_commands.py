@@ -636,7 +636,10 @@ def sessions_list(
 @_socket_query_option
 @_config_option
 def sessions_show(session_id: str, socket_path: str | None, config_path: Path | None) -> None:
-    """Print the transcript of session ID (loaded, replayed, then closed again)."""
+    """Print the transcript of session ID, as a load would replay it (read only: the session
+    is not opened, so it may be open elsewhere, and its model need not be offered any more)."""
+    from maple_acp.wire import TRANSCRIPT_METHOD
+
     with _host_session(socket_path, config_path) as client:
         initialize(client)
         match = [s for s in list_sessions(client) if s.get("sessionId") == session_id.strip()]
@@ -644,13 +647,9 @@ def sessions_show(session_id: str, socket_path: str | None, config_path: Path | 
             raise CliError(f"no session {session_id!r} on this host (see: maple-acp sessions list)")
         info = match[0]
         try:
-            client.request(
-                "session/load",
-                {"sessionId": info["sessionId"], "cwd": info.get("cwd"), "mcpServers": []},
-            )
+            client.request(TRANSCRIPT_METHOD, {"sessionId": info["sessionId"]})
         except AcpCallError as exc:
             raise CliError(f"cannot show session {session_id}: {exc.message}") from None
-        client.request("session/close", {"sessionId": info["sessionId"]})
     header = f"session {info['sessionId']}"
     if info.get("title"):
         header += f": {printable(str(info['title']))}"

@@ -223,6 +223,7 @@ class AcpConnection:
             "goal_control": self.goals.control,
             "steer": SteeringFlow(table, channel, pump=self.turns.pump, nursery=nursery).steer,
             "status": self._status,
+            "transcript": self.opener.transcript,
         }
         if config.allow_session_delete:
             operations["delete_session"] = self.closer.delete

@@ -22,7 +22,7 @@ by a close of the session (its update scope).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING
@@ -31,12 +31,13 @@ import trio
 
 from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._config import AcpServiceConfig
-from maple_acp.edge._dialect import Dialect, ImageSlot, Outbound
+from maple_acp.edge._dialect import Dialect, ImageSlot, Outbound, Projection
 from maple_acp.edge._errors import unknown_session
 from maple_acp.edge._prompt import mcp_definitions
 from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
 from maple_acp.mcp import ValidatedServer, validate_servers
+from maple_acp.model import MessageRow, TimelineItem
 from maple_acp.rpc import OutboundFrameTooLarge, admitted, after_answer
 from maple_acp.runtime import AgentService, RelayValues, RouterFactory, SessionLease
 from maple_acp.wire import (
@@ -52,6 +53,8 @@ from maple_acp.wire import (
     SessionInfo,
     SetSessionConfigOptionRequest,
     SetSessionModeRequest,
+    TranscriptRequest,
+    TranscriptResponse,
 )
 
 if TYPE_CHECKING:
@@ -236,11 +239,40 @@ class SessionOpener:
 
     async def _replay(self, session: EdgeSession) -> None:
         """Send the visible history (then the title), before the answer, through the live
-        projector: runs of updates in batches, each image of a user message on its own once its
-        bytes are read (one at a time: a history of many images never sits in memory)."""
+        projector."""
+        lease = session.lease
+        await self._send_history(session.projector, await lease.replay_rows(), lease.image_data)
+        task = lease.task
+        if task.title:
+            await self._channel.send(session.projector.title(task.title))
+
+    async def transcript(self, request: TranscriptRequest) -> TranscriptResponse:
+        """``_maple/transcript``: a stored session's history sent as a load replays it, to a
+        viewer (``maple-acp sessions show``) that takes no lease and needs no model: a session
+        whose model left the catalog, or that another connection holds, is shown all the
+        same. Only sessions this connection could list (the runtime's rule)."""
+        items = await self._runtime.task_history(request.session_id, allowed_roots=self._roots)
+        projector = self._dialect().projection(request.session_id)
+
+        async def no_image(sha256: str) -> bytes | None:
+            return None  # a terminal shows where an image was, not its bytes
+
+        await self._send_history(projector, items, no_image, missing_image="not shown")
+        return TranscriptResponse()
+
+    async def _send_history(
+        self,
+        projector: Projection,
+        rows: Sequence[TimelineItem | MessageRow],
+        image_data: Callable[[str], Awaitable[bytes | None]],
+        *,
+        missing_image: str = "no longer stored",
+    ) -> None:
+        """Send ``rows`` as replayed updates: runs of updates in batches, each image of a user
+        message on its own once its bytes are read (one at a time: a history of many images
+        never sits in memory)."""
         channel = self._channel
-        projector = session.projector
-        updates = iter(projector.history(await session.lease.replay_rows()))
+        updates = iter(projector.history(rows))
         slot: ImageSlot | None = None
 
         def until_image() -> Iterator[Outbound]:
@@ -257,10 +289,10 @@ class SessionOpener:
             if slot is None:
                 break
             message_id, image = slot.message_id, slot.image
-            data = await session.lease.image_data(image.sha256)
+            data = await image_data(image.sha256)
             if data is None:
                 await channel.send_many(
-                    projector.image_placeholder(message_id, image, "no longer stored")
+                    projector.image_placeholder(message_id, image, missing_image)
                 )
                 continue
             try:
@@ -269,9 +301,6 @@ class SessionOpener:
                 await channel.send_many(
                     projector.image_placeholder(message_id, image, "too large to replay")
                 )
-        task = session.lease.task
-        if task.title:
-            await channel.send(projector.title(task.title))
 
     async def resume(self, request: ResumeSessionRequest) -> object:
         # A cursor this agent cannot serve is bad params before anything is attached.

@@ -51,6 +51,7 @@ from maple_acp.wire import (
     INVALID_PARAMS,
     STATUS_METHOD,
     STEERING_METHOD,
+    TRANSCRIPT_METHOD,
     ChunkKind,
     ForkSessionResponse,
     InitializeRequest,
@@ -121,6 +122,7 @@ _OPERATIONS: Final = {
     GOAL_CONTROL_METHOD: "goal_control",
     STEERING_METHOD: "steer",
     STATUS_METHOD: "status",
+    TRANSCRIPT_METHOD: "transcript",
 }
 
 

@@ -613,11 +613,21 @@ class AgentService(ServedInOwnNursery):
             return False
         return True
 
-    async def task_history(self, task_id: str) -> list[TimelineItem]:
+    async def task_history(
+        self, task_id: str, *, allowed_roots: Sequence[str] | None = None
+    ) -> list[TimelineItem]:
         """A task's history for a viewer without a lease (same rules as
-        ``SessionLease.history``)."""
+        ``SessionLease.history``): no lease, no model, so any stored task of the account, its
+        model retired or not, its task held or not. With ``allowed_roots`` (a listing
+        surface's own roots), only a task that surface may list: caller-mediated, its root
+        inside both sets of roots (else ``TASK_NOT_FOUND``, as for an unknown id)."""
         generation = self._fence.admit()
-        await self._own_task(generation, task_id)
+        task = await self._own_task(generation, task_id)
+        if allowed_roots is not None and (
+            task.policy is not TaskPolicy.CALLER_MEDIATED
+            or not self._roots.admits(task.root, allowed_roots)
+        ):
+            raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such session")
         items = await self.store.history(task_id)
         self._fence.check(generation)
         return replay_view(items)

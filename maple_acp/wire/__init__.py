@@ -48,6 +48,7 @@ from ._extensions import (
     GOAL_EXTENSION_VERSION,
     STATUS_METHOD,
     STEERING_METHOD,
+    TRANSCRIPT_METHOD,
     BridgeHello,
     CancelRequestNotification,
     GoalAction,
@@ -61,6 +62,8 @@ from ._extensions import (
     SteeringOutcome,
     SteeringRequest,
     SteeringResponse,
+    TranscriptRequest,
+    TranscriptResponse,
 )
 from ._initialize import (
     AgentAuthCapabilities,
@@ -217,6 +220,7 @@ __all__ = [
     "RESOURCE_NOT_FOUND",
     "STATUS_METHOD",
     "STEERING_METHOD",
+    "TRANSCRIPT_METHOD",
     "AgentAuthCapabilities",
     "AgentCapabilities",
     "AgentMessageChunk",
@@ -348,6 +352,8 @@ __all__ = [
     "ToolCallStatus",
     "ToolCallUpdate",
     "ToolKind",
+    "TranscriptRequest",
+    "TranscriptResponse",
     "UnstructuredCommandInput",
     "Usage",
     "UsageUpdate",

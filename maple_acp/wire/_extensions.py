@@ -12,6 +12,9 @@ from ._validators import non_negative
 GOAL_CONTROL_METHOD: Final = "_session/goal"
 #: The host's status request (``maple-acp status``; same trust boundary as every other method).
 STATUS_METHOD: Final = "_maple/status"
+#: A session's history replayed to a viewer (``maple-acp sessions show``): it takes no lease
+#: and needs no model, so it shows any stored session the caller may list.
+TRANSCRIPT_METHOD: Final = "_maple/transcript"
 #: The notification a connector may send first, carrying allow-listed relay values.
 BRIDGE_HELLO_METHOD: Final = "_maple/bridge/hello"
 #: The goal extension's version advertised in ``initialize``.
@@ -105,6 +108,22 @@ class BridgeHello:
 @attrs.frozen(kw_only=True)
 class StatusRequest:
     """Params of ``_maple/status``: none."""
+
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class TranscriptRequest:
+    """Params of ``_maple/transcript``: the session whose history is replayed, as
+    ``session/update`` notifications sent before the (empty) answer."""
+
+    session_id: str
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class TranscriptResponse:
+    """The result of ``_maple/transcript``: nothing (the history came before it)."""
 
     meta: Meta | None = None
 

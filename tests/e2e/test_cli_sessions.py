@@ -7,7 +7,13 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 import trio
+
+from maple_acp.backends.demo import DEMO_MODELS
+from maple_acp.runtime import StaticModelCatalog
+from maple_acp.testing.service import running_demo_acp
+from maple_acp.wire import ProtocolError
 
 from .host_processes import (
     DEADLINE,
@@ -109,22 +115,21 @@ async def test_show_prints_a_readable_transcript_and_releases_the_session(
             # A transcript cannot drive the terminal: the escape byte is shown, not sent.
             assert "\x1b" not in out
             assert "\\x1b[31mred" in out
-            # show closed what it loaded: another client can open the session at once.
+            # show opened nothing: another client can open the session at once.
             async with connector_client(host.socket) as connector:
                 await connector.client.initialize()
                 await connector.client.load_session(session_id, os.fspath(project))
 
 
-async def test_show_refuses_a_session_open_elsewhere_and_an_unknown_id(
+async def test_show_reads_a_session_open_elsewhere_and_refuses_an_unknown_id(
     project: Path, short_dir: Path
 ) -> None:
     with trio.fail_after(DEADLINE):
         async with running_host(short_dir) as host:
-            session_id, shown = await while_open_elsewhere(host, project, "show")
-            assert shown.returncode == 1
-            assert shown.stdout == ""
-            assert shown.stderr.startswith(f"maple-acp: cannot show session {session_id}: ")
-            assert shown.stderr.count("\n") == 1
+            # Read only: the session is not opened, so its holder keeps it.
+            _, shown = await while_open_elsewhere(host, project, "show")
+            assert shown.returncode == 0, shown.stderr
+            assert "user:\n  busy elsewhere" in shown.stdout
             unknown = await cli(host, "sessions", "show", "no-such-id")
             assert unknown.returncode == 1
             assert unknown.stderr == (
@@ -159,3 +164,37 @@ async def test_delete_refuses_a_session_open_elsewhere(project: Path, short_dir:
             assert refused.stderr.count("\n") == 1
             listed = await cli(host, "sessions", "list", "--json")
             assert [s["sessionId"] for s in json.loads(listed.stdout)["sessions"]] == [session_id]
+
+
+async def test_show_needs_no_model_a_session_whose_model_left_the_catalog(
+    project: Path, short_dir: Path
+) -> None:
+    """A session locked to a model the host no longer offers cannot be loaded (never
+    substituted), but ``sessions show`` prints it: reading needs no model."""
+    with trio.fail_after(DEADLINE):
+        async with running_demo_acp(short_dir) as harness, harness.connect() as client:
+            await client.initialize()
+            session_id = (await client.new_session(os.fspath(project)))["sessionId"]
+            await client.call(
+                "session/set_config_option",
+                {"sessionId": session_id, "configId": "model", "value": "demo-echo-large"},
+            )
+            await client.prompt(session_id, "/echo from the large model")
+            await client.close_session(session_id)
+        remaining = StaticModelCatalog(tuple(m for m in DEMO_MODELS if m.id != "demo-echo-large"))
+        socket = short_dir / "run" / "acp.sock"
+        async with (
+            running_demo_acp(short_dir, catalog=remaining) as harness,
+            trio.open_nursery() as nursery,
+        ):
+            await harness.acp.start(nursery, socket)
+            async with harness.connect() as client:
+                await client.initialize()
+                with pytest.raises(ProtocolError) as refused:
+                    await client.load_session(session_id, os.fspath(project))
+                assert "no longer offered" in refused.value.message
+            command = [*MAPLE_ACP, "sessions", "show", session_id, "--socket", os.fspath(socket)]
+            shown = await trio.to_thread.run_sync(run_command, command)
+            await harness.acp.stop(persist=False)
+    assert shown.returncode == 0, shown.stderr
+    assert "agent:\n  from the large model" in shown.stdout

@@ -243,6 +243,7 @@ def test_method_tables_cover_the_protocol_surface() -> None:
         "_session/goal",
         "_session/steering",
         "_maple/status",
+        "_maple/transcript",
         "_maple/bridge/hello",
     }
     assert set(wire.CLIENT_METHODS) == {

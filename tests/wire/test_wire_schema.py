@@ -99,7 +99,12 @@ def test_every_agent_result_validates(call: tuple[str, Any]) -> None:
     elif method in UNSTABLE_DEFS_BY_METHOD:
         validate(data, UNSTABLE_DEFS_BY_METHOD[method][1], unstable=True)
     else:
-        assert method in {"_session/goal", "_session/steering", "_maple/status"}
+        assert method in {
+            "_session/goal",
+            "_session/steering",
+            "_maple/status",
+            "_maple/transcript",
+        }
         assert isinstance(data, dict)
         if method == "_session/steering":
             assert data["outcome"] in {"injected", "startedNewTurn", "promptRequired"}
@@ -249,6 +254,8 @@ EXTENSIONS = {
     "StatusRequest",
     "SteeringRequest",
     "SteeringResponse",
+    "TranscriptRequest",
+    "TranscriptResponse",
 }
 
 
