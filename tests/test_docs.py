@@ -332,3 +332,17 @@ def test_the_citation_check_sees_a_citation() -> None:
     assert _OUTSIDE_CITATION.search("see ../shared/notes")
     assert not _OUTSIDE_CITATION.search("`../shared/acp-schema/v1` beside the checkout")
     assert not _OUTSIDE_CITATION.search("_SPECIAL = {}")
+
+
+def test_clients_page_says_what_each_known_client_shows_on_a_cancel_during_a_permission() -> None:
+    page = (REPO / "docs" / "clients.md").read_text()
+    section = page.split("## Cancelling while a permission question waits", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    rows = {
+        line.split("|")[1].strip(): line.split("|")[2].strip()
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| client") and "---" not in line
+    }
+    for client in ("Zed", "Toad", "acpx", "Paseo", "JetBrains", "SDKs"):
+        [said] = [text for name, text in rows.items() if client in name]
+        assert said, client
