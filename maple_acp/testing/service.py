@@ -16,7 +16,7 @@ finished that connection's cleanup).
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -72,18 +72,20 @@ async def running_demo_acp(
     *,
     config: AcpServiceConfig | None = None,
     harness_type: type[AcpHarness] = AcpHarness,
+    hold_clock: Callable[[Any], Any] = VirtualTimeStore,
     **runtime_options: Any,
 ) -> AsyncIterator[AcpHarness]:
     """A signed-in demo runtime over a store in ``directory/data`` and an ``AcpService`` on it.
 
     ``runtime_options`` go to :func:`~maple_acp.testing.demo.make_demo_service` (a backend,
-    ``provisional_grace_s``, ``relay_allow_list``, ...). The store is wrapped in
-    :class:`~maple_acp.testing.clock.VirtualTimeStore`, so deadline tests may use a mock clock
-    with a zero autojump threshold. ``harness_type`` lets a test suite add its own helpers."""
+    ``provisional_grace_s``, ``relay_allow_list``, ...). The store is wrapped in ``hold_clock``
+    (:class:`~maple_acp.testing.clock.VirtualTimeStore`, or ``ClockHoldingStore`` for tests
+    that queue many store calls), so deadline tests may use a mock clock with a zero autojump
+    threshold. ``harness_type`` lets a test suite add its own helpers."""
     data = Path(directory) / "data"
     data.mkdir(exist_ok=True)
     async with temp_store(data) as store:
-        runtime = make_demo_service(VirtualTimeStore(store), **runtime_options)
+        runtime = make_demo_service(hold_clock(store), **runtime_options)
         async with runtime, trio.open_nursery() as nursery:
             runtime.sign_in(DEMO_ACCOUNT)
             acp = AcpService(runtime, config or AcpServiceConfig())

@@ -1,6 +1,14 @@
 """One malformed line never wedges a connection: the reader answers it at once even while held
 permission asks have spent the whole outbound credit, and the end of a connection revokes and
-releases every lease within the cleanup bound whatever its outbound queue holds."""
+releases every lease within the cleanup bound whatever its outbound queue holds.
+
+The first two tests queue dozens of store calls at once, so their store holds the mock clock
+with ``ClockHoldingStore`` and they settle on ``ClockHoldingStore.settled``. Under the default
+``VirtualTimeStore`` every queued call keeps a busy task runnable: virtual time stands still
+and ``wait_all_tasks_blocked`` cannot return until the last queued call is done, while every
+pass steps every busy task and the store's thread waits for the interpreter lock between its
+SQLite calls. That cost grows faster than the queue and stalled full runs on a loaded
+machine."""
 
 from __future__ import annotations
 
@@ -21,6 +29,7 @@ from test_backpressure import LineClient
 from maple_acp.edge import AcpServiceConfig
 from maple_acp.edge._connection import DISCONNECT_CLEANUP_S
 from maple_acp.testing.client import AcpTestClient, open_acp_client
+from maple_acp.testing.clock import ClockHoldingStore
 
 #: Sessions of the review's repro, each with one permission ask held open.
 SESSIONS = 64
@@ -58,12 +67,13 @@ def socket_streams(buffer: int | None = None) -> tuple[trio.SocketStream, trio.S
     )
 
 
-async def settle(count: Any) -> int:
-    """Wait until ``count()`` stops growing while everything is blocked; return it."""
+async def settle(count: Any, store: ClockHoldingStore) -> int:
+    """Wait until ``count()`` stops growing while everything is blocked and no store call is
+    in flight; return it."""
     seen = -1
     while count() != seen:
         seen = count()
-        await trio.testing.wait_all_tasks_blocked()
+        await store.settled()
     return int(seen)
 
 
@@ -78,7 +88,7 @@ async def served_over_a_socket(
 
 
 async def test_a_malformed_line_behind_held_asks_is_answered_and_every_prompt_completes(
-    autojump_clock: trio.testing.MockClock, harness: Harness, project: Path
+    autojump_clock: trio.testing.MockClock, tmp_path: Path, project: Path
 ) -> None:
     answer_now = trio.Event()
 
@@ -88,19 +98,26 @@ async def test_a_malformed_line_behind_held_asks_is_answered_and_every_prompt_co
 
     answers: list[Any] = []
     async with (
+        running_service(tmp_path, hold_clock=ClockHoldingStore) as harness,
         trio.open_nursery() as service,
         served_over_a_socket(harness, service, permission=reject_later) as client,
     ):
+        store = harness.runtime.store
+        assert isinstance(store, ClockHoldingStore)
         sids = [(await client.new_session(str(project)))["sessionId"] for _ in range(SESSIONS)]
         with trio.fail_after(HANG_GUARD_S):
-            await _prompt_all(client, sids, answers, answer_now)
+            await _prompt_all(client, sids, answers, answer_now, store)
         assert len(client.permission_requests) == SESSIONS
         assert [a["stopReason"] for a in answers] == ["end_turn"] * SESSIONS
         service.cancel_scope.cancel()
 
 
 async def _prompt_all(
-    client: AcpTestClient, sids: list[str], answers: list[Any], answer_now: trio.Event
+    client: AcpTestClient,
+    sids: list[str],
+    answers: list[Any],
+    answer_now: trio.Event,
+    store: ClockHoldingStore,
 ) -> None:
     """Prompt every session at once; once the asks have spent the credit, send the malformed
     line, see it answered, then let the asks be answered and every prompt end."""
@@ -111,7 +128,7 @@ async def _prompt_all(
     async with trio.open_nursery() as prompts:
         for index in range(SESSIONS):
             prompts.start_soon(prompt, index)
-        asked = await settle(lambda: len(client.permission_requests))
+        asked = await settle(lambda: len(client.permission_requests), store)
         # The held asks spent the credit: the last ask is still waiting for room.
         assert asked < SESSIONS
         await client.send_raw(CUT_SHORT)
@@ -134,7 +151,11 @@ async def test_a_client_gone_behind_a_full_outbound_queue_loses_every_lease_in_t
     full socket), sends the malformed line and goes away: within the cleanup bound no lease
     and no run is left, and another connection loads every task."""
     config = AcpServiceConfig(max_outbound_bytes=SMALL_BUDGET)
-    async with running_service(tmp_path, config=config, provisional_grace_s=600) as harness:
+    async with running_service(
+        tmp_path, config=config, provisional_grace_s=600, hold_clock=ClockHoldingStore
+    ) as harness:
+        store = harness.runtime.store
+        assert isinstance(store, ClockHoldingStore)
         client_end, service_end = socket_streams(SOCKET_BUFFER)
         client = LineClient(client_end)
         ended = trio.Event()
@@ -163,7 +184,7 @@ async def test_a_client_gone_behind_a_full_outbound_queue_loses_every_lease_in_t
                         message = await client.read()
                         asks += message.get("method") == "session/request_permission"
                 assert 0 < asks < FEW_SESSIONS
-            await trio.testing.wait_all_tasks_blocked()
+            await store.settled()
             assert harness.runtime.status().active_runs == FEW_SESSIONS
             await client.stream.send_all(CUT_SHORT + b"\n")
             if gone == "reads-asks-then-closes":
