@@ -13,7 +13,8 @@ thread-safe queue) as ``run_sync_soon_threadsafe``.
 
 Run::
 
-    .venv/bin/python examples/asyncio_guest_host.py --socket /tmp/demo/acp.sock --data-dir /tmp/demo/data
+    .venv/bin/python examples/asyncio_guest_host.py \
+        --socket /tmp/demo/acp.sock --data-dir /tmp/demo/data
 
 then point a connector at it (``maple-acp acp --socket /tmp/demo/acp.sock``). SIGINT or
 SIGTERM stops it: the ACP service first, then the runtime, then the store.
