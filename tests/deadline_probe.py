@@ -1,4 +1,4 @@
-"""Stuck on purpose: run only by tests/test_deadlines.py, in a pytest of its own (the file name
+"""Stuck on purpose: run only by tests/test_stuck_tests_fail.py, in a pytest of its own (the file name
 keeps it out of the suite's collection)."""
 
 from __future__ import annotations
