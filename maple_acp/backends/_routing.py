@@ -9,7 +9,7 @@ from typing import Protocol
 
 import trio
 
-from maple_acp.backends.openai._config import ProviderConfig, split_model_id
+from maple_acp.backends.provider import ProviderConfig, split_model_id
 from maple_acp.runtime import PromptCapabilities, Turn, TurnFailed, TurnResult
 
 

@@ -46,7 +46,7 @@ def provider_engine(
             "--provider-url and --model go together (--api-key-env and --provider-kind are "
             "optional)"
         )
-    from maple_acp.backends.openai import (
+    from maple_acp.backends import (
         ProviderConfigError,
         ProviderUnavailable,
         build_backend,

@@ -13,17 +13,26 @@ Configuration (``config.toml``)::
         prices = { input = 3.0, output = 15.0, cache_read = 0.3, cache_write = 3.75 } },
     ]
 
-The configuration, model catalog, tools, modes, permission rules and fault rules are the
-OpenAI-compatible backend's (``maple_acp.backends.openai``): ``build_backend`` there builds this
-backend for such providers; without the extra it raises ``ProviderUnavailable`` naming
-:data:`INSTALL_HINT`. The ``anthropic`` SDK is imported by the backend's ``warm_up`` (in a
-worker thread, once a host serves) or its first turn, never at start.
+The configuration, tools, modes, permission rules and fault rules are the provider layer's
+(``maple_acp.backends.provider``), shared with the OpenAI-compatible engine;
+``maple_acp.backends.build_backend`` builds this engine for such providers (without the extra
+it raises ``ProviderUnavailable`` naming :data:`INSTALL_HINT`; the ``openai`` package is not
+needed). The ``anthropic`` SDK is imported by the backend's ``warm_up`` (in a worker thread,
+once a host serves) or its first turn, never at start.
 """
 
-from __future__ import annotations
+from maple_acp.backends.anthropic._backend import THINKING_BUDGETS, AnthropicBackend
+from maple_acp.backends.anthropic._client import import_sdk, open_messages_client
 
 INSTALL_HINT = "pip install 'maple-acp[anthropic]'"
 #: The package of the ``anthropic`` extra (imported in the background once a host serves).
 ANTHROPIC_SDK = "anthropic"
 
-__all__ = ["ANTHROPIC_SDK", "INSTALL_HINT"]
+__all__ = [
+    "ANTHROPIC_SDK",
+    "INSTALL_HINT",
+    "THINKING_BUDGETS",
+    "AnthropicBackend",
+    "import_sdk",
+    "open_messages_client",
+]

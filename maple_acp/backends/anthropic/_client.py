@@ -11,16 +11,32 @@ host more than its whole start (``import_sdk`` does it in a worker thread ahead 
 from __future__ import annotations
 
 import importlib
-import os
+import json
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
-from maple_acp.backends.openai._client import NO_KEY, ProviderKeys, RequestTimeouts, TlsContext
-from maple_acp.backends.openai._config import ProviderEntry
+from maple_acp._groups import single_exception
+from maple_acp.backends.provider import (
+    MALFORMED_STREAM,
+    NO_KEY,
+    ProviderEntry,
+    ProviderFault,
+    ProviderKeys,
+    RequestTimeouts,
+    TlsContext,
+    caused_by,
+    connection_fault,
+    error_code,
+    http_client,
+    status_fault,
+    stream_error,
+    untrusted_certificate,
+    without_ambient_headers,
+)
 
 if TYPE_CHECKING:
     import anthropic
@@ -83,26 +99,15 @@ def make_messages_client(
     federation file; its own retries are off (retrying is the backend's, bounded and
     cancellation-aware)."""
     import anthropic
-    import httpx2
 
-    verify: ssl.SSLContext | bool = True
-    if tls is not None and entry.base_url.startswith("https:"):
-        verify = tls.get()
-    http = httpx2.AsyncClient(
-        trust_env=False,
-        follow_redirects=False,
-        max_redirects=0,
-        timeout=timeouts.for_httpx(),
-        transport=httpx2.AsyncHTTPTransport(trust_env=False, verify=verify),
-    )
     return anthropic.AsyncAnthropic(
         api_key=key or NO_KEY,
         base_url=sdk_base_url(entry.base_url),
         max_retries=0,
         timeout=timeouts.for_httpx(),
-        http_client=http,
+        http_client=http_client(entry, timeouts, tls),
         default_headers={
-            **_without_ambient_headers(),
+            **without_ambient_headers(_AMBIENT_HEADERS, anthropic.omit),
             # Named here so that an Authorization from the environment cannot replace it.
             "Authorization": f"Bearer {key or NO_KEY}",
         },
@@ -135,13 +140,27 @@ def import_sdk() -> None:
         importlib.import_module(module)
 
 
-def _without_ambient_headers() -> dict[str, Any]:
-    """Headers that cancel the SDK's ``ANTHROPIC_CUSTOM_HEADERS``: set for some other use of
-    the SDK (they may carry a credential), they must not go to the configured endpoint."""
-    text = os.environ.get(_AMBIENT_HEADERS)
-    if not text:
-        return {}
+def sdk_fault(exc: Exception, where: str, model: str) -> Exception:
+    """The ``ProviderFault`` an SDK or transport error means (``where`` names the provider);
+    anything else (a bug) as it was."""
     import anthropic
 
-    names = (line.partition(":")[0].strip() for line in text.split("\n") if ":" in line)
-    return {name: anthropic.omit for name in names if name and name.lower() != "authorization"}
+    inner = single_exception(exc)
+    if isinstance(inner, anthropic.APIStatusError):
+        if inner.status_code < 400:
+            # An error event inside a stream that began well.
+            return stream_error(error_code(inner.body))
+        return status_fault(inner.status_code, inner.response.headers, inner.body, model)
+    if isinstance(inner, anthropic.APITimeoutError):
+        return connection_fault(where, timed_out=True)
+    if isinstance(inner, anthropic.APIConnectionError):
+        if caused_by(inner, ssl.SSLError):
+            return untrusted_certificate(where)
+        return connection_fault(where, timed_out=False)
+    if isinstance(
+        inner, (json.JSONDecodeError, UnicodeDecodeError, anthropic.APIResponseValidationError)
+    ):
+        return ProviderFault(MALFORMED_STREAM)
+    if isinstance(inner, anthropic.APIError):
+        return stream_error()
+    return exc

@@ -9,7 +9,7 @@ import base64
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from maple_acp.backends.openai._conversation import bound_result, runs_of, tool_name
+from maple_acp.backends.provider import bound_result, runs_of, tool_name
 from maple_acp.model import ImageRef, ItemKind, TimelineItem
 from maple_acp.runtime import describe_image
 

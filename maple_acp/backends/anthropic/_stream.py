@@ -24,12 +24,16 @@ import attrs
 import orjson
 
 from maple_acp.backends.anthropic._messages import Block
-from maple_acp.backends.openai._config import ModelPrices
-from maple_acp.backends.openai._faults import MALFORMED_STREAM, OVERLOADED_CODES, ProviderFault
-from maple_acp.backends.openai._native import MAX_ARGUMENT_CHARS, ToolCall
+from maple_acp.backends.provider import (
+    MALFORMED_STREAM,
+    MAX_ARGUMENT_CHARS,
+    ModelPrices,
+    ProviderFault,
+    ToolCall,
+    error_code,
+    stream_error,
+)
 from maple_acp.runtime import Turn, Usage
-
-STREAM_ERROR = "the provider reported an error inside its stream"
 
 _loads = orjson.loads
 
@@ -229,20 +233,12 @@ async def read_stream(turn: Turn, chunks: AsyncIterator[bytes], response: Stream
 
 
 def _stream_error(data: str) -> ProviderFault:
-    """The fault of an ``error`` event: an overload is a rate limit (retried while nothing was
-    forwarded); anything else is one line without the provider's text."""
+    """The fault of an ``error`` event (never the provider's text)."""
     try:
         body = _loads(data)
     except orjson.JSONDecodeError:
         body = None
-    error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict) and error.get("type") in OVERLOADED_CODES:
-        return ProviderFault(
-            "the provider is overloaded (an error event in its stream)",
-            retryable=True,
-            rate_limited=True,
-        )
-    return ProviderFault(STREAM_ERROR)
+    return stream_error(error_code(body))
 
 
 async def _apply(event: Any, response: StreamedAnswer, forward: _Forwarder) -> None:

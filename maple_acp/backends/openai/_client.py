@@ -1,7 +1,6 @@
 """The HTTP side: SDK clients over our own ``httpx2`` client (no ambient proxy or environment
 settings, no redirects, explicit timeouts), one per provider for the backend's life
-(:class:`ProviderClients`) and what an SDK or transport error means (:func:`sdk_fault`). The
-model catalog built on them is :mod:`maple_acp.backends.openai._catalog`.
+(:class:`ProviderClients`) and what an SDK or transport error means (:func:`sdk_fault`).
 
 The SDK (``openai``, ``httpx2``) is imported only inside the functions that make a client or
 read an error, never when this module is: a host imports it in a worker thread once it serves
@@ -12,25 +11,31 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import ssl
 import sys
 import threading
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
-import attrs
 import trio
 
 from maple_acp._groups import single_exception
-from maple_acp.backends.openai._config import ANTHROPIC_KIND, ProviderEntry
-from maple_acp.backends.openai._faults import (
+from maple_acp.backends.provider import (
     MALFORMED_STREAM,
+    NO_KEY,
+    ProviderEntry,
     ProviderFault,
+    ProviderKeys,
+    RequestTimeouts,
+    TlsContext,
+    caused_by,
     connection_fault,
+    http_client,
     status_fault,
+    stream_error,
+    untrusted_certificate,
+    without_ambient_headers,
 )
 
 if TYPE_CHECKING:
@@ -40,19 +45,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Sent as the key to a server that needs none (the SDK always sends one; local servers
-#: ignore it).
-NO_KEY = "no-key"
 #: The SDK adds the headers listed in this environment variable to every request.
 _AMBIENT_HEADERS = "OPENAI_CUSTOM_HEADERS"
 #: Where the in-memory rehearsal request "goes" (its transport never opens a socket).
 _REHEARSAL_URL = "http://rehearsal.invalid/v1"
 #: The loggers a request through the SDK writes to (the SDK's client, the HTTP client).
 _REQUEST_LOGGERS = ("openai._base_client", "httpx2")
-#: Keep-alive connections each provider's client keeps open: one per streaming turn at once.
-MAX_KEEPALIVE_CONNECTIONS = 8
-#: An idle pooled connection is closed after this long (servers drop theirs around a minute).
-KEEPALIVE_EXPIRY_S = 30.0
 #: Closing the clients at stop: shielded, but never for long.
 CLIENT_CLOSE_BOUND_S = 2.0
 #: What the first client and the first request would otherwise import on the event loop: the
@@ -69,68 +67,6 @@ SDK_MODULES = (
     "anyio._backends._trio",
     "encodings.idna",
 )
-
-
-@attrs.frozen(kw_only=True)
-class RequestTimeouts:
-    """Bounds on each HTTP request to a provider. ``read`` is the longest silence allowed
-    inside a stream: a model may think for a while before its first token."""
-
-    connect: float = 10.0
-    read: float = 120.0
-    write: float = 30.0
-    pool: float = 10.0
-
-    def for_httpx(self) -> httpx2.Timeout:
-        import httpx2
-
-        return httpx2.Timeout(
-            connect=self.connect, read=self.read, write=self.write, pool=self.pool
-        )
-
-
-class ProviderKeys:
-    """The API keys, read once from the environment at start. Held only in memory; never in a
-    repr, a log line or an error."""
-
-    __slots__ = ("_keys",)
-
-    def __init__(self, keys: Mapping[str, str | None]) -> None:
-        self._keys = dict(keys)
-
-    def key_for(self, provider: str) -> str | None:
-        return self._keys.get(provider)
-
-    def values(self) -> tuple[str, ...]:
-        return tuple(key for key in self._keys.values() if key)
-
-    def __repr__(self) -> str:
-        return f"ProviderKeys({len(self._keys)} providers, values hidden)"
-
-
-def where(entry: ProviderEntry) -> str:
-    """The provider's address as shown in errors and logs: scheme, host and port only."""
-    parts = urlsplit(entry.base_url)
-    host = parts.hostname or "?"
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}"
-
-
-class TlsContext:
-    """One TLS context for every client of a backend, made on first use: building one loads
-    the system's certificates, which costs more CPU than a short answer."""
-
-    __slots__ = ("_context",)
-
-    def __init__(self) -> None:
-        self._context: ssl.SSLContext | None = None
-
-    def get(self) -> ssl.SSLContext:
-        if self._context is None:
-            import httpx2
-
-            self._context = httpx2.create_ssl_context(trust_env=False)
-        return self._context
 
 
 def import_sdk() -> None:
@@ -201,34 +137,6 @@ def sdk_imported() -> bool:
     return all(name in sys.modules for name in SDK_MODULES)
 
 
-def _http_client(
-    entry: ProviderEntry, timeouts: RequestTimeouts, tls: TlsContext | None
-) -> httpx2.AsyncClient:
-    import httpx2
-
-    verify: ssl.SSLContext | bool = True
-    if tls is not None and entry.base_url.startswith("https:"):
-        verify = tls.get()
-    elif not entry.base_url.startswith("https:"):
-        # Plain HTTP needs no certificates: loading them costs more than a short answer.
-        verify = False
-    return httpx2.AsyncClient(
-        trust_env=False,
-        follow_redirects=False,
-        max_redirects=0,
-        timeout=timeouts.for_httpx(),
-        transport=httpx2.AsyncHTTPTransport(
-            trust_env=False,
-            verify=verify,
-            limits=httpx2.Limits(
-                max_connections=None,
-                max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
-                keepalive_expiry=KEEPALIVE_EXPIRY_S,
-            ),
-        ),
-    )
-
-
 def _sdk_client(
     entry: ProviderEntry, key: str | None, timeouts: RequestTimeouts, http: httpx2.AsyncClient
 ) -> openai.AsyncOpenAI:
@@ -243,7 +151,7 @@ def _sdk_client(
         timeout=timeouts.for_httpx(),
         http_client=http,
         default_headers={
-            **_without_ambient_headers(),
+            **without_ambient_headers(_AMBIENT_HEADERS, openai.omit),
             # Named here so that the SDK drops an Authorization from the environment.
             "Authorization": f"Bearer {key or NO_KEY}",
         },
@@ -260,30 +168,9 @@ async def open_provider_client(
     entry: ProviderEntry, key: str | None, timeouts: RequestTimeouts, tls: TlsContext | None = None
 ) -> AsyncIterator[openai.AsyncOpenAI]:
     """An SDK client for ``entry`` whose connections close when the block ends."""
-    http = _http_client(entry, timeouts, tls)
+    http = http_client(entry, timeouts, tls)
     async with http:
         yield _sdk_client(entry, key, timeouts, http)
-
-
-@asynccontextmanager
-async def open_model_lister(
-    entry: ProviderEntry, key: str | None, timeouts: RequestTimeouts, tls: TlsContext | None = None
-) -> AsyncIterator[Any]:
-    """A client whose ``models.list()`` asks ``entry`` for its models in the shape of its own
-    API: ``GET /models`` with a Bearer key for an OpenAI-compatible provider, ``GET /v1/models``
-    through the ``anthropic`` SDK (its key header and ``anthropic-version``) for an Anthropic
-    one. Either lists objects
-    with an ``id``; the connections close when the block ends."""
-    if entry.kind == ANTHROPIC_KIND:
-        from maple_acp.backends.anthropic._client import import_sdk, open_messages_client
-
-        # Not on the event loop: importing the SDK costs more than a host's whole start.
-        await trio.to_thread.run_sync(import_sdk, abandon_on_cancel=True)
-        async with open_messages_client(entry, key, timeouts, tls) as client:
-            yield client
-    else:
-        async with open_provider_client(entry, key, timeouts, tls) as client:
-            yield client
 
 
 class SdkLoader:
@@ -364,7 +251,7 @@ class ProviderClients:
     def _make(self, entry: ProviderEntry) -> openai.AsyncOpenAI:
         if self._closed:
             raise ProviderFault("the host is stopping; the provider's client is closed")
-        http = _http_client(entry, self._timeouts, self._tls)
+        http = http_client(entry, self._timeouts, self._tls)
         client = _sdk_client(entry, self._keys.key_for(entry.name), self._timeouts, http)
         self._clients[entry.name] = (client, http)
         return client
@@ -381,18 +268,6 @@ class ProviderClients:
                 await http.aclose()
 
 
-def _without_ambient_headers() -> dict[str, Any]:
-    """Headers that cancel the SDK's ``OPENAI_CUSTOM_HEADERS``: meant for api.openai.com (it
-    may hold an Authorization header), they must not go to whatever endpoint is configured."""
-    import openai
-
-    text = os.environ.get(_AMBIENT_HEADERS)
-    if not text:
-        return {}
-    names = (line.partition(":")[0].strip() for line in text.split("\n") if ":" in line)
-    return {name: openai.omit for name in names if name and name.lower() != "authorization"}
-
-
 def sdk_fault(exc: Exception, where: str, model: str) -> Exception:
     """The ``ProviderFault`` an SDK or transport error means (``where`` names the provider);
     anything else (a bug) as it was."""
@@ -406,26 +281,12 @@ def sdk_fault(exc: Exception, where: str, model: str) -> Exception:
     if isinstance(inner, (openai.APITimeoutError, httpx2.TimeoutException)):
         return connection_fault(where, timed_out=True)
     if isinstance(inner, (openai.APIConnectionError, httpx2.TransportError)):
-        if _caused_by(inner, ssl.SSLError):
-            # Retrying cannot make an untrusted certificate trusted.
-            return ProviderFault(f"the provider at {where} has a TLS certificate not trusted here")
+        if caused_by(inner, ssl.SSLError):
+            return untrusted_certificate(where)
         return connection_fault(where, timed_out=False)
     if isinstance(inner, (UnicodeDecodeError, openai.APIResponseValidationError)):
         return ProviderFault(MALFORMED_STREAM)
     if isinstance(inner, openai.APIError):
         # An error event inside the stream; its text is the provider's, so not shown.
-        return ProviderFault("the provider reported an error inside its stream")
+        return stream_error()
     return exc
-
-
-def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, kind):
-            return True
-        seen.add(id(current))
-        if isinstance(current, BaseExceptionGroup):
-            return any(_caused_by(member, kind) for member in current.exceptions)
-        current = current.__cause__ or current.__context__
-    return False

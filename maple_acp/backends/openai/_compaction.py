@@ -1,8 +1,8 @@
-"""Compaction for the provider backend: when a request would fill most of a known context
+"""Compaction for the OpenAI-compatible engine: when a request would fill most of a known context
 window (or on ``/compact``), the model summarizes the older part of the conversation, the
 summary is stored as a ``COMPACTION`` row of the history, and requests carry the summary and
-the recent turns instead. Pure functions over Chat Completions message dicts; the request
-itself is the backend's."""
+the recent turns instead (what a history keeps after one: ``provider.after_compaction``). Pure
+functions over Chat Completions message dicts; the request itself is the backend's."""
 
 from __future__ import annotations
 
@@ -10,21 +10,17 @@ from collections.abc import Sequence
 from typing import Final
 
 from maple_acp.backends.openai._conversation import Message
-from maple_acp.model import ItemKind, TimelineItem
+from maple_acp.backends.provider import SUMMARY_PREFIX
 
 #: A request whose estimate (or the provider's last count) reaches this part of a known
 #: context window compacts first.
 COMPACT_AT_FRACTION: Final = 0.85
-#: The command that forces a compaction.
-COMPACT_COMMAND: Final = "/compact"
 #: What the model is asked, after the part of the conversation it summarizes.
 SUMMARY_REQUEST: Final = (
     "Summarize the conversation so far for your own later use: the user's goals and "
     "instructions, what was done and found (files, commands, results), decisions made, and "
     "what remains open. Be concise and concrete; answer with the summary only."
 )
-#: What the summary is introduced with in later requests.
-SUMMARY_PREFIX: Final = "A summary of the earlier part of this conversation:\n\n"
 
 
 def summary_message(summary: str) -> Message:
@@ -44,24 +40,3 @@ def split_for_compaction(
     if last_user is None or last_user == head:
         return None
     return list(messages[:head]), list(messages[head:last_user]), list(messages[last_user:])
-
-
-def after_compaction(items: Sequence[TimelineItem]) -> tuple[str | None, list[TimelineItem]]:
-    """The latest compaction's summary and the history a request still carries besides it:
-    the rows from the user message of the turn it happened in (its recent part) on, without
-    the compaction row. No compaction: ``(None, items)``. ``/compact`` commands are not
-    carried: they were the user's to the agent, not to the model."""
-    latest = max(
-        (i for i, item in enumerate(items) if item.kind is ItemKind.COMPACTION), default=None
-    )
-    kept = list(items)
-    summary = None
-    if latest is not None:
-        summary = items[latest].text
-        start = max((i for i in range(latest) if items[i].kind is ItemKind.USER), default=latest)
-        kept = [item for item in items[start:] if item.kind is not ItemKind.COMPACTION]
-    return summary, [
-        item
-        for item in kept
-        if not (item.kind is ItemKind.USER and item.text.strip() == COMPACT_COMMAND)
-    ]

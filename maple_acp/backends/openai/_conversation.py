@@ -4,14 +4,14 @@ known context window. Pure functions over Chat Completions message dicts."""
 from __future__ import annotations
 
 import base64
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
+from maple_acp.backends.provider import bound_result, runs_of, tool_name
 from maple_acp.model import ImageRef, ItemKind, TimelineItem
-from maple_acp.runtime import Turn, describe_image
+from maple_acp.runtime import describe_image
 
 Message = dict[str, Any]
 
@@ -22,17 +22,10 @@ CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD_TOKENS = 4
 #: What replaces a tool output dropped to fit the window, so the model knows it existed.
 DROPPED_OUTPUT = "[output dropped to fit the context window]"
-#: A tool result the model is sent; the row shown to the user has its own bound.
-MAX_TOOL_RESULT_CHARS = 32_000
 
 #: What one image is estimated to cost, in tokens (a detailed 1024x1024 image costs ~800 at
 #: the providers that publish their rule).
 IMAGE_TOKENS = 1_000
-#: Images one request carries, at most: the latest ones (providers cap a request's images
-#: near this); older ones are named in text instead.
-MAX_REQUEST_IMAGES = 32
-
-_TOOL_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
 #: This engine's transcripts (``Turn.keep_transcript``): Chat Completions messages.
 TRANSCRIPT_FORMAT = "chat-completions"
@@ -60,18 +53,6 @@ def user_message(text: str, images: Sequence[ImageRef], urls: Mapping[str, str])
         if url is not None:
             parts.append({"type": "image_url", "image_url": {"url": url}})
     return {"role": "user", "content": parts}
-
-
-def wanted_images(items: Sequence[TimelineItem], prompt: Sequence[ImageRef]) -> list[ImageRef]:
-    """The images a request carries: the latest ``MAX_REQUEST_IMAGES`` of the history's user
-    messages and the prompt, each hash once."""
-    wanted: dict[str, ImageRef] = {}
-    every = [image for item in items if item.kind is ItemKind.USER for image in item.images]
-    for image in reversed([*every, *prompt]):
-        if len(wanted) >= MAX_REQUEST_IMAGES:
-            break
-        wanted.setdefault(image.sha256, image)
-    return list(wanted.values())
 
 
 def history_messages(
@@ -126,54 +107,6 @@ def history_messages(
     return messages
 
 
-def runs_of(items: Sequence[TimelineItem]) -> list[tuple[str | None, list[TimelineItem]]]:
-    """``items`` cut into the runs they came from (consecutive rows of one ``run_id``)."""
-    runs: list[tuple[str | None, list[TimelineItem]]] = []
-    for item in items:
-        if runs and runs[-1][0] == item.run_id:
-            runs[-1][1].append(item)
-        else:
-            runs.append((item.run_id, [item]))
-    return runs
-
-
-def encode_transcript(kind: str, messages: Sequence[Any]) -> bytes:
-    """A run's messages after its user message, as this engine sent them, for
-    ``Turn.keep_transcript``."""
-    return orjson.dumps({"format": kind, "messages": list(messages)})
-
-
-def decode_transcript(body: bytes, kind: str) -> list[Any] | None:
-    """The messages of a transcript of format ``kind``; ``None`` for another engine's or a
-    damaged one (the run is then rebuilt from its rows)."""
-    try:
-        value = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if type(value) is not dict or value.get("format") != kind:
-        return None
-    messages = value.get("messages")
-    if type(messages) is not list or not all(type(m) is dict for m in messages):
-        return None
-    return messages
-
-
-async def kept_transcripts(
-    turn: Turn, history: Sequence[TimelineItem], kind: str = TRANSCRIPT_FORMAT
-) -> dict[str, list[Any]]:
-    """The transcripts of format ``kind`` kept for the runs of ``history``, by run id."""
-    runs = {item.run_id for item in history if item.run_id is not None}
-    if not runs:
-        return {}
-    found = {}
-    for run_id, body in (await turn.transcripts()).items():
-        if run_id in runs:
-            messages = decode_transcript(body, kind)
-            if messages is not None:
-                found[run_id] = messages
-    return found
-
-
 def replayed_messages(
     items: Sequence[TimelineItem],
     urls: Mapping[str, str],
@@ -201,21 +134,6 @@ def replayed_messages(
             mark = len(messages)
         messages.extend(sent)
     return messages, mark
-
-
-def tool_name(name: str) -> str:
-    """A name a provider accepts for a function (history may hold any host's tool names)."""
-    cleaned = _TOOL_NAME.sub("_", name)[:64]
-    return cleaned or "tool"
-
-
-def bound_result(text: str) -> str:
-    if len(text) <= MAX_TOOL_RESULT_CHARS:
-        return text
-    return (
-        text[:MAX_TOOL_RESULT_CHARS]
-        + f"\n[cut: {len(text) - MAX_TOOL_RESULT_CHARS} more characters]"
-    )
 
 
 def _arguments(tool: Any) -> str:

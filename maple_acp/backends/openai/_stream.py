@@ -28,8 +28,13 @@ import attrs
 import orjson
 import trio
 
-from maple_acp.backends.openai._faults import MALFORMED_STREAM, ProviderFault
-from maple_acp.backends.openai._native import MAX_ARGUMENT_CHARS, ToolCall
+from maple_acp.backends.provider import (
+    MALFORMED_STREAM,
+    MAX_ARGUMENT_CHARS,
+    STREAM_ERROR,
+    ProviderFault,
+    ToolCall,
+)
 from maple_acp.runtime import Turn, Usage
 
 #: One SSE event (or line) of an answer, at most: the largest a tool call's arguments may be,
@@ -42,8 +47,6 @@ MAX_TOOL_CALLS_PER_RESPONSE = 64
 MAX_DRAIN_BYTES = 64 * 1024
 #: ... and for at most this long (a server may hold the connection open after ``[DONE]``).
 DRAIN_S = 0.1
-
-STREAM_ERROR = "the provider reported an error inside its stream"
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError

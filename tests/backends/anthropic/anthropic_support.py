@@ -11,8 +11,8 @@ from typing import Any
 
 from messages_loopback import MessagesProvider
 
-from maple_acp.backends.openai import ProviderConfig, build_backend, load_provider_config
-from maple_acp.backends.openai import provider_policy as policy
+from maple_acp.backends import ProviderConfig, build_backend, load_provider_config
+from maple_acp.backends import provider_policy as policy
 from maple_acp.runtime import AgentService
 from maple_acp.testing.demo import DEMO_ACCOUNT, make_demo_service
 from maple_acp.testing.service import AcpHarness, running_demo_acp

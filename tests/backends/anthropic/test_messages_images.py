@@ -16,7 +16,7 @@ import trio
 from anthropic_support import KEY_ENV, TEST_KEY
 from messages_loopback import MessagesProvider, text_reply
 
-from maple_acp.backends.openai import build_backend, load_provider_config, provider_policy
+from maple_acp.backends import build_backend, load_provider_config, provider_policy
 from maple_acp.runtime import (
     AgentService,
     PromptCapabilities,

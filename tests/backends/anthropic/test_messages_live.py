@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from maple_acp.backends.openai import build_backend, load_provider_config, provider_policy
+from maple_acp.backends import build_backend, load_provider_config, provider_policy
 from maple_acp.runtime import RunState, TextChunk, ToolRow
 from maple_acp.testing.demo import DEMO_ACCOUNT, make_demo_service, run_prompt
 from maple_acp.testing.store import temp_store

@@ -13,8 +13,8 @@ import trio.testing
 from anthropic_support import KEY_ENV, TEST_KEY
 from messages_loopback import MessagesProvider, Reply, error_reply
 
-from maple_acp.backends.openai import build_backend, load_provider_config
-from maple_acp.backends.openai._probe import PROBE_BOUND_S, check_provider
+from maple_acp.backends import build_backend, load_provider_config
+from maple_acp.backends._probe import PROBE_BOUND_S, check_provider
 
 
 def _config(base_url: str, *, models: list[str] | None = None) -> Any:
@@ -91,7 +91,7 @@ async def test_a_silent_messages_provider_is_unreachable_after_the_bound(
     messages_provider.models = Reply(silent=True)
     config = _config(messages_provider.base_url)
     # The SDK is imported ahead, as the catalog does, so that the bound is the provider's.
-    from maple_acp.backends.anthropic._client import import_sdk
+    from maple_acp.backends.anthropic import import_sdk
 
     import_sdk()
     started = trio.current_time()

@@ -13,13 +13,13 @@ import trio
 from anthropic_support import KEY_ENV, TEST_KEY, messages_service
 from messages_loopback import MessagesProvider, Reply, text_reply, tool_reply
 
-from maple_acp.backends.openai import (
+from maple_acp.backends import (
     ProviderConfigError,
     build_backend,
     load_provider_config,
     provider_config_from_flags,
 )
-from maple_acp.backends.openai import provider_policy as policy
+from maple_acp.backends import provider_policy as policy
 from maple_acp.runtime import (
     AgentService,
     PermissionRequest,
@@ -214,7 +214,7 @@ async def test_a_configuration_mixing_engines_routes_each_turn_by_its_provider(
 
 
 def test_serve_flags_choose_the_anthropic_engine(tmp_path: Path) -> None:
-    from maple_acp.backends.anthropic._backend import AnthropicBackend
+    from maple_acp.backends.anthropic import AnthropicBackend
     from maple_acp.backends.openai._backend import ProviderBackend
     from maple_acp.cli import provider_engine
     from maple_acp.config import parse_config

@@ -12,8 +12,7 @@ import trio.testing
 from anthropic_support import messages_service
 from messages_loopback import MessagesProvider, text_reply
 
-from maple_acp.backends.openai._backend import SLOW_ANSWER_NOTICE_S
-from maple_acp.backends.openai._client import RequestTimeouts
+from maple_acp.backends.provider import SLOW_ANSWER_NOTICE_S, RequestTimeouts
 from maple_acp.runtime import RunNotice, RunState, SessionLease, TextChunk
 
 #: The turn jumps the clock by hand; the SDK's own timeouts must never be reached.

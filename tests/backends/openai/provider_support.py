@@ -12,7 +12,7 @@ from typing import Any
 import trio
 from loopback import LoopbackProvider
 
-from maple_acp.backends.openai import (
+from maple_acp.backends import (
     build_backend,
     provider_config_from_flags,
     provider_policy,

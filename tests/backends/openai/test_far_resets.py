@@ -17,7 +17,7 @@ import trio.testing
 from loopback import LoopbackProvider, error_reply, text_reply
 from provider_support import one_turn, provider_service
 
-from maple_acp.backends.openai._faults import (
+from maple_acp.backends.provider._faults import (
     ProviderFault,
     retry_after_seconds,
     retrying,

@@ -15,7 +15,7 @@ import pytest
 from loopback import LoopbackProvider, Reply, chunk, error_reply, text_reply, tool_call_reply
 from provider_support import TEST_KEY, cancel_while_streaming
 
-from maple_acp.backends.openai import build_backend, provider_config_from_flags, provider_policy
+from maple_acp.backends import build_backend, provider_config_from_flags, provider_policy
 from maple_acp.testing.schema import AcpSchema
 from maple_acp.testing.service import AcpHarness, running_demo_acp
 

@@ -15,7 +15,7 @@ import trio.testing
 from loopback import LoopbackProvider, Reply, error_reply, text_reply
 from provider_support import TEST_KEY
 
-from maple_acp.backends.openai import build_backend, load_provider_config, provider_policy
+from maple_acp.backends import build_backend, load_provider_config, provider_policy
 from maple_acp.runtime import (
     MODEL_DISCOVERY_BOUND_S,
     AgentService,

@@ -12,8 +12,8 @@ import trio.testing
 from loopback import LoopbackProvider, Reply, error_reply
 from provider_support import TEST_KEY
 
-from maple_acp.backends.openai import build_backend, load_provider_config
-from maple_acp.backends.openai._probe import PROBE_BOUND_S, check_provider
+from maple_acp.backends import build_backend, load_provider_config
+from maple_acp.backends._probe import PROBE_BOUND_S, check_provider
 
 
 def _config(

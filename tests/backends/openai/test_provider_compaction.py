@@ -12,7 +12,8 @@ import trio
 from loopback import LoopbackProvider, Reply, text_reply
 from provider_support import answering, open_lease, provider_service
 
-from maple_acp.backends.openai._compaction import SUMMARY_PREFIX, SUMMARY_REQUEST
+from maple_acp.backends.openai._compaction import SUMMARY_REQUEST
+from maple_acp.backends.provider import SUMMARY_PREFIX
 from maple_acp.model import ItemKind
 from maple_acp.runtime import CompactionChanged, CompactionText, RunEvent, TextChunk
 

@@ -14,7 +14,7 @@ import trio.testing
 from loopback import LoopbackProvider, Reply, chunk, error_reply, text_reply, tool_call_reply
 from provider_support import TEST_KEY, one_turn, open_lease, provider_service
 
-from maple_acp.backends.openai._client import RequestTimeouts
+from maple_acp.backends.provider import RequestTimeouts
 from maple_acp.runtime import (
     AgentService,
     PermissionRequest,

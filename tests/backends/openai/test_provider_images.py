@@ -16,7 +16,7 @@ import trio
 from loopback import LoopbackProvider, text_reply
 from provider_support import TEST_KEY, answering
 
-from maple_acp.backends.openai import build_backend, load_provider_config, provider_policy
+from maple_acp.backends import build_backend, load_provider_config, provider_policy
 from maple_acp.runtime import (
     AgentService,
     PromptCapabilities,

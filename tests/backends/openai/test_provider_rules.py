@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from maple_acp._exceptions import MapleAcpError
-from maple_acp.backends.openai import (
+from maple_acp.backends import (
     ProviderConfigError,
     ProviderUnavailable,
     build_backend,
@@ -20,12 +20,12 @@ from maple_acp.backends.openai import (
 )
 from maple_acp.backends.openai._conversation import (
     DROPPED_OUTPUT,
-    MAX_TOOL_RESULT_CHARS,
     estimate_tokens,
     fit_to_window,
     history_messages,
 )
-from maple_acp.backends.openai._faults import (
+from maple_acp.backends.provider import MAX_TOOL_RESULT_CHARS
+from maple_acp.backends.provider._faults import (
     MAX_RETRIES,
     ProviderFault,
     RetryPlan,
@@ -158,7 +158,7 @@ def test_a_missing_sdk_says_which_install_fixes_it(monkeypatch: pytest.MonkeyPat
 
     config = load_provider_config(good(), SOURCE)
     for name in list(sys.modules):
-        if name == "openai" or name.startswith(("openai.", "maple_acp.backends.openai._")):
+        if name == "openai" or name.startswith(("openai.", "maple_acp.backends.openai")):
             monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "openai", None)
     with pytest.raises(ProviderUnavailable, match=r"pip install 'maple-acp\[openai\]'"):
@@ -390,7 +390,7 @@ async def test_the_request_carries_system_prompt_skills_latest_plan_history_and_
     from types import SimpleNamespace
 
     from maple_acp.backends.openai._backend import ProviderBackend
-    from maple_acp.backends.openai._client import ProviderKeys
+    from maple_acp.backends.provider import ProviderKeys
     from maple_acp.model import PlanEntry, PlanStatus
     from maple_acp.runtime import RunKind
 

@@ -18,9 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from loopback import LoopbackProvider, Reply, chunk, text_reply
 from provider_support import TEST_KEY, one_turn, provider_service
 
-from maple_acp.backends.openai import build_backend, provider_config_from_flags, provider_policy
-from maple_acp.backends.openai._faults import MALFORMED_STREAM, ProviderFault
-from maple_acp.backends.openai._stream import STREAM_ERROR, SseEvents
+from maple_acp.backends import build_backend, provider_config_from_flags, provider_policy
+from maple_acp.backends.openai._stream import SseEvents
+from maple_acp.backends.provider import STREAM_ERROR
+from maple_acp.backends.provider._faults import MALFORMED_STREAM, ProviderFault
 from maple_acp.runtime import RunState, TextChunk
 from maple_acp.testing.schema import AcpSchema
 from maple_acp.testing.service import running_demo_acp
@@ -207,7 +208,7 @@ async def test_warm_up_makes_the_client_before_the_first_turn_without_a_request(
 def test_building_the_backend_imports_no_sdk() -> None:
     check = (
         "import sys\n"
-        "from maple_acp.backends.openai import build_backend, provider_config_from_flags\n"
+        "from maple_acp.backends import build_backend, provider_config_from_flags\n"
         "build_backend(provider_config_from_flags('http://127.0.0.1:9/v1', 'm'), {})\n"
         "loaded = [m for m in ('openai', 'httpx2') if m in sys.modules]\n"
         "assert not loaded, loaded\n"

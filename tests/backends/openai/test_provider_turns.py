@@ -478,7 +478,8 @@ async def test_oversized_tool_arguments_fail_the_call_not_the_turn(
     project: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from maple_acp.backends.openai import _native, _stream
+    from maple_acp.backends.openai import _stream
+    from maple_acp.backends.provider import _tools as _native
 
     monkeypatch.setattr(_stream, "MAX_ARGUMENT_CHARS", 64)
     monkeypatch.setattr(_native, "MAX_ARGUMENT_CHARS", 64)

@@ -17,10 +17,9 @@ import trio.testing
 from loopback import LoopbackProvider, error_reply, text_reply
 from provider_support import open_lease, provider_service
 
-from maple_acp.backends.openai import ProviderConfigError, load_provider_config
-from maple_acp.backends.openai._backend import SLOW_ANSWER_NOTICE_S
-from maple_acp.backends.openai._client import RequestTimeouts
-from maple_acp.backends.openai._faults import ProviderFault, retrying, status_fault
+from maple_acp.backends import ProviderConfigError, load_provider_config
+from maple_acp.backends.provider import SLOW_ANSWER_NOTICE_S, RequestTimeouts
+from maple_acp.backends.provider._faults import ProviderFault, retrying, status_fault
 from maple_acp.cli import provider_engine
 from maple_acp.config import ConfigFileError, parse_config
 from maple_acp.runtime import AgentService, RunNotice, RunOutcome, RunState, TextChunk

@@ -14,7 +14,7 @@ import trio
 from loopback import LoopbackProvider, text_reply, tool_call_reply
 from provider_support import TEST_KEY, answering
 
-from maple_acp.backends.openai import (
+from maple_acp.backends import (
     ModelPrices,
     ModelSettings,
     ProviderConfigError,

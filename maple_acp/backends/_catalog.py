@@ -1,6 +1,6 @@
 """The model catalog of the configured providers (:class:`ProviderCatalog`): ``provider/model``
 ids read from the configuration, or discovered from each provider's model listing within the
-discovery bound, through the clients of :mod:`maple_acp.backends.openai._client`.
+discovery bound, in the shape of each provider's own API (``_listing``).
 """
 
 from __future__ import annotations
@@ -12,19 +12,20 @@ from typing import TYPE_CHECKING
 import trio
 
 from maple_acp._groups import single_exception
-from maple_acp.backends.openai._client import (
+from maple_acp.backends._listing import open_model_lister, ready_for
+from maple_acp.backends.provider import (
+    ProviderConfig,
+    ProviderEntry,
     ProviderKeys,
     RequestTimeouts,
-    SdkLoader,
     TlsContext,
-    open_model_lister,
     where,
 )
-from maple_acp.backends.openai._config import ANTHROPIC_KIND, ProviderConfig, ProviderEntry
 from maple_acp.runtime import MODEL_DISCOVERY_BOUND_S, ModelInfo
 
 if TYPE_CHECKING:
-    from maple_acp.backends.openai._probe import ProviderCheck
+    from maple_acp.backends._probe import ProviderCheck
+    from maple_acp.backends.openai import SdkLoader
 
 logger = logging.getLogger(__name__)
 
@@ -58,26 +59,23 @@ class ProviderCatalog:
         self._keys = keys
         self._timeouts = timeouts or RequestTimeouts(read=MODEL_DISCOVERY_BOUND_S)
         self._tls = TlsContext()
-        #: Shared with the backend (``build_backend``): one import for both.
-        self._sdk = sdk or SdkLoader()
+        #: The OpenAI-compatible engine's SDK loader, shared with its backend
+        #: (``build_backend``): one import for both. ``None`` without such a provider.
+        self._sdk = sdk
 
     def default_model(self, account: str) -> ModelInfo:
         return self._info(self._config.default_model)
 
     async def check_providers(self) -> Sequence[ProviderCheck]:
         """Each provider's start-up check (``GET /models``, bounded): see ``_probe``."""
-        from maple_acp.backends.openai._probe import check_providers
+        from maple_acp.backends._probe import check_providers
 
         # Before the checks' own bound starts: an import is not a slow provider.
-        await self._sdk.ready()
-        if any(entry.kind == ANTHROPIC_KIND for entry in self._config.providers):
-            from maple_acp.backends.anthropic._client import import_sdk
-
-            await trio.to_thread.run_sync(import_sdk, abandon_on_cancel=True)
+        await ready_for(self._config.providers, self._sdk)
         return await check_providers(self._config, self._keys)
 
     def pending_checks(self) -> Sequence[ProviderCheck]:
-        from maple_acp.backends.openai._probe import pending_checks
+        from maple_acp.backends._probe import pending_checks
 
         return pending_checks(self._config)
 
@@ -92,7 +90,7 @@ class ProviderCatalog:
         return models
 
     async def _discover(self, entry: ProviderEntry) -> list[str]:
-        await self._sdk.ready()
+        await ready_for([entry], self._sdk)
         names: list[str] = []
         with trio.move_on_after(MODEL_DISCOVERY_BOUND_S) as scope:
             try:

@@ -45,6 +45,7 @@ MAX_RESET_S = 10 * 365 * 86_400.0
 
 MALFORMED_STREAM = "the provider sent a malformed stream"
 BROKEN_STREAM = "the provider's stream broke off before the answer ended"
+STREAM_ERROR = "the provider reported an error inside its stream"
 
 
 class ProviderFault(Exception):
@@ -79,7 +80,7 @@ def status_fault(
     """The fault for an HTTP error status from the provider."""
     if status in (401, 403):
         return ProviderFault(f"the provider refused the credentials (HTTP {status})")
-    code = _error_code(body)
+    code = error_code(body)
     if status == 404 or code == "model_not_found":
         return ProviderFault(
             f"the provider does not know the model {model[:200]!r} (HTTP {status})"
@@ -111,6 +112,24 @@ def status_fault(
     if 300 <= status < 400:
         return ProviderFault(f"the provider answered with a redirect (HTTP {status}), not followed")
     return ProviderFault(f"the provider rejected the request (HTTP {status})")
+
+
+def stream_error(code: object = None) -> ProviderFault:
+    """The fault of an error event inside a stream that began well: an overload (``code``
+    one of ``OVERLOADED_CODES``) is a rate limit, retried while nothing was forwarded;
+    anything else one line without the provider's text (it may quote the request or key)."""
+    if code in OVERLOADED_CODES:
+        return ProviderFault(
+            "the provider is overloaded (an error event in its stream)",
+            retryable=True,
+            rate_limited=True,
+        )
+    return ProviderFault(STREAM_ERROR)
+
+
+def untrusted_certificate(where: str) -> ProviderFault:
+    """Retrying cannot make an untrusted certificate trusted."""
+    return ProviderFault(f"the provider at {where} has a TLS certificate not trusted here")
 
 
 def connection_fault(where: str, *, timed_out: bool) -> ProviderFault:
@@ -263,7 +282,8 @@ def _retries(count: int) -> str:
     return f"{count} retry" if count == 1 else f"{count} retries"
 
 
-def _error_code(body: object) -> str | None:
+def error_code(body: object) -> str | None:
+    """The ``code`` (else the ``type``) of an error body, top-level or under ``error``."""
     if isinstance(body, Mapping):
         inner = body.get("error", body)
         if isinstance(inner, Mapping):

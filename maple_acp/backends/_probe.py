@@ -20,21 +20,19 @@ import attrs
 import trio
 
 from maple_acp._groups import single_exception
-from maple_acp.backends.openai._client import (
-    ProviderKeys,
-    RequestTimeouts,
-    TlsContext,
-    open_model_lister,
-    where,
-)
-from maple_acp.backends.openai._config import (
+from maple_acp.backends._listing import open_model_lister
+from maple_acp.backends.provider import (
     FLAG_SOURCE,
     ProviderConfig,
     ProviderEntry,
+    ProviderKeys,
+    RequestTimeouts,
+    TlsContext,
     split_model_id,
+    where,
 )
 
-logger = logging.getLogger("maple_acp.backends.openai")
+logger = logging.getLogger("maple_acp.backends")
 
 #: A provider that has not answered ``GET /models`` in this long is reported unreachable: the
 #: check must not hold up start-up logs or ``doctor`` on a dead address.
