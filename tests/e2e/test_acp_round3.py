@@ -264,10 +264,9 @@ async def test_additional_directories_are_advertised_writable_and_compared_on_lo
             ):
                 await client.initialize()
                 load = {"sessionId": sid, "cwd": os.fspath(project), "mcpServers": []}
-                for method in ("session/load", "session/resume"):
-                    for other in ([a], [a, c], [a, b, c]):
-                        call = client.call(method, {**load, "additionalDirectories": other})
-                        assert await refusal_code(call) == -32602, (method, other)
+                for other in ([a], [a, c], [a, b, c]):
+                    call = client.call("session/load", {**load, "additionalDirectories": other})
+                    assert await refusal_code(call) == -32602, other
                 # Without the field a load names no extra directories: a different set.
                 assert await refusal_code(client.call("session/load", load)) == -32602
                 loaded = await client.call(
@@ -276,6 +275,10 @@ async def test_additional_directories_are_advertised_writable_and_compared_on_lo
                 assert loaded["modes"]["currentModeId"] == "code"
                 [listed] = (await client.list_sessions())["sessions"]
                 assert sorted(listed["additionalDirectories"]) == [a, b]
+                # A resume names the session's set from then on (each admitted like the cwd).
+                await client.call("session/resume", {**load, "additionalDirectories": [c]})
+                [listed] = (await client.list_sessions())["sessions"]
+                assert listed["additionalDirectories"] == [c]
 
 
 async def test_delete_answers_the_same_for_unknown_live_and_deleted_sessions(
