@@ -13,6 +13,7 @@ import itertools
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -497,3 +498,44 @@ async def test_a_slow_load_holds_only_its_own_session_and_one_cancel(
         assert decision(prompted) == RESOURCE_NOT_FOUND  # the load it waited for failed
         assert connection.peer.held_actions == 0
         assert (await client.load_session(slow, str(project)))["configOptions"]
+
+
+async def test_on_v2_a_prompt_answered_on_acceptance_decides_as_early(tmp_path: Path) -> None:
+    # A v2 prompt claims its slot in the turn it starts beside the request: still in order.
+    project = tmp_path / "project"
+    project.mkdir()
+    v2 = {"protocolVersion": 2, "info": {"name": "t", "version": "0"}, "capabilities": {}}
+    config = AcpServiceConfig(protocol_max=2)
+    async with running_service(tmp_path, config=config) as harness, harness.connect() as client:
+        await client.call("initialize", v2)
+        sid = (await client.call("session/new", {"cwd": str(project)}))["sessionId"]
+        for _ in range(50):
+            since = len(client.frames)
+            lines = [
+                request("session/prompt", {"sessionId": sid, "prompt": text("/listen")}),
+                request(STEER, {"sessionId": sid, "prompt": text("and tests")}),
+                request("session/prompt", {"sessionId": sid, "prompt": text("again")}),
+            ]
+            await write_together(client, [line for _, line in lines])
+            accepted, steered, refused = await answers_of(client, [i for i, _ in lines], since)
+            assert decision(accepted)["messageId"]
+            assert decision(steered) == {"outcome": "injected"}
+            assert decision(refused) == INVALID_REQUEST
+            # The steer reached the turn, and the turn ended before the next trial.
+            with trio.fail_after(10):
+                await client.wait_until(partial(said_since, client, since, b"steered: and tests"))
+                await client.wait_until(partial(turn_ended_since, client, sid, since))
+
+
+def said_since(client: AcpTestClient, since: int, text: bytes) -> bool:
+    return any(text in f.raw for f in client.frames[since:] if f.direction == "in")
+
+
+def turn_ended_since(client: AcpTestClient, sid: str, since: int) -> bool:
+    for frame in client.frames[since:]:
+        m = frame.message
+        if frame.direction == "in" and isinstance(m, dict) and m.get("method") == "session/update":
+            update = m["params"]["update"]
+            if update.get("sessionUpdate") == "state_update" and update.get("state") == "idle":
+                return True
+    return False
