@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -36,9 +36,7 @@ from maple_acp.backends.anthropic._messages import (
 from maple_acp.backends.anthropic._stream import StreamedAnswer, read_stream
 from maple_acp.backends.provider import (
     ANTHROPIC_KIND,
-    BACKOFF_S,
     BROKEN_STREAM,
-    MAX_TURN_REQUESTS,
     SUMMARY_PREFIX,
     ModelPrices,
     ProviderConfig,
@@ -46,16 +44,11 @@ from maple_acp.backends.provider import (
     ProviderEntry,
     ProviderFault,
     ProviderKeys,
-    RequestTimeouts,
     after_compaction,
-    bound_result,
     closing,
-    encode_transcript,
     kept_transcripts,
     offered_tools,
     raise_fault,
-    run_tool_call,
-    wanted_images,
     where,
 )
 from maple_acp.runtime import StopReason, Turn, TurnResult
@@ -100,64 +93,39 @@ class AnthropicBackend(ProviderEngine):
     kind = ANTHROPIC_KIND
     levels = tuple(THINKING_BUDGETS)
 
-    def __init__(
-        self,
-        config: ProviderConfig,
-        keys: ProviderKeys,
-        *,
-        timeouts: RequestTimeouts | None = None,
-        max_turn_requests: int = MAX_TURN_REQUESTS,
-        backoff: Sequence[float] = BACKOFF_S,
-    ) -> None:
-        super().__init__(
-            config, keys, timeouts=timeouts, max_turn_requests=max_turn_requests, backoff=backoff
-        )
-        self._clients = MessagesClients(keys, self._timeouts)
+    _clients: MessagesClients
+
+    def __init__(self, config: ProviderConfig, keys: ProviderKeys, **shell: Any) -> None:
+        super().__init__(config, keys, **shell)
         #: Each session's cost so far in USD (only for models with configured prices).
         self._costs: collections.OrderedDict[str, float] = collections.OrderedDict()
 
-    async def warm_up(self) -> None:
-        """Import the SDK in a worker thread, ahead of the first turn (a host starts this once
-        it serves). Never raises: a turn meets the same failure and says it."""
-        try:
-            await trio.to_thread.run_sync(import_sdk)
-            for entry in self._entries():
-                self._clients.get(entry)
-        except Exception as exc:
-            logger.warning("could not prepare the anthropic clients ahead (%s)", type(exc).__name__)
+    def open_clients(self) -> MessagesClients:
+        return MessagesClients(self._keys, self._timeouts)
 
-    async def aclose(self) -> None:
-        """Close every provider's client and its connections."""
-        await self._clients.aclose()
-
-    async def __aenter__(self) -> AnthropicBackend:
-        return self
+    async def prepare(self) -> None:
+        await trio.to_thread.run_sync(import_sdk)
+        for entry in self._entries():
+            self._clients.get(entry)
 
     async def run_turn(self, turn: Turn) -> TurnResult:
         entry, model = self.target(turn)
-        system, messages, mark = await self._conversation(turn, self.accepts_images(turn.model))
+        system, messages, mark = await self._conversation(turn)
         exchange = _Exchange(turn, self._clients.get(entry), entry, model, system)
         answer, stop, final = await self._loop(exchange, messages)
-        # Later turns send this run's part again as it went, byte for byte: the model sees
-        # the same results and thinking, and the prompt cache still matches.
         sent = since(messages, mark)
         if final:
             sent.append({"role": "assistant", "content": final})
-        await turn.keep_transcript(encode_transcript(TRANSCRIPT_FORMAT, sent))
+        await self.keep(turn, TRANSCRIPT_FORMAT, sent)
         return self.ended(turn, answer, stop)
 
-    async def _conversation(self, turn: Turn, sees: bool) -> tuple[str, list[Message], Mark]:
+    async def _conversation(self, turn: Turn) -> tuple[str, list[Message], Mark]:
         """The system prompt and messages of the turn's first request, and where this run's
         part of them starts (after its user message): what a transcript of the run keeps."""
         summary, history = after_compaction(turn.history)
         transcripts = await kept_transcripts(turn, history, TRANSCRIPT_FORMAT)
         system = self.system_prompt(turn, turn.history, transcripts)
-        # Images go as base64 blocks, read once per turn (none for a model that does not see).
-        sources: dict[str, Block] = {}
-        for image in wanted_images(history, turn.images) if sees else ():
-            data = await turn.image_data(image)
-            if data is not None:
-                sources[image.sha256] = image_source(image, data)
+        sources = await self.images(turn, history, image_source)
         messages: list[Message] = []
         if summary is not None:
             # Compacted by the OpenAI-compatible engine: the summary stands for what it covers.
@@ -205,18 +173,10 @@ class AnthropicBackend(ProviderEngine):
                 return answer, StopReason.MAX_TURN_REQUESTS, content
             if content:
                 messages.append({"role": "assistant", "content": content})
-            results: list[Block] = []
-            for call in calls:
-                await trio.lowlevel.checkpoint_if_cancelled()
-                result = await run_tool_call(turn, call, f"{turn.new_message_id()}-tool")
-                results.append(
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": call.call_id,
-                        # A shell tool may print a relay value; it must not reach the provider.
-                        "content": bound_result(turn.tools.redactor.text(result.content)),
-                    }
-                )
+            results: list[Block] = [
+                {"type": "tool_result", "tool_use_id": call.call_id, "content": told}
+                for call, told in await self.run_tools(turn, calls)
+            ]
             if results:
                 messages.append({"role": "user", "content": results})
         return answer, StopReason.END_TURN, []

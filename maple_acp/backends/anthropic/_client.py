@@ -11,32 +11,22 @@ host more than its whole start (``import_sdk`` does it in a worker thread ahead 
 from __future__ import annotations
 
 import importlib
-import json
-import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 import trio
 
-from maple_acp._groups import single_exception
 from maple_acp.backends.provider import (
-    MALFORMED_STREAM,
     NO_KEY,
     ProviderEntry,
-    ProviderFault,
     ProviderKeys,
     RequestTimeouts,
     TlsContext,
-    caused_by,
-    connection_fault,
-    error_code,
     http_client,
-    status_fault,
-    stream_error,
-    untrusted_certificate,
     without_ambient_headers,
 )
+from maple_acp.backends.provider import sdk_fault as provider_fault
 
 if TYPE_CHECKING:
     import anthropic
@@ -141,26 +131,7 @@ def import_sdk() -> None:
 
 
 def sdk_fault(exc: Exception, where: str, model: str) -> Exception:
-    """The ``ProviderFault`` an SDK or transport error means (``where`` names the provider);
-    anything else (a bug) as it was."""
+    """What an SDK or transport error means (``provider.sdk_fault``)."""
     import anthropic
 
-    inner = single_exception(exc)
-    if isinstance(inner, anthropic.APIStatusError):
-        if inner.status_code < 400:
-            # An error event inside a stream that began well.
-            return stream_error(error_code(inner.body))
-        return status_fault(inner.status_code, inner.response.headers, inner.body, model)
-    if isinstance(inner, anthropic.APITimeoutError):
-        return connection_fault(where, timed_out=True)
-    if isinstance(inner, anthropic.APIConnectionError):
-        if caused_by(inner, ssl.SSLError):
-            return untrusted_certificate(where)
-        return connection_fault(where, timed_out=False)
-    if isinstance(
-        inner, (json.JSONDecodeError, UnicodeDecodeError, anthropic.APIResponseValidationError)
-    ):
-        return ProviderFault(MALFORMED_STREAM)
-    if isinstance(inner, anthropic.APIError):
-        return stream_error()
-    return exc
+    return provider_fault(exc, where, model, anthropic)

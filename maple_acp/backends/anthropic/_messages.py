@@ -9,7 +9,7 @@ import base64
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from maple_acp.backends.provider import bound_result, runs_of, tool_name
+from maple_acp.backends.provider import runs_of, tool_name, tool_outcome
 from maple_acp.model import ImageRef, ItemKind, TimelineItem
 from maple_acp.runtime import describe_image
 
@@ -100,11 +100,8 @@ def history_messages(
                     "input": dict(raw) if isinstance(raw, dict) else {},
                 }
             )
-            outcome = tool.output_text
-            if outcome is None:
-                outcome = f"the tool call ended {tool.status.value}"
             results.append(
-                {"type": "tool_result", "tool_use_id": use_id, "content": bound_result(outcome)}
+                {"type": "tool_result", "tool_use_id": use_id, "content": tool_outcome(tool)}
             )
     flush()
     return messages

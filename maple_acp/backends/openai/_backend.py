@@ -7,12 +7,10 @@ retries, the turn's end) is the provider layer's."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import trio
 
 from maple_acp.backends.openai._client import ProviderClients, SdkLoader, sdk_fault
 from maple_acp.backends.openai._compaction import (
@@ -33,27 +31,20 @@ from maple_acp.backends.openai._conversation import (
 )
 from maple_acp.backends.openai._stream import StreamedAnswer, read_answer
 from maple_acp.backends.provider import (
-    BACKOFF_S,
     BROKEN_STREAM,
     COMPACT_COMMAND,
-    MAX_TURN_REQUESTS,
     OPENAI_KIND,
     ProviderConfig,
     ProviderEngine,
     ProviderEntry,
     ProviderFault,
     ProviderKeys,
-    RequestTimeouts,
     TlsContext,
     after_compaction,
-    bound_result,
     closing,
-    encode_transcript,
     kept_transcripts,
     offered_tools,
     raise_fault,
-    run_tool_call,
-    wanted_images,
     where,
 )
 from maple_acp.runtime import CommandInfo, RunKind, StopReason, Turn, TurnFailed, TurnResult
@@ -96,35 +87,25 @@ class ProviderBackend(ProviderEngine):
     kind = OPENAI_KIND
     levels = REASONING_EFFORTS
 
+    _clients: ProviderClients
+
     def __init__(
         self,
         config: ProviderConfig,
         keys: ProviderKeys,
         *,
-        timeouts: RequestTimeouts | None = None,
-        max_turn_requests: int = MAX_TURN_REQUESTS,
-        backoff: Sequence[float] = BACKOFF_S,
         sdk: SdkLoader | None = None,
+        **shell: Any,
     ) -> None:
-        super().__init__(
-            config, keys, timeouts=timeouts, max_turn_requests=max_turn_requests, backoff=backoff
-        )
-        self._clients = ProviderClients(keys, self._timeouts, TlsContext(), sdk)
+        #: The SDK's one import, shared with the catalog (``build_backend``).
+        self._sdk = sdk
+        super().__init__(config, keys, **shell)
 
-    async def warm_up(self) -> None:
-        """Import the SDK and make every provider's client, ahead of the first turn (a host
-        starts this once it serves). Never raises: a turn meets the same failure and says it."""
-        try:
-            await self._clients.warm_up(self._entries())
-        except Exception as exc:
-            logger.warning("could not prepare the provider clients ahead (%s)", type(exc).__name__)
+    def open_clients(self) -> ProviderClients:
+        return ProviderClients(self._keys, self._timeouts, TlsContext(), self._sdk)
 
-    async def aclose(self) -> None:
-        """Close every provider's client and its connections."""
-        await self._clients.aclose()
-
-    async def __aenter__(self) -> ProviderBackend:
-        return self
+    async def prepare(self) -> None:
+        await self._clients.warm_up(self._entries())
 
     def available_commands(self) -> tuple[CommandInfo, ...]:
         return (
@@ -136,7 +117,7 @@ class ProviderBackend(ProviderEngine):
 
     async def run_turn(self, turn: Turn) -> TurnResult:
         entry, model = self.target(turn)
-        messages, mark = await self._conversation(turn, self.accepts_images(turn.model))
+        messages, mark = await self._conversation(turn)
         forced = turn.kind is RunKind.PROMPT and turn.prompt.strip() == COMPACT_COMMAND
         try:
             client = await self._clients.get(entry)
@@ -149,24 +130,17 @@ class ProviderBackend(ProviderEngine):
             return TurnResult()
         answer, stop, sent = await self._loop(exchange, messages)
         if sent is not None:
-            # Later turns send this run's part again as it went, byte for byte: the model
-            # sees the same results, and the provider's prompt cache still matches.
             final = [{"role": "assistant", "content": answer}] if answer else []
-            await turn.keep_transcript(encode_transcript(TRANSCRIPT_FORMAT, [*sent[mark:], *final]))
+            await self.keep(turn, TRANSCRIPT_FORMAT, [*sent[mark:], *final])
         return self.ended(turn, answer, stop)
 
-    async def _conversation(self, turn: Turn, sees: bool) -> tuple[list[Message], int]:
+    async def _conversation(self, turn: Turn) -> tuple[list[Message], int]:
         """The messages of the turn's first request, and where this run's part of them
         starts (after its user message): what a transcript of the run keeps."""
         summary, history = after_compaction(turn.history)
         transcripts = await kept_transcripts(turn, history, TRANSCRIPT_FORMAT)
         system = self.system_prompt(turn, turn.history, transcripts)
-        # Images go as data URLs, read once per turn (none for a model that does not see).
-        urls: dict[str, str] = {}
-        for image in wanted_images(history, turn.images) if sees else ():
-            data = await turn.image_data(image)
-            if data is not None:
-                urls[image.sha256] = data_url(image, data)
+        urls = await self.images(turn, history, data_url)
         replayed, mark = replayed_messages(history, urls, transcripts, turn.run_id)
         head: list[Message] = [
             {"role": "system", "content": system},
@@ -235,18 +209,8 @@ class ProviderBackend(ProviderEngine):
                     ],
                 }
             )
-            for call in calls:
-                await trio.lowlevel.checkpoint_if_cancelled()
-                result = await run_tool_call(turn, call, f"{turn.new_message_id()}-tool")
-                messages.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": call.call_id,
-                        # A shell tool may print a relay value; it must reach neither the
-                        # provider nor its request log.
-                        "content": bound_result(turn.tools.redactor.text(result.content)),
-                    }
-                )
+            for call, told in await self.run_tools(turn, calls):
+                messages.append({"role": "tool", "tool_call_id": call.call_id, "content": told})
         return answer, StopReason.END_TURN, kept()
 
     async def _compact(self, exchange: _Exchange, messages: list[Message]) -> list[Message] | None:

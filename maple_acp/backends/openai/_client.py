@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import ssl
 import sys
 import threading
 from collections.abc import AsyncIterator, Sequence
@@ -20,23 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from maple_acp._groups import single_exception
 from maple_acp.backends.provider import (
-    MALFORMED_STREAM,
     NO_KEY,
     ProviderEntry,
     ProviderFault,
     ProviderKeys,
     RequestTimeouts,
     TlsContext,
-    caused_by,
-    connection_fault,
     http_client,
-    status_fault,
-    stream_error,
-    untrusted_certificate,
     without_ambient_headers,
 )
+from maple_acp.backends.provider import sdk_fault as provider_fault
 
 if TYPE_CHECKING:
     import httpx2
@@ -269,24 +262,7 @@ class ProviderClients:
 
 
 def sdk_fault(exc: Exception, where: str, model: str) -> Exception:
-    """The ``ProviderFault`` an SDK or transport error means (``where`` names the provider);
-    anything else (a bug) as it was."""
-    import httpx2
+    """What an SDK or transport error means (``provider.sdk_fault``)."""
     import openai
 
-    inner = single_exception(exc)
-    if isinstance(inner, openai.APIStatusError):
-        body: object = inner.body
-        return status_fault(inner.status_code, inner.response.headers, body, model)
-    if isinstance(inner, (openai.APITimeoutError, httpx2.TimeoutException)):
-        return connection_fault(where, timed_out=True)
-    if isinstance(inner, (openai.APIConnectionError, httpx2.TransportError)):
-        if caused_by(inner, ssl.SSLError):
-            return untrusted_certificate(where)
-        return connection_fault(where, timed_out=False)
-    if isinstance(inner, (UnicodeDecodeError, openai.APIResponseValidationError)):
-        return ProviderFault(MALFORMED_STREAM)
-    if isinstance(inner, openai.APIError):
-        # An error event inside the stream; its text is the provider's, so not shown.
-        return stream_error()
-    return exc
+    return provider_fault(exc, where, model, openai)

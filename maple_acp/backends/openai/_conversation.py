@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from maple_acp.backends.provider import bound_result, runs_of, tool_name
+from maple_acp.backends.provider import runs_of, tool_name, tool_outcome
 from maple_acp.model import ImageRef, ItemKind, TimelineItem
 from maple_acp.runtime import describe_image
 
@@ -97,12 +97,7 @@ def history_messages(
                     "function": {"name": tool_name(tool.name), "arguments": _arguments(tool)},
                 }
             )
-            outcome = tool.output_text
-            if outcome is None:
-                outcome = f"the tool call ended {tool.status.value}"
-            results.append(
-                {"role": "tool", "tool_call_id": call_id, "content": bound_result(outcome)}
-            )
+            results.append({"role": "tool", "tool_call_id": call_id, "content": tool_outcome(tool)})
     flush()
     return messages
 

@@ -11,7 +11,7 @@ from typing import Any, Final
 
 import orjson
 
-from maple_acp.model import ImageRef, ItemKind, TimelineItem
+from maple_acp.model import ImageRef, ItemKind, TimelineItem, ToolState
 from maple_acp.runtime import Turn
 
 #: A tool result the model is sent; the row shown to the user has its own bound.
@@ -91,6 +91,14 @@ def tool_name(name: str) -> str:
     """A name a provider accepts for a function (history may hold any host's tool names)."""
     cleaned = _TOOL_NAME.sub("_", name)[:64]
     return cleaned or "tool"
+
+
+def tool_outcome(tool: ToolState) -> str:
+    """What a later request tells the model of a tool call rebuilt from its row."""
+    text = tool.output_text
+    if text is None:
+        text = f"the tool call ended {tool.status.value}"
+    return bound_result(text)
 
 
 def bound_result(text: str) -> str:

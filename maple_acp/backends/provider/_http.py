@@ -5,15 +5,27 @@ by the functions that need it, never with this module."""
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
 from collections.abc import Mapping
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import attrs
 
+from maple_acp._groups import single_exception
 from maple_acp.backends.provider._config import ProviderEntry
+from maple_acp.backends.provider._faults import (
+    MALFORMED_STREAM,
+    ProviderFault,
+    connection_fault,
+    error_code,
+    status_fault,
+    stream_error,
+    untrusted_certificate,
+)
 
 if TYPE_CHECKING:
     import httpx2
@@ -142,3 +154,31 @@ def caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
             return any(caused_by(member, kind) for member in current.exceptions)
         current = current.__cause__ or current.__context__
     return False
+
+
+def sdk_fault(exc: Exception, where: str, model: str, sdk: ModuleType) -> Exception:
+    """The ``ProviderFault`` an error of an SDK (``sdk``: the ``openai`` or ``anthropic``
+    package, which name their errors alike) or of the transport under it means; ``where``
+    names the provider. Anything else (a bug) comes back as it was."""
+    import httpx2
+
+    inner = single_exception(exc)
+    if isinstance(inner, sdk.APIStatusError):
+        if inner.status_code < 400:
+            # An error event inside a stream that began well.
+            return stream_error(error_code(inner.body))
+        return status_fault(inner.status_code, inner.response.headers, inner.body, model)
+    if isinstance(inner, (sdk.APITimeoutError, httpx2.TimeoutException)):
+        return connection_fault(where, timed_out=True)
+    if isinstance(inner, (sdk.APIConnectionError, httpx2.TransportError)):
+        if caused_by(inner, ssl.SSLError):
+            return untrusted_certificate(where)
+        return connection_fault(where, timed_out=False)
+    if isinstance(
+        inner, (json.JSONDecodeError, UnicodeDecodeError, sdk.APIResponseValidationError)
+    ):
+        return ProviderFault(MALFORMED_STREAM)
+    if isinstance(inner, sdk.APIError):
+        # An error event inside the stream; its text is the provider's, so not shown.
+        return stream_error()
+    return exc

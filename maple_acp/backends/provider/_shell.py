@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from functools import partial
-from typing import Any, ClassVar, NoReturn, Protocol, TypeVar
+from typing import Any, ClassVar, NoReturn, Protocol, Self, TypeVar
 
 import trio
 
@@ -29,8 +29,10 @@ from maple_acp.backends.provider._faults import (
     ProviderFault,
     retrying,
 )
+from maple_acp.backends.provider._history import bound_result, encode_transcript, wanted_images
 from maple_acp.backends.provider._http import ProviderKeys, RequestTimeouts, where
-from maple_acp.model import ItemKind, TimelineItem
+from maple_acp.backends.provider._tools import ToolCall, run_tool_call
+from maple_acp.model import ImageRef, ItemKind, TimelineItem
 from maple_acp.runtime import (
     GoalProgress,
     GoalStatus,
@@ -68,6 +70,12 @@ GOAL_PROMPT = (
 )
 
 
+class Clients(Protocol):
+    """An engine's SDK clients, one per provider for the engine's life."""
+
+    async def aclose(self) -> None: ...
+
+
 class Streamed(Protocol):
     """What the shell reads of an answer being streamed."""
 
@@ -78,6 +86,7 @@ class Streamed(Protocol):
 
 
 AnswerT = TypeVar("AnswerT", bound=Streamed)
+MediaT = TypeVar("MediaT")
 
 
 class ProviderEngine:
@@ -112,11 +121,30 @@ class ProviderEngine:
         self._max_requests = max(1, min(max_turn_requests, MAX_TURN_REQUESTS))
         #: Waits before retries 1, 2, 3 when the provider names none.
         self._backoff = tuple(backoff) or BACKOFF_S
+        self._clients = self.open_clients()
+
+    def open_clients(self) -> Clients:
+        """The engine's clients (made here, each opened on first use or by ``prepare``)."""
+        raise NotImplementedError
+
+    async def prepare(self) -> None:
+        """Import the engine's SDK (in a worker thread) and make its clients."""
+
+    async def warm_up(self) -> None:
+        """``prepare`` ahead of the first turn (a host starts this once it serves). Never
+        raises: a turn meets the same failure and says it."""
+        try:
+            await self.prepare()
+        except Exception as exc:
+            logger.warning(
+                "could not prepare the %s clients ahead (%s)", self.kind, type(exc).__name__
+            )
 
     async def aclose(self) -> None:
-        """Close what the engine holds (its HTTP clients)."""
+        """Close every provider's client and its connections."""
+        await self._clients.aclose()
 
-    async def __aenter__(self) -> Any:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -192,6 +220,42 @@ class ProviderEngine:
             steps = "\n".join(f"- [{e.status.value}] {e.content}" for e in plans[-1].plan)
             system += f"\n\nYour plan so far (update it with update_plan):\n{steps}"
         return system
+
+    async def images(
+        self,
+        turn: Turn,
+        history: Sequence[TimelineItem],
+        encode: Callable[[ImageRef, bytes], MediaT],
+    ) -> dict[str, MediaT]:
+        """The images a request carries (this turn's and the history's latest), read once per
+        turn and ``encode``d, by SHA-256; none for a model not marked ``vision``."""
+        found: dict[str, MediaT] = {}
+        if not self.accepts_images(turn.model):
+            return found
+        for image in wanted_images(history, turn.images):
+            data = await turn.image_data(image)
+            if data is not None:
+                found[image.sha256] = encode(image, data)
+        return found
+
+    @staticmethod
+    async def run_tools(turn: Turn, calls: Sequence[ToolCall]) -> list[tuple[ToolCall, str]]:
+        """Run each call as its tool row, in order; what the model is told of each (bounded,
+        without relay values: a shell tool may print one, and it must reach neither the
+        provider nor its request log). No tool runs after a cancel."""
+        told = []
+        for call in calls:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            result = await run_tool_call(turn, call, f"{turn.new_message_id()}-tool")
+            told.append((call, bound_result(turn.tools.redactor.text(result.content))))
+        return told
+
+    @staticmethod
+    async def keep(turn: Turn, kind: str, messages: Sequence[Any]) -> None:
+        """Keep what this run sent (its messages after its user message) for later turns,
+        which send it again byte for byte: the model sees the same results, and the
+        provider's prompt cache still matches."""
+        await turn.keep_transcript(encode_transcript(kind, messages))
 
     @staticmethod
     def prompt_text(turn: Turn) -> str:

@@ -413,8 +413,9 @@ async def test_the_request_carries_system_prompt_skills_latest_plan_history_and_
         planning=False,
         images=(),
         run_id="r2",
+        model=None,
     )
-    messages, _ = await backend._conversation(turn, False)  # type: ignore[arg-type]
+    messages, _ = await backend._conversation(turn)  # type: ignore[arg-type]
     system = messages[0]["content"]
     assert system.startswith("Be exact.")
     assert "- deploy: /project/.agents/skills/deploy/SKILL.md" in system
