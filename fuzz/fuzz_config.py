@@ -3,7 +3,7 @@
 The input is the file's bytes. They are written to a scratch file and read the way ``serve``
 reads ``--config PATH``: :func:`maple_acp.config.load_config` (size bound, UTF-8, TOML, the
 ``serve`` keys), then, when the file has a provider section, the provider backend's
-:func:`~maple_acp.backends.openai._config.load_provider_config`.
+:func:`~maple_acp.backends.provider.load_provider_config`.
 
 Invariants: the only failures are ``ConfigFileError`` and ``ProviderConfigError``, each one
 line (no CR or LF: a hostile key must not forge a second line on stderr) naming the file; what
@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from maple_acp.backends.openai._config import ProviderConfigError, load_provider_config
+from maple_acp.backends.provider import ProviderConfigError, load_provider_config
 from maple_acp.config import (
     LOG_FORMATS,
     LOG_LEVELS,
@@ -131,7 +131,7 @@ def fuzz_one(data: bytes) -> None:
 def main() -> None:
     from _atheris import run
 
-    modules = ["maple_acp.config", "maple_acp.backends.openai._config", __name__]
+    modules = ["maple_acp.config", "maple_acp.backends.provider._config", __name__]
     run("fuzz_config", fuzz_one, modules)
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import trio
 
 from maple_acp.backends.openai import _stream as stream
-from maple_acp.backends.openai._faults import MALFORMED_STREAM, ProviderFault
+from maple_acp.backends.provider import MALFORMED_STREAM, ProviderFault
 
 _FINISH = ("stop", "tool_calls", "length", "content_filter", None)
 #: SSE event separators a provider may use.
