@@ -187,7 +187,10 @@ async def turn_through_a_wait(
             if cancel:
                 run.cancel()
             else:
-                for _ in range(200):
+                # Far more steps than the waits need: under load a store call in its thread
+                # lets a step pass with nothing done (the run also reads and keeps its
+                # transcript), and a run that has not ended by the last one is cancelled.
+                for _ in range(1000):
                     if run.ended:
                         break
                     clock.jump(1)
