@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
-from maple_acp.edge._projection import UPDATE_METHOD, Outbound, encode_update
+from maple_acp.edge._dialect import ClientFeatures, Outbound
+from maple_acp.edge._projection import UPDATE_METHOD, encode_update
 from maple_acp.rpc import JsonRpcPeer
 from maple_acp.wire import (
     CLIENT_METHODS,
@@ -40,12 +41,8 @@ class ClientChannel:
 
     def __init__(self, peer: JsonRpcPeer) -> None:
         self._peer = peer
-        #: Whether the client advertised form elicitation at ``initialize``.
-        self.elicitation_form = False
-        #: Whether the client advertised ``session.notices`` at ``initialize``.
-        self.notices = False
-        #: Whether the client advertised ``session.compaction`` at ``initialize``.
-        self.compaction = False
+        #: What the client declared at ``initialize`` (nothing before it).
+        self.features = ClientFeatures()
 
     @property
     def closed(self) -> bool:

@@ -35,7 +35,7 @@ from maple_acp._text import one_line
 from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._closing import SessionCloser
 from maple_acp.edge._config import AcpServiceConfig
-from maple_acp.edge._dialect import Dialect
+from maple_acp.edge._dialect import Dialect, InitializeParams
 from maple_acp.edge._errors import protocol_error
 from maple_acp.edge._forking import SessionForker
 from maple_acp.edge._goals import GoalFlow
@@ -56,7 +56,6 @@ from maple_acp.wire import (
     BridgeHello,
     CancelNotification,
     HostStatus,
-    InitializeRequest,
     InitializeResponse,
     ProtocolError,
     StatusRequest,
@@ -402,7 +401,7 @@ class AcpConnection:
             f"the session is open {where}; close it there (or quit that client) to open it here",
         )
 
-    async def _initialize(self, request: InitializeRequest) -> object:
+    async def _initialize(self, request: InitializeParams) -> object:
         # A later initialize keeps the version: one connection speaks one for its life.
         self._initialized = True
         info = getattr(request, "client_info", None)
@@ -410,10 +409,7 @@ class AcpConnection:
         if isinstance(name, str) and name.strip():
             self.client_name = one_line(name, MAX_CLIENT_NAME_CHARS)
         dialect = self.dialect
-        client = self.client
-        client.elicitation_form, client.notices, client.compaction = dialect.client_features(
-            request
-        )
+        self.client.features = dialect.client_features(request)
         return dialect.initialize_answer(self._initialize_response())
 
     async def _status(self, request: StatusRequest) -> HostStatus:

@@ -31,7 +31,7 @@ import trio
 
 from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._config import AcpServiceConfig
-from maple_acp.edge._dialect import Dialect, ImageSlot, Outbound, Projection
+from maple_acp.edge._dialect import Dialect, ImageSlot, Outbound, Projection, config_change
 from maple_acp.edge._errors import unknown_session
 from maple_acp.edge._prompt import mcp_definitions
 from maple_acp.edge._session import EdgeSession, SessionClosed
@@ -124,8 +124,8 @@ class SessionOpener:
             lease,
             self._runtime.cached_model_choices(),
             self._dialect(),
-            notices=self._channel.notices,
-            compaction=self._channel.compaction,
+            notices=self._channel.features.notices,
+            compaction=self._channel.features.compaction,
         )
         table.register(session)
         nursery.start_soon(self._watch, session)
@@ -379,7 +379,7 @@ class SessionOpener:
 
     async def set_config_option(self, request: SetSessionConfigOptionRequest) -> object:
         session = self._table.live(request.session_id)
-        change = session.dialect.config_change(request.config_id, request.value)
+        change = config_change(request.config_id, request.value)
         lease = session.lease
         if change.setting == "thought_level":
             # None: the backend's own default.

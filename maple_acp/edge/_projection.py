@@ -20,10 +20,9 @@ import base64
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
-import attrs
 import orjson
 
-from maple_acp import model, wire
+from maple_acp import wire
 from maple_acp._text import CUT_DIFF, truncate
 from maple_acp.edge._bounds import (
     MAX_TOOL_TEXT_CHARS,
@@ -32,6 +31,7 @@ from maple_acp.edge._bounds import (
     infer_tool_kind,
     tool_locations,
 )
+from maple_acp.edge._dialect import ImageSlot, Outbound, SessionSettings
 from maple_acp.model import (
     CommandInfo,
     FileDiff,
@@ -45,7 +45,7 @@ from maple_acp.model import (
     ToolStatus,
 )
 from maple_acp.rpc import encode_notification
-from maple_acp.runtime import ModelChoices, describe_image
+from maple_acp.runtime import describe_image
 from maple_acp.wire import (
     GOAL_CONTROL_METHOD,
     AgentMessageChunk,
@@ -66,8 +66,6 @@ from maple_acp.wire import (
     NoticeSeverity,
     Plan,
     SessionConfigOption,
-    SessionConfigSelect,
-    SessionConfigSelectOption,
     SessionInfoUpdate,
     SessionMode,
     SessionModeState,
@@ -87,11 +85,6 @@ from maple_acp.wire import (
 
 #: The notification every update travels in.
 UPDATE_METHOD: Final = "session/update"
-MODEL_OPTION_ID: Final = "model"
-MODE_OPTION_ID: Final = "mode"
-THOUGHT_LEVEL_OPTION_ID: Final = "thought_level"
-#: The ``thought_level`` value that leaves the effort to the backend (the runtime's ``None``).
-DEFAULT_THOUGHT_LEVEL: Final = "default"
 #: Marker appended to a diff whose text was cut before it reached the edge.
 DIFF_TRUNCATED: Final = CUT_DIFF
 #: Titles and notices are short by nature; a longer one is cut.
@@ -127,19 +120,6 @@ _ID_MARK_JSON: Final = orjson.dumps(_ID_MARK)
 
 #: A text chunk's line in three parts: ``head + dumps(text) + middle + dumps(id) + tail``.
 TextTemplate = tuple[bytes, bytes, bytes]
-
-#: What a projection yields: a typed notification, or a text chunk's finished line.
-Outbound = SessionNotification | bytes
-
-
-@attrs.frozen
-class ImageSlot:
-    """Where a history replay shows an image of a user message: the replay reads its bytes
-    (the projection does no I/O) and sends :meth:`SessionProjector.image`, or
-    :meth:`SessionProjector.image_placeholder` when they are gone or too large to send."""
-
-    message_id: str
-    image: ImageRef
 
 
 def _pieces(text: str) -> Iterator[str]:
@@ -182,16 +162,6 @@ def text_template(session_id: str, kind: ChunkKind) -> TextTemplate | None:
     return head, middle, tail
 
 
-@attrs.frozen(kw_only=True)
-class SessionSettings:
-    """A session's mode and thinking-effort settings as its lease has them now."""
-
-    modes: tuple[model.SessionMode, ...]
-    mode: model.SessionMode
-    thought_levels: tuple[str, ...] = ()
-    thought_level: str | None = None
-
-
 def mode_state(settings: SessionSettings) -> SessionModeState:
     """The session's current mode and every mode the host offers."""
     return SessionModeState(
@@ -199,72 +169,6 @@ def mode_state(settings: SessionSettings) -> SessionModeState:
         available_modes=tuple(
             SessionMode(id=mode.id, name=mode.name, description=mode.description or None)
             for mode in settings.modes
-        ),
-    )
-
-
-def config_options(
-    choices: ModelChoices, current_model: str, *, locked: bool, settings: SessionSettings
-) -> tuple[SessionConfigOption, ...]:
-    """The session's config options: ``model`` (all choices, or only the locked model once
-    the task has history), ``mode`` (the host's modes) and, when the backend declares levels
-    for the model, ``thought_level`` (the levels and ``default``)."""
-    if locked:
-        models = [m for m in choices.models if m.id == current_model]
-        if not models:
-            models_out = [SessionConfigSelectOption(value=current_model, name=current_model)]
-        else:
-            models_out = [SessionConfigSelectOption(value=m.id, name=m.name) for m in models]
-    else:
-        models_out = [
-            SessionConfigSelectOption(value=m.id, name=m.name, description=m.description or None)
-            for m in choices.models
-        ]
-    return (
-        SessionConfigSelect(
-            id=MODEL_OPTION_ID,
-            name="Model",
-            category="model",
-            current_value=current_model,
-            options=tuple(models_out),
-            description="Locked once the session has history." if locked else None,
-        ),
-        SessionConfigSelect(
-            id=MODE_OPTION_ID,
-            name="Mode",
-            category="mode",
-            current_value=settings.mode.id,
-            options=tuple(
-                SessionConfigSelectOption(
-                    value=mode.id, name=mode.name, description=mode.description or None
-                )
-                for mode in settings.modes
-            ),
-        ),
-        *_thought_level_option(settings),
-    )
-
-
-def _thought_level_option(settings: SessionSettings) -> tuple[SessionConfigOption, ...]:
-    if not settings.thought_levels:
-        return ()
-    return (
-        SessionConfigSelect(
-            id=THOUGHT_LEVEL_OPTION_ID,
-            name="Thinking effort",
-            category="thought_level",
-            current_value=settings.thought_level or DEFAULT_THOUGHT_LEVEL,
-            options=(
-                SessionConfigSelectOption(
-                    value=DEFAULT_THOUGHT_LEVEL,
-                    name="Default",
-                    description="The model's own default effort",
-                ),
-                *(
-                    SessionConfigSelectOption(value=level, name=level.capitalize())
-                    for level in settings.thought_levels
-                ),
-            ),
         ),
     )
 

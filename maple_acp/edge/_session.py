@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import trio
 
-from maple_acp.edge._dialect import Dialect, SessionSettings
+from maple_acp.edge._dialect import ConfigOptions, Dialect, SessionSettings, config_options
 from maple_acp.runtime import ModelChoices, SessionLease
 
 
@@ -62,9 +61,9 @@ class EdgeSession:
         # The runtime's rule, the one ``set_model`` applies.
         return self.lease.model_locked
 
-    def options(self) -> Any:
-        """The session's config options as its dialect shows them."""
-        return self.dialect.config_options(
+    def options(self) -> ConfigOptions:
+        """The session's config options (its dialect shows them in its own shape)."""
+        return config_options(
             self.choices, self.current_model, locked=self.model_locked, settings=self.settings()
         )
 

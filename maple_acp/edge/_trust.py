@@ -71,7 +71,7 @@ class TrustDialog:
 
     async def _ask(self, session: EdgeSession) -> bool | None:
         """The trust decision: True/False, or None to cancel the turn."""
-        if self._channel.elicitation_form:
+        if self._channel.features.elicitation_form:
             try:
                 return await self._elicit(session)
             except (ProtocolError, ConnectionClosed, OutboundFrameTooLarge) as exc:

@@ -26,7 +26,7 @@ import trio
 
 from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._closing import CLOSE_DEADLINE_S
-from maple_acp.edge._dialect import FAIL_CLOSED, Projection
+from maple_acp.edge._dialect import Projection, permission_answer
 from maple_acp.edge._prompt import PromptContent, prompt_content
 from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
@@ -38,6 +38,7 @@ from maple_acp.rpc import (
     request_arrival,
 )
 from maple_acp.runtime import (
+    PermissionAnswer,
     PermissionRequest,
     PromptCapabilities,
     PromptClaim,
@@ -299,7 +300,7 @@ class PromptTurns:
 
     async def _ask_permission(self, session: EdgeSession, event: PermissionRequest) -> None:
         """Ask the client; anything but a clean allow-once/reject-once fails closed."""
-        answer = FAIL_CLOSED
+        answer: PermissionAnswer | None = None  # fail closed unless the client answers cleanly
         projector = session.projector
         try:
             # While it waits the turn requires action (in a version that says so).
@@ -307,7 +308,7 @@ class PromptTurns:
             response = await self._channel.request_permission(
                 projector.permission_request(event.request)
             )
-            answer = session.dialect.permission_answer(response)
+            answer = permission_answer(response)
         except (ProtocolError, ConnectionClosed, OutboundFrameTooLarge) as exc:
             logger.info("permission request failed closed: %s", getattr(exc, "message", exc))
         finally:

@@ -9,34 +9,34 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 import attrs
 
-from maple_acp.edge._dialect import FAIL_CLOSED, ConfigChange, NoTurnFrames, Route
-from maple_acp.edge._projection import (
-    DEFAULT_THOUGHT_LEVEL,
-    MODE_OPTION_ID,
-    MODEL_OPTION_ID,
-    THOUGHT_LEVEL_OPTION_ID,
+from maple_acp.edge._dialect import (
+    CHUNK_KINDS,
+    PERMISSION_OPTIONS,
+    ClientFeatures,
+    ConfigOptions,
+    InitializeParams,
+    NoTurnFrames,
     Outbound,
-    SessionProjector,
+    PermissionQuestion,
+    ResumeParams,
+    Route,
     SessionSettings,
-    config_options,
-    mode_state,
+    stop_reason,
 )
+from maple_acp.edge._projection import SessionProjector, mode_state
 from maple_acp.runtime import (
     CommandsChanged,
     CompactionChanged,
     CompactionText,
     ContextUsage,
-    ModelChoices,
     PlanUpdated,
     RunEvent,
     RunNotice,
     RunState,
-    TextChunk,
-    ThoughtChunk,
     TitleChanged,
     ToolRequest,
     ToolRow,
@@ -48,11 +48,9 @@ from maple_acp.runtime import Usage as RunUsage
 from maple_acp.wire import (
     AGENT_METHODS,
     GOAL_CONTROL_METHOD,
-    INVALID_PARAMS,
     STATUS_METHOD,
     STEERING_METHOD,
     TRANSCRIPT_METHOD,
-    ChunkKind,
     ForkSessionResponse,
     InitializeRequest,
     InitializeResponse,
@@ -60,16 +58,11 @@ from maple_acp.wire import (
     NewSessionResponse,
     PermissionOption,
     PromptResponse,
-    ProtocolError,
     RequestPermissionRequest,
-    RequestPermissionResponse,
     ResumeSessionResponse,
-    SelectedPermissionOutcome,
-    SessionConfigOption,
     SetSessionConfigOptionResponse,
     SetSessionModeResponse,
     SteeringResponse,
-    StopReason,
     ToolCallUpdate,
     Usage,
     steering_turn_ended,
@@ -79,33 +72,6 @@ from maple_acp.wire import (
 #: The protocol version this dialect speaks.
 VERSION: Final = 1
 
-#: Permission options: only these two exist (there is no "always").
-PERMISSION_OPTIONS: Final = (
-    PermissionOption(option_id="allow_once", name="Allow once", kind="allow_once"),
-    PermissionOption(option_id="reject_once", name="Reject", kind="reject_once"),
-)
-#: Our option ids, as the runtime's responder words them.
-_ANSWERS: Final = {"allow_once": "allow_once", "reject_once": "deny_once"}
-
-#: The update kind of each text event.
-_CHUNK_KINDS: Final[Mapping[type, ChunkKind]] = MappingProxyType(
-    {TextChunk: "agent_message_chunk", ThoughtChunk: "agent_thought_chunk"}
-)
-#: ACP's stop reason for a completed turn, by the backend's own (``TurnResult.stop_reason``).
-COMPLETED_REASONS: Final[dict[RunStopReason, StopReason]] = {
-    RunStopReason.END_TURN: "end_turn",
-    RunStopReason.MAX_TOKENS: "max_tokens",
-    RunStopReason.MAX_TURN_REQUESTS: "max_turn_requests",
-    RunStopReason.REFUSAL: "refusal",
-}
-#: The session setting each config option changes.
-_SETTINGS: Final[Mapping[str, Literal["model", "mode", "thought_level"]]] = MappingProxyType(
-    {
-        MODEL_OPTION_ID: "model",
-        MODE_OPTION_ID: "mode",
-        THOUGHT_LEVEL_OPTION_ID: "thought_level",
-    }
-)
 #: Each inbound method and the operation that serves it.
 _OPERATIONS: Final = {
     "initialize": "initialize",
@@ -126,17 +92,9 @@ _OPERATIONS: Final = {
 }
 
 
-def _has_session_id(params: Any) -> bool:
-    return isinstance(params, type) and any(a.name == "session_id" for a in attrs.fields(params))
-
-
 ROUTES: Final[Mapping[str, Route]] = MappingProxyType(
     {
-        method: Route(
-            AGENT_METHODS[method].params,
-            operation,
-            _has_session_id(AGENT_METHODS[method].params),
-        )
+        method: Route.of(AGENT_METHODS[method].params, operation)
         for method, operation in _OPERATIONS.items()
     }
 )
@@ -146,14 +104,14 @@ class V1Projection(NoTurnFrames, SessionProjector):
     """v1's updates of one session: the projector, plus which update each run event is (the
     prompt's answer frames the turn: no frame updates)."""
 
-    def mode_change(self, mode_id: str, options: tuple[SessionConfigOption, ...]) -> list[Outbound]:
+    def mode_change(self, mode_id: str, options: ConfigOptions) -> list[Outbound]:
         # The mode option's currentValue changes with it: a client that shows config options
         # rather than modes stays right.
         return [self.current_mode(mode_id), self.config_update(options)]
 
     def question(
         self, question_id: str, title: str, options: Sequence[PermissionOption]
-    ) -> RequestPermissionRequest:
+    ) -> PermissionQuestion:
         return RequestPermissionRequest(
             session_id=self.session_id,
             tool_call=ToolCallUpdate(
@@ -189,7 +147,7 @@ class V1Projection(NoTurnFrames, SessionProjector):
             return self.notice(f"{event.run_id}-notice", event.text, as_thought=as_thought)
         return None
 
-    def permission_request(self, request: ToolRequest) -> RequestPermissionRequest:
+    def permission_request(self, request: ToolRequest) -> PermissionQuestion:
         pending = ToolState(
             name=request.name,
             status=ToolStatus.PENDING,
@@ -217,17 +175,19 @@ class V1Dialect:
 
     version: Final = VERSION
     routes: Final = ROUTES
-    chunk_kinds: Final = _CHUNK_KINDS
+    chunk_kinds: Final = CHUNK_KINDS
     answers_on_acceptance: Final = False
     accepts_batches: Final = False
 
-    def client_features(self, request: InitializeRequest) -> tuple[bool, bool, bool]:
+    def client_features(self, request: InitializeParams) -> ClientFeatures:
+        if not isinstance(request, InitializeRequest):
+            return ClientFeatures()  # not v1's table: never structured for a v1 connection
         elicitation = request.client_capabilities.elicitation
         session = request.client_capabilities.session
-        return (
-            elicitation is not None and elicitation.form is not None,
-            session is not None and session.notices is not None,
-            session is not None and session.compaction is not None,
+        return ClientFeatures(
+            elicitation_form=elicitation is not None and elicitation.form is not None,
+            notices=session is not None and session.notices is not None,
+            compaction=session is not None and session.compaction is not None,
         )
 
     def initialize_answer(self, answer: InitializeResponse) -> InitializeResponse:
@@ -235,7 +195,7 @@ class V1Dialect:
             return answer
         return attrs.evolve(answer, protocol_version=VERSION)
 
-    def replay_requested(self, request: object) -> bool:
+    def replay_requested(self, request: ResumeParams) -> bool:
         return False  # v1 replays with session/load; its resume never does
 
     def acceptance_answer(self, message_id: str) -> None:
@@ -246,35 +206,23 @@ class V1Dialect:
     ) -> V1Projection:
         return V1Projection(session_id, notices=notices, compaction=compaction)
 
-    def config_options(
-        self,
-        choices: ModelChoices,
-        current_model: str,
-        *,
-        locked: bool,
-        settings: SessionSettings,
-    ) -> tuple[SessionConfigOption, ...]:
-        return config_options(choices, current_model, locked=locked, settings=settings)
-
     def new_answer(
         self,
         session_id: str,
-        options: tuple[SessionConfigOption, ...],
+        options: ConfigOptions,
         settings: SessionSettings,
     ) -> NewSessionResponse:
         return NewSessionResponse(
             session_id=session_id, modes=mode_state(settings), config_options=options
         )
 
-    def load_answer(
-        self, options: tuple[SessionConfigOption, ...], settings: SessionSettings
-    ) -> LoadSessionResponse:
+    def load_answer(self, options: ConfigOptions, settings: SessionSettings) -> LoadSessionResponse:
         return LoadSessionResponse(modes=mode_state(settings), config_options=options)
 
     def fork_answer(
         self,
         session_id: str,
-        options: tuple[SessionConfigOption, ...],
+        options: ConfigOptions,
         settings: SessionSettings,
     ) -> ForkSessionResponse:
         return ForkSessionResponse(
@@ -282,7 +230,7 @@ class V1Dialect:
         )
 
     def resume_answer(
-        self, options: tuple[SessionConfigOption, ...], settings: SessionSettings
+        self, options: ConfigOptions, settings: SessionSettings
     ) -> ResumeSessionResponse:
         return ResumeSessionResponse(modes=mode_state(settings), config_options=options)
 
@@ -297,12 +245,7 @@ class V1Dialect:
         from retrying work that may have had effects. Without usage (the backend reported
         none, or the turn was cancelled before its run began) the answer carries none: zeros
         would read as counts."""
-        if state is RunState.CANCELLED:
-            stop: StopReason = "cancelled"
-        elif state is RunState.COMPLETED:
-            stop = COMPLETED_REASONS[reason]
-        else:
-            stop = "end_turn"
+        stop = stop_reason(state, reason)
         if usage is None:
             return PromptResponse(stop_reason=stop)
         return PromptResponse(
@@ -321,28 +264,10 @@ class V1Dialect:
     ) -> SteeringResponse:
         return SteeringResponse(outcome=outcome, reason=reason)
 
-    def permission_answer(self, response: RequestPermissionResponse) -> str:
-        outcome = response.outcome
-        if isinstance(outcome, SelectedPermissionOutcome):
-            return _ANSWERS.get(outcome.option_id, FAIL_CLOSED)
-        return FAIL_CLOSED
-
     def mode_answer(self) -> SetSessionModeResponse:
         return SetSessionModeResponse()
 
-    def config_change(self, config_id: str, value: object) -> ConfigChange:
-        setting = _SETTINGS.get(config_id)
-        if setting is None:
-            raise ProtocolError(INVALID_PARAMS, "configId: unknown config option")
-        if not isinstance(value, str):
-            raise ProtocolError(INVALID_PARAMS, f"value: expected a {config_id} value id")
-        if setting == "thought_level" and value == DEFAULT_THOUGHT_LEVEL:
-            return ConfigChange(setting, None)
-        return ConfigChange(setting, value)
-
-    def config_answer(
-        self, options: tuple[SessionConfigOption, ...]
-    ) -> SetSessionConfigOptionResponse:
+    def config_answer(self, options: ConfigOptions) -> SetSessionConfigOptionResponse:
         return SetSessionConfigOptionResponse(config_options=options)
 
 

@@ -26,8 +26,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
-import attrs
-
 from maple_acp.edge._bounds import (
     MAX_TOOL_TEXT_CHARS,
     bound_raw,
@@ -35,17 +33,25 @@ from maple_acp.edge._bounds import (
     infer_tool_kind,
     tool_locations,
 )
-from maple_acp.edge._dialect import ConfigChange, Route
+from maple_acp.edge._dialect import (
+    CHUNK_KINDS,
+    PERMISSION_OPTIONS,
+    ClientFeatures,
+    ConfigOptions,
+    InitializeParams,
+    Outbound,
+    PermissionQuestion,
+    ResumeParams,
+    Route,
+    SessionSettings,
+    stop_reason,
+)
 from maple_acp.edge._projection import (
     MAX_TITLE_CHARS,
     UPDATE_METHOD,
-    Outbound,
     SessionProjector,
-    SessionSettings,
-    config_options,
     encode_update,
 )
-from maple_acp.edge._v1 import COMPLETED_REASONS, PERMISSION_OPTIONS, V1
 from maple_acp.model import (
     CommandInfo,
     FileDiff,
@@ -62,7 +68,6 @@ from maple_acp.rpc import encode_notification
 from maple_acp.runtime import (
     CommandsChanged,
     ContextUsage,
-    ModelChoices,
     PlanUpdated,
     RunEvent,
     RunNotice,
@@ -89,7 +94,6 @@ from maple_acp.wire import (
     PermissionOption,
     PromptRequest,
     ProtocolError,
-    RequestPermissionResponse,
     SessionConfigOption,
     SessionConfigSelect,
     SessionNotification,
@@ -106,10 +110,6 @@ VERSION: Final = 2
 REPLAY_FROM_START: Final = "start"
 #: The plan's id: a session has one plan, each update replaces it whole.
 PLAN_ID: Final = "plan"
-#: The stop reason of a turn that failed: its failure text was shown as agent text, and
-#: ``end_turn`` keeps a client from retrying work that may have had effects (as in v1).
-_FAILED_STOP: Final = "end_turn"
-
 _STATUS: Final[dict[ToolStatus, str]] = {
     ToolStatus.PENDING: "pending",
     ToolStatus.IN_PROGRESS: "in_progress",
@@ -130,7 +130,7 @@ _MESSAGE_KIND: Final[dict[str, str]] = {
     ItemKind.THOUGHT.value: "agent_thought",
 }
 
-_PARAMS: Final[Mapping[str, tuple[Any, str]]] = {
+_PARAMS: Final[Mapping[str, tuple[type[object], str]]] = {
     "initialize": (v2.V2InitializeRequest, "initialize"),
     "session/new": (v2.V2NewSessionRequest, "new_session"),
     "session/resume": (v2.V2ResumeSessionRequest, "resume_session"),
@@ -145,10 +145,7 @@ _PARAMS: Final[Mapping[str, tuple[Any, str]]] = {
 }
 #: Each inbound method, its params type and the operation that serves it.
 ROUTES: Final[Mapping[str, Route]] = MappingProxyType(
-    {
-        method: Route(params, operation, any(a.name == "session_id" for a in attrs.fields(params)))
-        for method, (params, operation) in _PARAMS.items()
-    }
+    {method: Route.of(params, operation) for method, (params, operation) in _PARAMS.items()}
 )
 
 
@@ -172,6 +169,11 @@ def _diff(diff: FileDiff) -> dict[str, Any]:
     raw output, bounded there)."""
     change = v2.V2DiffChange(operation="add" if diff.old_text is None else "modify", path=diff.path)
     return unstructure(v2.V2Diff(changes=(change,)))  # type: ignore[no-any-return]
+
+
+def _config_options(options: ConfigOptions) -> tuple[v2.V2SessionConfigSelect, ...]:
+    """The host's config options keyed by ``configId``, as v2 shows them."""
+    return tuple(_config_option(option) for option in options)
 
 
 def _config_option(option: SessionConfigOption) -> v2.V2SessionConfigSelect:
@@ -293,12 +295,13 @@ class V2Projection:
             ),
         )
 
-    def config_update(self, options: tuple[v2.V2SessionConfigSelect, ...]) -> bytes:
-        return self._update("config_option_update", v2.V2ConfigOptionUpdate(config_options=options))
+    def config_update(self, options: ConfigOptions) -> bytes:
+        return self._update(
+            "config_option_update",
+            v2.V2ConfigOptionUpdate(config_options=_config_options(options)),
+        )
 
-    def mode_change(
-        self, mode_id: str, options: tuple[v2.V2SessionConfigSelect, ...]
-    ) -> list[Outbound]:
+    def mode_change(self, mode_id: str, options: ConfigOptions) -> list[Outbound]:
         # v2 has no session modes: the mode is the ``mode`` config option.
         return [self.config_update(options)]
 
@@ -363,7 +366,7 @@ class V2Projection:
             options=tuple(options),
         )
 
-    def permission_request(self, request: ToolRequest) -> v2.V2RequestPermissionRequest:
+    def permission_request(self, request: ToolRequest) -> PermissionQuestion:
         pending = ToolState(
             name=request.name,
             status=ToolStatus.PENDING,
@@ -375,7 +378,7 @@ class V2Projection:
 
     def question(
         self, question_id: str, title: str, options: Sequence[PermissionOption]
-    ) -> v2.V2RequestPermissionRequest:
+    ) -> PermissionQuestion:
         call = v2.V2ToolCallUpdate(
             tool_call_id=question_id, title=title, kind="other", status="pending"
         )
@@ -398,13 +401,7 @@ class V2Projection:
 
     def run_ended(self, state: RunState, reason: RunStopReason) -> list[Outbound]:
         self._waiting = 0
-        if state is RunState.CANCELLED:
-            stop = "cancelled"
-        elif state is RunState.COMPLETED:
-            stop = COMPLETED_REASONS[reason]
-        else:
-            stop = _FAILED_STOP
-        return [_state(self.session_id, "idle", stop)]
+        return [_state(self.session_id, "idle", stop_reason(state, reason))]
 
     def permission_waiting(self) -> list[Outbound]:
         self._waiting += 1
@@ -427,7 +424,7 @@ class V2Dialect:
 
     version: Final = VERSION
     routes: Final = ROUTES
-    chunk_kinds: Final = V1.chunk_kinds
+    chunk_kinds: Final = CHUNK_KINDS
     answers_on_acceptance: Final = True
     accepts_batches: Final = True
 
@@ -436,11 +433,11 @@ class V2Dialect:
     ) -> V2Projection:
         return V2Projection(session_id, notices=notices, compaction=compaction)
 
-    def client_features(self, request: v2.V2InitializeRequest) -> tuple[bool, bool, bool]:
+    def client_features(self, request: InitializeParams) -> ClientFeatures:
         # v2's elicitation is another shape; the trust question asks with the chooser. A
         # notice is a baseline v2 update, shown by every client that knows it. Compactions
         # are not projected to v2 yet.
-        return False, True, False
+        return ClientFeatures(notices=True)
 
     def initialize_answer(self, answer: InitializeResponse) -> v2.V2InitializeResponse:
         v1_session = answer.agent_capabilities.session_capabilities
@@ -469,7 +466,9 @@ class V2Dialect:
             meta=answer.meta,
         )
 
-    def replay_requested(self, request: v2.V2ResumeSessionRequest) -> bool:
+    def replay_requested(self, request: ResumeParams) -> bool:
+        if not isinstance(request, v2.V2ResumeSessionRequest):
+            return False  # not v2's table: never structured for a v2 connection
         cursor = request.replay_from
         if cursor is None:
             return False
@@ -477,31 +476,20 @@ class V2Dialect:
             return True
         raise ProtocolError(INVALID_PARAMS, 'replayFrom: only {"type": "start"} is supported')
 
-    def config_options(
-        self,
-        choices: ModelChoices,
-        current_model: str,
-        *,
-        locked: bool,
-        settings: SessionSettings,
-    ) -> tuple[v2.V2SessionConfigSelect, ...]:
-        return tuple(
-            _config_option(option)
-            for option in config_options(choices, current_model, locked=locked, settings=settings)
-        )
-
     def new_answer(
         self,
         session_id: str,
-        options: tuple[v2.V2SessionConfigSelect, ...],
+        options: ConfigOptions,
         settings: SessionSettings,
     ) -> v2.V2NewSessionResponse:
-        return v2.V2NewSessionResponse(session_id=session_id, config_options=options)
+        return v2.V2NewSessionResponse(
+            session_id=session_id, config_options=_config_options(options)
+        )
 
     def resume_answer(
-        self, options: tuple[v2.V2SessionConfigSelect, ...], settings: SessionSettings
+        self, options: ConfigOptions, settings: SessionSettings
     ) -> v2.V2ResumeSessionResponse:
-        return v2.V2ResumeSessionResponse(config_options=options)
+        return v2.V2ResumeSessionResponse(config_options=_config_options(options))
 
     # Not in v2's table (no session/load, no session/fork): a resume's answer if ever asked.
     load_answer = resume_answer
@@ -509,7 +497,7 @@ class V2Dialect:
     def fork_answer(
         self,
         session_id: str,
-        options: tuple[v2.V2SessionConfigSelect, ...],
+        options: ConfigOptions,
         settings: SessionSettings,
     ) -> v2.V2NewSessionResponse:
         return self.new_answer(session_id, options, settings)
@@ -532,19 +520,11 @@ class V2Dialect:
         it was not accepted, so it is an error (a cancel or close stopped it)."""
         raise ProtocolError(REQUEST_CANCELLED, "the prompt was cancelled before it was accepted")
 
-    def permission_answer(self, response: RequestPermissionResponse) -> str:
-        return V1.permission_answer(response)
-
     def mode_answer(self) -> dict[str, Any]:
         return {}  # no session/set_mode in v2
 
-    def config_change(self, config_id: str, value: object) -> ConfigChange:
-        return V1.config_change(config_id, value)
-
-    def config_answer(
-        self, options: tuple[v2.V2SessionConfigSelect, ...]
-    ) -> v2.V2SetSessionConfigOptionResponse:
-        return v2.V2SetSessionConfigOptionResponse(config_options=options)
+    def config_answer(self, options: ConfigOptions) -> v2.V2SetSessionConfigOptionResponse:
+        return v2.V2SetSessionConfigOptionResponse(config_options=_config_options(options))
 
 
 #: The second dialect.

@@ -99,10 +99,11 @@ Backends
 Permissions
     The host's ``PermissionPolicy`` classifies each tool request as allow or ask;
     ``external_mcp`` is always ask. An ask becomes a ``PermissionRequest`` with an opaque
-    single-use ``responder``; answer ``responder.answer("allow_once"|"deny_once")`` (or
-    ``run.answer(id, ...)``). An unknown id, a second answer, another run's id, an unknown
-    option or an answer after cancel/revoke denies every pending request of the run and
-    cancels it. Cancelling a run denies what is pending; the wait lives in the run's scope.
+    single-use ``responder``; answer ``responder.answer(PermissionAnswer.ALLOW_ONCE)`` or
+    ``DENY_ONCE`` (or ``run.answer(id, ...)``). ``None`` (fail closed), an unknown id, a
+    second answer, another run's id, an unknown option or an answer after cancel/revoke
+    denies every pending request of the run and cancels it. Cancelling a run denies what is
+    pending; the wait lives in the run's scope.
 
 Models
     ``await service.model_choices(refresh=...)``: the host ``ModelCatalog`` read with one 30 s

@@ -98,10 +98,11 @@ class PermissionResponder:
         not by a person's answer: the tool was never decided on."""
         return self._pending.cancelled
 
-    def answer(self, answer: str) -> bool:
-        """Answer this request. True if the answer was accepted; any invalid form (an unknown
-        option, a second answer, an answer after the run was cancelled) denies every pending
-        request of the run and cancels it, and returns False."""
+    def answer(self, answer: PermissionAnswer | None) -> bool:
+        """Answer this request. True if the answer was accepted; ``None`` (the caller's answer
+        was malformed or never came) and every invalid form (an unknown value, a second
+        answer, an answer after the run was cancelled) deny every pending request of the run
+        and cancel it, and return False."""
         return self._broker.answer(self.id, answer)
 
     def __repr__(self) -> str:
@@ -144,19 +145,21 @@ class PermissionBroker:
             if not responder.done.is_set():
                 self._resolve(responder.id, allowed=False, cancelled=True)
 
-    def answer(self, responder_id: str, answer: str) -> bool:
+    def answer(self, responder_id: str, answer: PermissionAnswer | None) -> bool:
         pending = self._pending.get(responder_id)
         valid = (
             not self._closed
             and pending is not None
             and not pending.done.is_set()
-            and answer in (PermissionAnswer.ALLOW_ONCE.value, PermissionAnswer.DENY_ONCE.value)
+            # Checked, not trusted: a host may hand over any value, and only these two are
+            # answers.
+            and answer in (PermissionAnswer.ALLOW_ONCE, PermissionAnswer.DENY_ONCE)
         )
         if not valid:
             logger.info("fail-closed permission answer for run %s", self.run_id)
             self.fail_closed()
             return False
-        self._resolve(responder_id, allowed=answer == PermissionAnswer.ALLOW_ONCE.value)
+        self._resolve(responder_id, allowed=answer == PermissionAnswer.ALLOW_ONCE)
         return True
 
     def fail_closed(self) -> None:

@@ -27,7 +27,7 @@ from maple_acp.runtime._events import (
 )
 from maple_acp.runtime._journal import RunJournal
 from maple_acp.runtime._outlet import RunHooks, RunOutlet
-from maple_acp.runtime._permissions import PermissionBroker
+from maple_acp.runtime._permissions import PermissionAnswer, PermissionBroker
 from maple_acp.runtime._steering import MAX_WAITING_STEERS, STEERING_SEPARATOR, SteeringInbox
 from maple_acp.runtime._turn import Turn
 from maple_acp.store import TaskStore
@@ -119,11 +119,11 @@ class Run:
         self._queue.run_cancelled()
         self._scope.cancel()
 
-    def answer(self, responder_id: str, answer: str) -> bool:
-        """Answer one of this run's permission requests with ``"allow_once"`` or
-        ``"deny_once"``. True if accepted. An unknown or reused id, an id of another run, an
-        unknown answer, or any answer after cancellation denies every pending request of this
-        run, cancels it, and returns False."""
+    def answer(self, responder_id: str, answer: PermissionAnswer | None) -> bool:
+        """Answer one of this run's permission requests with a :class:`PermissionAnswer`
+        (``None``: fail closed). True if accepted. ``None``, an unknown or reused id, an id of
+        another run, an unknown answer, or any answer after cancellation denies every pending
+        request of this run, cancels it, and returns False."""
         return self._broker.answer(responder_id, answer)
 
     async def wait(self) -> RunOutcome:
