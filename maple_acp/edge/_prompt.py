@@ -1,4 +1,5 @@
-"""What a client's prompt and MCP definitions become before they reach the runtime.
+"""What a client's prompt blocks and MCP definitions become before they reach the runtime: a
+``Prompt`` (the runtime's one shape of a prompt) and the router's definitions.
 
 Both are checked completely before the session is touched: a bad block or server definition is
 refused with ``-32602`` and nothing is admitted, created or connected.
@@ -11,18 +12,17 @@ import binascii
 from collections.abc import Callable, Sequence
 from typing import Final, ParamSpec, TypeVar
 
-import attrs
-
 from maple_acp.mcp import HttpMcpServer, McpServerDefinition, SseMcpServer, StdioMcpServer
 from maple_acp.runtime import (
     MAX_IMAGE_BYTES,
-    MAX_PROMPT_IMAGES,
     EmbeddedText,
+    Prompt,
     PromptCapabilities,
     PromptImage,
     RuntimeRejection,
     check_embedded_text,
     check_image,
+    check_image_count,
 )
 from maple_acp.wire import (
     INVALID_PARAMS,
@@ -58,30 +58,17 @@ _REFUSED_BLOCKS: Final = {
 MAX_IMAGE_BASE64_CHARS: Final = 4 * -(-MAX_IMAGE_BYTES // 3)
 
 
-@attrs.frozen
-class PromptContent:
-    """A prompt's blocks as the runtime takes them: the message text (text blocks, resource
-    links and embedded text resources, joined with a blank line), and its checked images."""
-
-    text: str
-    images: tuple[PromptImage, ...] = ()
-    resources: tuple[EmbeddedText, ...] = ()
-
-
-def prompt_text(blocks: Sequence[ContentBlock]) -> str:
-    """``prompt_content``'s text for an agent that takes text and resource links only."""
-    return prompt_content(blocks, PromptCapabilities()).text
-
-
-def prompt_content(blocks: Sequence[ContentBlock], accepts: PromptCapabilities) -> PromptContent:
+def read_prompt(blocks: Sequence[ContentBlock], accepts: PromptCapabilities) -> Prompt:
     """The prompt as the runtime takes it: text blocks as they are, a resource link as visible
     text (its name and URI; it is never fetched), an embedded text resource as its URI and
     text, joined with a blank line; images (and embedded image blobs) decoded and checked.
+    A steering message is read with ``PromptCapabilities()``: text and resource links only.
 
     Raises ``ProtocolError(-32602)`` naming the block for an empty prompt, for audio, for an
     image or an embedded resource when ``accepts`` does not take them, for a blob resource that
     is not an image, and for an image or resource ``maple_acp.runtime`` refuses (bad base64,
-    a type its bytes do not bear out, too large, more than ``MAX_PROMPT_IMAGES``).
+    a type its bytes do not bear out, too large, more images than a prompt carries: refused
+    at the first one too many, before any later block is decoded).
     """
     parts: list[str] = []
     images: list[PromptImage] = []
@@ -94,6 +81,7 @@ def prompt_content(blocks: Sequence[ContentBlock], accepts: PromptCapabilities) 
             parts.append(f"{label} <{block.uri}>")
         elif isinstance(block, ImageContent) and accepts.image:
             images.append(_image(index, block.data, block.mime_type, block.uri))
+            _count_images(images)
         elif isinstance(block, EmbeddedResource) and accepts.embedded_context:
             resource = block.resource
             if isinstance(resource, TextResourceContents):
@@ -102,6 +90,7 @@ def prompt_content(blocks: Sequence[ContentBlock], accepts: PromptCapabilities) 
                 parts.append(embedded.rendered)
             elif accepts.image and _is_image_type(resource.mime_type):
                 images.append(_image(index, resource.blob, resource.mime_type or "", resource.uri))
+                _count_images(images)
             else:
                 raise ProtocolError(
                     INVALID_PARAMS,
@@ -114,13 +103,18 @@ def prompt_content(blocks: Sequence[ContentBlock], accepts: PromptCapabilities) 
             raise ProtocolError(
                 INVALID_PARAMS, f"prompt[{index}]: {kind} content is not supported; send text"
             )
-        if len(images) > MAX_PROMPT_IMAGES:
-            raise ProtocolError(
-                INVALID_PARAMS, f"prompt: a prompt carries at most {MAX_PROMPT_IMAGES} images"
-            )
     if not images and not any(part.strip() for part in parts):
         raise ProtocolError(INVALID_PARAMS, "prompt: expected at least one non-empty text block")
-    return PromptContent(BLOCK_SEPARATOR.join(parts), tuple(images), tuple(resources))
+    return Prompt(BLOCK_SEPARATOR.join(parts), tuple(images), tuple(resources))
+
+
+def _count_images(images: Sequence[PromptImage]) -> None:
+    """Refuse the prompt at the first image too many, before any later block is decoded (the
+    rule is the runtime's)."""
+    try:
+        check_image_count(len(images))
+    except RuntimeRejection as exc:
+        raise ProtocolError(INVALID_PARAMS, f"prompt: {exc.message}") from None
 
 
 def _is_image_type(mime_type: str | None) -> bool:

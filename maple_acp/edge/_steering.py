@@ -29,11 +29,18 @@ import trio
 
 from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._errors import unknown_session
-from maple_acp.edge._prompt import prompt_text
+from maple_acp.edge._prompt import read_prompt
 from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
 from maple_acp.rpc import ConnectionClosed, admitted, after_answer, request_arrival
-from maple_acp.runtime import RejectionKind, Run, RunState, RuntimeRejection, SteeringOutcome
+from maple_acp.runtime import (
+    PromptCapabilities,
+    RejectionKind,
+    Run,
+    RunState,
+    RuntimeRejection,
+    SteeringOutcome,
+)
 from maple_acp.wire import INVALID_PARAMS, REQUEST_CANCELLED, ProtocolError, SteeringRequest
 
 logger = logging.getLogger(__name__)
@@ -82,7 +89,7 @@ class SteeringFlow:
     async def steer(self, request: SteeringRequest) -> object:
         # The blocks first, as for a prompt: a refused block is bad params whatever the session.
         # Text and resource links only: an injected message has no place for images yet.
-        text = prompt_text(request.prompt)
+        message = read_prompt(request.prompt, PromptCapabilities())
         only_inject = prompt_required(request.meta)
         session = self._table.live(request.session_id)
         arrival = request_arrival()
@@ -93,7 +100,7 @@ class SteeringFlow:
                     waiting.cancel()
                 # Decided once the turn it joins is known (the running one, or the prompt
                 # holding the slot): later requests about the session need not wait for it.
-                outcome = await lease.steer(text, decided=admitted)
+                outcome = await lease.steer(message, decided=admitted)
             if waiting.cancelled_caught:
                 if session.closing:
                     raise unknown_session()
@@ -110,7 +117,7 @@ class SteeringFlow:
                 with lease.claim_prompt() as claim:
                     # The new turn holds the slot: a prompt after this message is refused.
                     admitted()
-                    run = await lease.start_run(text, claim=claim)
+                    run = await lease.start_run(message, claim=claim)
             except RuntimeRejection as exc:
                 # A prompt took the slot since: steer that one.
                 if exc.kind is RejectionKind.RUN_ACTIVE:

@@ -1,7 +1,7 @@
 """The prompt turn: ``session/prompt``, the pump that sends a run's events as updates, and the
 permission question.
 
-A prompt's path: its blocks become one text (refused blocks are ``-32602`` before the session
+A prompt's path: its blocks become one ``Prompt`` (refused blocks are ``-32602`` before the session
 is looked up), the session's prompt slot is claimed, the trust dialog runs before the first
 prompt of a session, the runtime admits the message and starts a run, the pump sends every
 event of that run, and the answer (stop reason and this turn's usage) is queued only once
@@ -27,7 +27,7 @@ import trio
 from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._closing import CLOSE_DEADLINE_S
 from maple_acp.edge._dialect import Projection, permission_answer
-from maple_acp.edge._prompt import PromptContent, prompt_content
+from maple_acp.edge._prompt import read_prompt
 from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
 from maple_acp.rpc import (
@@ -40,6 +40,7 @@ from maple_acp.rpc import (
 from maple_acp.runtime import (
     PermissionAnswer,
     PermissionRequest,
+    Prompt,
     PromptCapabilities,
     PromptClaim,
     Run,
@@ -79,7 +80,7 @@ class PromptTurns:
 
     async def prompt(self, request: PromptRequest) -> object:
         # The blocks first: a refused block is bad params whatever the session.
-        content = prompt_content(request.prompt, self._accepts)
+        prompt = read_prompt(request.prompt, self._accepts)
         session = self._table.live(request.session_id)
         arrival = request_arrival()
         if session.dialect.answers_on_acceptance:
@@ -95,18 +96,18 @@ class PromptTurns:
             after_answer(answer_queued)
             try:
                 answer: object = await self._nursery.start(
-                    self._accepted_turn, session, content, arrival, queued
+                    self._accepted_turn, session, prompt, arrival, queued
                 )
             except BaseException:
                 queued.set()  # no answer is coming: a turn that started need not wait
                 raise
             return answer
-        return await self._claimed_turn(session, content, arrival, None)
+        return await self._claimed_turn(session, prompt, arrival, None)
 
     async def _accepted_turn(
         self,
         session: EdgeSession,
-        content: PromptContent,
+        prompt: Prompt,
         arrival: int,
         queued: trio.Event,
         *,
@@ -116,7 +117,7 @@ class PromptTurns:
         cancellation) are the request's; after it, a failure ends the turn and is logged."""
         acceptance = _Acceptance(task_status, queued)
         try:
-            await self._claimed_turn(session, content, arrival, acceptance)
+            await self._claimed_turn(session, prompt, arrival, acceptance)
         except Exception as exc:
             if not acceptance.accepted:
                 raise
@@ -126,7 +127,7 @@ class PromptTurns:
     async def _claimed_turn(
         self,
         session: EdgeSession,
-        content: PromptContent,
+        prompt: Prompt,
         arrival: int,
         acceptance: _Acceptance | None,
     ) -> object:
@@ -136,10 +137,10 @@ class PromptTurns:
             # The slot is this prompt's: requests after it about the session may decide.
             admitted()
             # A model that does not see images is refused before the trust question.
-            await session.lease.check_images(len(content.images))
+            await session.lease.check_images(prompt)
             try:
                 with session.update_scope():
-                    return await self._turn(session, claim, content, arrival, acceptance)
+                    return await self._turn(session, claim, prompt, arrival, acceptance)
             except SessionClosed:
                 return answer(RunState.CANCELLED)
             # A closed session's pump is cancelled from outside; the turn ends cancelled.
@@ -149,7 +150,7 @@ class PromptTurns:
         self,
         session: EdgeSession,
         claim: PromptClaim,
-        content: PromptContent,
+        prompt: Prompt,
         arrival: int,
         acceptance: _Acceptance | None,
     ) -> object:
@@ -167,9 +168,7 @@ class PromptTurns:
         if before_run.cancelled_caught or session.cancelled_since(arrival):
             return answer(RunState.CANCELLED)
         was_locked = session.model_locked
-        run = await lease.start_run(
-            content.text, claim=claim, images=content.images, resources=content.resources
-        )
+        run = await lease.start_run(prompt, claim=claim)
         if session.cancelled_since(arrival):
             # A cancel or close arrived while the run was being admitted; it found no run.
             run.cancel()
@@ -177,7 +176,7 @@ class PromptTurns:
             acceptance.accept(session.dialect.acceptance_answer(run.user_message_id))
         try:
             await self._channel.send_many(
-                session.projector.accepted(run.user_message_id, content.text)
+                session.projector.accepted(run.user_message_id, prompt.text)
             )
             if acceptance is not None:
                 await acceptance.queued.wait()

@@ -63,9 +63,11 @@ Tasks
     or goal cycle is active, ``TASK_LEASED`` while a lease holds it; trust stays).
 
 Runs and events
-    ``run = await lease.start_run(text)`` admits the user message durably, then starts the
+    ``run = await lease.start_run(prompt)`` admits the user message durably, then starts the
     backend turn (one active run per task; ``RUN_ACTIVE`` otherwise; a running goal cycle is
-    cancelled first). ``async for event in run.events()`` yields ``TextChunk``/``ThoughtChunk``
+    cancelled first). A ``Prompt`` (text, checked images, embedded text resources; a plain
+    ``str`` is text only) is the one shape a prompt has from the caller to the turn and the
+    stored message. ``async for event in run.events()`` yields ``TextChunk``/``ThoughtChunk``
     (stable ``message_id``), ``ToolRow`` (``first`` for the first row of a tool id),
     ``PermissionRequest``, ``UsageUpdate``, ``TitleChanged``, ``PlanUpdated`` (the whole
     plan), ``ContextUsage`` (context window used/size), ``CommandsChanged``, ``RunNotice``
@@ -81,10 +83,11 @@ Runs and events
     cancels that exact run: a terminal ``RunNotice`` tells why, nothing is silently dropped.
 
 Steering
-    ``await lease.steer(text)`` adds a message to the running prompt turn: ``INJECTED`` once
+    ``await lease.steer(message)`` (a text-only ``Prompt`` or a ``str``) adds a message to
+    the running prompt turn: ``INJECTED`` once
     it is durably in the history; the backend takes it with ``turn.steering()``, or gets it
     as the prompt of a follow-up ``run_turn`` in the same run. ``IDLE`` (nothing admitted)
-    when no prompt's run is active; ``start_run(text)`` then starts one.
+    when no prompt's run is active; ``start_run(message)`` then starts one.
 
 Backends
     ``AgentBackend.run_turn(turn)`` gets a ``Turn``: ``prompt``, ``history`` (the visible
@@ -181,10 +184,12 @@ from maple_acp.runtime._attachments import (
     MAX_IMAGE_BYTES,
     MAX_PROMPT_IMAGES,
     EmbeddedText,
+    Prompt,
     PromptCapabilities,
     PromptImage,
     check_embedded_text,
     check_image,
+    check_image_count,
     describe_image,
     sniff_image,
 )
@@ -381,6 +386,7 @@ __all__ = [
     "PlanPriority",
     "PlanStatus",
     "PlanUpdated",
+    "Prompt",
     "PromptCapabilities",
     "PromptClaim",
     "PromptContentSource",
@@ -437,6 +443,7 @@ __all__ = [
     "canonical_directory",
     "check_embedded_text",
     "check_image",
+    "check_image_count",
     "describe_image",
     "edit_text_async",
     "external_mcp_spec",

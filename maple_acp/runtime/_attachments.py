@@ -1,18 +1,19 @@
-"""What a prompt may carry besides text: images (checked by their bytes) and embedded text
-resources (shown as text with their URI), and what a backend declares it accepts.
+"""A user's prompt as the runtime takes it: the ``Prompt`` value, what it may carry besides
+text (images checked by their bytes, embedded text resources shown as text with their URI),
+the one rule on how many images it carries, and what a backend declares it accepts.
 
 Pure functions over bytes and strings, no I/O: a caller (the ACP edge, a host's own UI)
-decodes what its protocol sends, hands the bytes here, and passes the checked values to
-``SessionLease.start_run``. Every refusal is a ``RuntimeRejection`` of kind
-``INVALID_PROMPT`` with one line saying what is wrong.
+decodes what its protocol sends, hands the bytes here, and passes the ``Prompt`` it builds
+from the checked values to ``SessionLease.start_run``, which hands it whole to the turn and
+stores its message. Every refusal is a ``RuntimeRejection`` of kind ``INVALID_PROMPT`` with
+one line saying what is wrong.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import attrs
 
@@ -78,6 +79,41 @@ class EmbeddedText:
 
 def _refuse(message: str) -> RuntimeRejection:
     return RuntimeRejection(RejectionKind.INVALID_PROMPT, message)
+
+
+def check_image_count(count: int) -> None:
+    """The one rule on a prompt's images: at most ``MAX_PROMPT_IMAGES`` of them. A caller
+    that decodes images one by one asks it as each arrives, and stops at the first too many."""
+    if count > MAX_PROMPT_IMAGES:
+        raise _refuse(f"a prompt carries at most {MAX_PROMPT_IMAGES} images")
+
+
+def _at_most_max_images(_instance: Any, _attribute: Any, images: tuple[PromptImage, ...]) -> None:
+    check_image_count(len(images))
+
+
+@attrs.frozen
+class Prompt:
+    """One user prompt, whole from the caller to the turn and the stored user message: the
+    message ``text`` (each embedded resource already in it as its ``rendered`` text), the
+    checked ``images`` in the order the prompt gave them, and the embedded text
+    ``resources`` for a backend that shows them apart. A plain ``str`` where a ``Prompt`` is
+    taken is a text-only prompt. More than ``MAX_PROMPT_IMAGES`` images is ``INVALID_PROMPT``.
+    """
+
+    text: str
+    images: tuple[PromptImage, ...] = attrs.field(default=(), validator=_at_most_max_images)
+    resources: tuple[EmbeddedText, ...] = ()
+
+    @property
+    def image_refs(self) -> tuple[ImageRef, ...]:
+        """The images as the stored message references them (bytes stored once per hash)."""
+        return tuple(image.ref for image in self.images)
+
+    @property
+    def image_bytes(self) -> dict[str, bytes]:
+        """The images' bytes by their SHA-256 (empty without images)."""
+        return {image.ref.sha256: image.data for image in self.images}
 
 
 def canonical_image_type(mime_type: str) -> str:
@@ -193,11 +229,6 @@ def check_embedded_text(uri: str, text: str, mime_type: str | None = None) -> Em
             f"{MAX_EMBEDDED_TEXT_BYTES} are accepted"
         )
     return EmbeddedText(uri=uri, mime_type=mime_type, text=text)
-
-
-def check_image_count(images: Sequence[PromptImage]) -> None:
-    if len(images) > MAX_PROMPT_IMAGES:
-        raise _refuse(f"a prompt carries at most {MAX_PROMPT_IMAGES} images")
 
 
 def describe_image(ref: ImageRef) -> str:

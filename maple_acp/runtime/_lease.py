@@ -25,11 +25,7 @@ from maple_acp.model import (
     TaskRecord,
     TimelineItem,
 )
-from maple_acp.runtime._attachments import (
-    EmbeddedText,
-    PromptImage,
-    check_image_count,
-)
+from maple_acp.runtime._attachments import Prompt
 from maple_acp.runtime._backend import backend_accepts_images
 from maple_acp.runtime._barrier import OperationBarrier, PromptClaim
 from maple_acp.runtime._context import LeaseContext
@@ -441,10 +437,10 @@ class SessionLease:
                 self._claim = None
                 self._slot.changed()
 
-    async def check_images(self, count: int = 1) -> None:
-        """Refuse (``INVALID_PROMPT``, naming the model) a prompt of ``count`` images when
-        the session's model does not see images, or when there are too many of them."""
-        if count <= 0:
+    async def check_images(self, prompt: Prompt) -> None:
+        """Refuse (``INVALID_PROMPT``, naming the model) a prompt with images when the
+        session's model does not see images."""
+        if not prompt.images:
             return
         with self.operation():
             model = self._task.model
@@ -459,38 +455,24 @@ class SessionLease:
                 f"the model {shown} does not accept images; send text, or choose a model that does",
             )
 
-    async def start_run(
-        self,
-        prompt: str,
-        *,
-        claim: PromptClaim | None = None,
-        images: Sequence[PromptImage] = (),
-        resources: Sequence[EmbeddedText] = (),
-    ) -> Run:
+    async def start_run(self, prompt: Prompt | str, *, claim: PromptClaim | None = None) -> Run:
         """Admit ``prompt`` as the task's next user message (durably, before the backend sees
         it) and start a run for it. A running goal cycle is cancelled first and the prompt
         admitted after it ended. ``RUN_ACTIVE`` if another prompt holds the slot or a prompt's
         run is still active. Without ``claim`` the slot is claimed for the admission only.
 
-        ``images`` (checked by ``check_image``) are stored with the message, once per hash;
-        ``INVALID_PROMPT`` if there are more than ``MAX_PROMPT_IMAGES`` or the session's
-        model does not see images. ``resources`` are the embedded text resources ``prompt``
-        already holds as text, for a backend that shows them apart."""
-        check_image_count(images)
-        await self.check_images(len(images))
-        content = (tuple(images), tuple(resources))
+        The prompt's images (checked by ``check_image``) are stored with the message, once
+        per hash; ``INVALID_PROMPT`` if the session's model does not see images. The turn
+        gets the ``Prompt`` whole."""
+        if isinstance(prompt, str):
+            prompt = Prompt(prompt)
+        await self.check_images(prompt)
         if claim is None:
             with self.claim_prompt() as own:
-                return await self._admit_prompt(prompt, own, content)
-        return await self._admit_prompt(prompt, claim, content)
+                return await self._admit_prompt(prompt, own)
+        return await self._admit_prompt(prompt, claim)
 
-    async def _admit_prompt(
-        self,
-        prompt: str,
-        claim: PromptClaim,
-        content: tuple[tuple[PromptImage, ...], tuple[EmbeddedText, ...]] = ((), ()),
-    ) -> Run:
-        images = content[0]
+    async def _admit_prompt(self, prompt: Prompt, claim: PromptClaim) -> Run:
         with self.operation():
             if claim is not self._claim:
                 raise RuntimeRejection(RejectionKind.RUN_ACTIVE, "a prompt is already running")
@@ -512,32 +494,33 @@ class SessionLease:
                         kind=ItemKind.USER,
                         created_ms=now,
                         run_id=run_id,
-                        text=prompt,
-                        images=tuple(image.ref for image in images),
+                        text=prompt.text,
+                        images=prompt.image_refs,
                     )
                     record = await self._context.store.admit_user_message(
                         self.task_id,
                         item,
                         now_ms=now,
-                        blobs={image.ref.sha256: image.data for image in images} or None,
+                        blobs=prompt.image_bytes or None,
                     )
                     self._task = record
                     self._row.admitted()
                     history = await self._turn_inputs(run_id)
                     self._life.check_live()
-                    return await self._launch(
-                        run_id, RunKind.PROMPT, prompt, history, content=content
-                    )
+                    return await self._launch(run_id, RunKind.PROMPT, prompt, history)
                 finally:
                     self._prompt_waiting -= 1
                     self._goals.poke()
 
-    async def steer(self, text: str, *, decided: Callable[[], None] = _nothing) -> SteeringOutcome:
-        """Steer the running prompt turn with ``text`` (the caller checked it is a non-empty
-        message): ``INJECTED`` once it is durably in the history, after what the run said so
-        far; the backend takes it at its next step (``Turn.steering()``), or as the message
-        of a follow-up backend turn of the same run if it did not take it. A pending
-        permission question is not interrupted. ``IDLE`` (nothing admitted) when no prompt's
+    async def steer(
+        self, message: Prompt | str, *, decided: Callable[[], None] = _nothing
+    ) -> SteeringOutcome:
+        """Steer the running prompt turn with ``message`` (the caller checked it is a
+        non-empty message; ``INVALID_PROMPT`` if it carries images, which a steering message
+        has no place for): ``INJECTED`` once it is durably in the history, after what the
+        run said so far; the backend takes it at its next step (``Turn.steering()``), or as
+        the message of a follow-up backend turn of the same run if it did not take it. A
+        pending permission question is not interrupted. ``IDLE`` (nothing admitted) when no prompt's
         run is active (a goal cycle is not a prompt turn): the caller may ``start_run``.
 
         While a prompt holds the slot but its run does not take steering (being admitted,
@@ -548,6 +531,11 @@ class SessionLease:
         ``decided`` is called once the message's turn is known: before it is written into a
         running turn, or as it starts waiting for the prompt that holds the slot (with
         ``IDLE`` the caller decides: nothing is called)."""
+        text = message if isinstance(message, str) else message.text
+        if not isinstance(message, str) and message.images:
+            raise RuntimeRejection(
+                RejectionKind.INVALID_PROMPT, "a steering message carries text only"
+            )
         with self.operation():
             while True:
                 self._life.check_live()
@@ -570,16 +558,16 @@ class SessionLease:
         return True
 
     async def _launch_cycle(self, objective: str, history: tuple[TimelineItem, ...]) -> Run:
-        return await self._launch(self._new_run_id(), RunKind.GOAL_CYCLE, objective, history)
+        return await self._launch(
+            self._new_run_id(), RunKind.GOAL_CYCLE, Prompt(objective), history
+        )
 
     async def _launch(
         self,
         run_id: str,
         kind: RunKind,
-        prompt: str,
+        prompt: Prompt,
         history: tuple[TimelineItem, ...],
-        *,
-        content: tuple[tuple[PromptImage, ...], tuple[EmbeddedText, ...]] = ((), ()),
     ) -> Run:
         # No checkpoint before the run is the active one: whoever checked that the task was
         # free (the prompt admission, the goal driver) must still be right when it starts.
@@ -613,8 +601,6 @@ class SessionLease:
                 tools=tools,
                 history=history,
                 offered_tools=offered,
-                images=content[0],
-                resources=content[1],
                 read_blob=context.store.read_blob,
             )
 

@@ -12,6 +12,7 @@ import trio
 from maple_acp._groups import single_exception
 from maple_acp._text import one_line
 from maple_acp.model import ItemKind, TimelineItem, Usage
+from maple_acp.runtime._attachments import Prompt
 from maple_acp.runtime._backend import AgentBackend, GoalProgress, TurnFailed, TurnResult
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection, bounded_text
 from maple_acp.runtime._event_queue import RUN_EVENT_QUEUE, RunEventQueue
@@ -282,7 +283,7 @@ class Run:
         history = tuple(
             item for item in stored if item.run_id != self.id or item.item_id not in skip
         )
-        prompt = STEERING_SEPARATOR.join(item.text for item in carried)
+        prompt = Prompt(STEERING_SEPARATOR.join(item.text for item in carried))
         logger.info("run %s: a follow-up turn for %d steering messages", self.id, len(carried))
         return self._turn.follow_up(prompt, history)
 

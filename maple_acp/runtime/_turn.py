@@ -20,7 +20,7 @@ from maple_acp.model import (
     ToolState,
     Usage,
 )
-from maple_acp.runtime._attachments import EmbeddedText, PromptImage
+from maple_acp.runtime._attachments import Prompt
 from maple_acp.runtime._errors import bounded_text
 from maple_acp.runtime._events import (
     NOTICE_LEVELS,
@@ -68,7 +68,7 @@ class Turn:
         *,
         task_id: str,
         kind: RunKind,
-        prompt: str,
+        prompt: Prompt,
         model: str | None,
         root: str,
         skills: tuple[SkillInfo, ...],
@@ -76,8 +76,6 @@ class Turn:
         tools: ToolContext,
         history: tuple[TimelineItem, ...] = (),
         offered_tools: tuple[ToolSpec, ...] = (),
-        images: tuple[PromptImage, ...] = (),
-        resources: tuple[EmbeddedText, ...] = (),
         read_blob: Callable[[str], Awaitable[bytes | None]] | None = None,
     ) -> None:
         self._outlet = outlet
@@ -85,7 +83,7 @@ class Turn:
         self.task_id = task_id
         self.kind = kind
         #: The prompt text (joined by the caller), or the goal objective for a goal cycle.
-        self.prompt = prompt
+        self.prompt = prompt.text
         self.model = model
         #: The task's canonical project directory.
         self.root = root
@@ -102,9 +100,9 @@ class Turn:
         self._offered_tools = offered_tools
         #: The prompt's images, in order (their bytes: ``image_data``). The prompt text
         #: already holds the embedded ``resources``, each as its ``rendered`` text.
-        self.images: tuple[ImageRef, ...] = tuple(image.ref for image in images)
-        self.resources = resources
-        self._image_bytes = {image.ref.sha256: image.data for image in images}
+        self.images = prompt.image_refs
+        self.resources = prompt.resources
+        self._image_bytes = prompt.image_bytes
         self._read_blob = read_blob
 
     async def image_data(self, image: ImageRef) -> bytes | None:
@@ -115,7 +113,7 @@ class Turn:
             data = await self._read_blob(image.sha256)
         return data
 
-    def follow_up(self, prompt: str, history: tuple[TimelineItem, ...]) -> Turn:
+    def follow_up(self, prompt: Prompt, history: tuple[TimelineItem, ...]) -> Turn:
         """The same run's next backend turn, for steering messages this one did not take
         (the runtime makes it; a backend does not need to)."""
         return Turn(

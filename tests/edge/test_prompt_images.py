@@ -15,7 +15,7 @@ from edge_harness import Harness, running_service
 
 from maple_acp.backends.demo import DemoBackend
 from maple_acp.edge import AcpServiceConfig
-from maple_acp.edge._prompt import MAX_IMAGE_BASE64_CHARS, prompt_content
+from maple_acp.edge._prompt import MAX_IMAGE_BASE64_CHARS, read_prompt
 from maple_acp.runtime import (
     MAX_EMBEDDED_TEXT_BYTES,
     MAX_IMAGE_BYTES,
@@ -296,6 +296,6 @@ def test_an_image_over_the_size_bound_is_refused(data: str) -> None:
     # client can, within the 10 MiB frame bound, so the check is exercised on the blocks.
     block = structure_params({"type": "image", "data": data, "mimeType": "image/png"}, ContentBlock)
     with pytest.raises(ProtocolError) as info:
-        prompt_content([block], PromptCapabilities(image=True))
+        read_prompt([block], PromptCapabilities(image=True))
     assert info.value.code == -32602
     assert f"{MAX_IMAGE_BYTES} bytes" in info.value.message

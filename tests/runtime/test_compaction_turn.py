@@ -12,6 +12,7 @@ from maple_acp.model import ItemKind
 from maple_acp.runtime import (
     CompactionChanged,
     CompactionText,
+    Prompt,
     PromptCapabilities,
     RunState,
     Turn,
@@ -101,7 +102,7 @@ async def test_a_follow_up_turn_reads_the_images_of_its_history(
         trio.open_nursery() as nursery,
     ):
         lease = await nursery.start(service.serve_new_task, str(project))
-        run = await lease.start_run("look", images=[check_image(picture, "image/png")])
+        run = await lease.start_run(Prompt("look", (check_image(picture, "image/png"),)))
         await lease.steer("and then?")
         await run.wait()
         await lease.release(close=True)

@@ -19,6 +19,7 @@ from messages_loopback import MessagesProvider, text_reply
 from maple_acp.backends import build_backend, load_provider_config, provider_policy
 from maple_acp.runtime import (
     AgentService,
+    Prompt,
     PromptCapabilities,
     RejectionKind,
     RunState,
@@ -90,7 +91,7 @@ async def test_images_go_to_a_seeing_model_as_base64_blocks_this_turn_and_later(
         assert service.prompt_capabilities == PromptCapabilities(image=True, embedded_context=True)
         lease = await new_lease(service, project, nursery, "claude/eyes")
         images = [check_image(picture, "image/png"), check_image(photo, "image/jpeg")]
-        run = await lease.start_run("what is this?", images=images)
+        run = await lease.start_run(Prompt("what is this?", tuple(images)))
         await collect_events(run)
         assert (await run.wait()).state is RunState.COMPLETED
         _, outcome = await run_prompt(lease, "and now?")
@@ -120,7 +121,7 @@ async def test_an_image_for_a_model_without_vision_is_refused_naming_it(
     ):
         lease = await new_lease(service, project, nursery, "claude/blind")
         with pytest.raises(RuntimeRejection) as refused:
-            await lease.start_run("see", images=[check_image(png(), "image/png")])
+            await lease.start_run(Prompt("see", (check_image(png(), "image/png"),)))
         assert refused.value.kind is RejectionKind.INVALID_PROMPT
         assert "claude/blind does not accept images" in refused.value.message
         assert await service.store.item_count(lease.task_id) == 0

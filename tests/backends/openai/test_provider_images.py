@@ -19,6 +19,7 @@ from provider_support import TEST_KEY, answering
 from maple_acp.backends import build_backend, load_provider_config, provider_policy
 from maple_acp.runtime import (
     AgentService,
+    Prompt,
     PromptCapabilities,
     RejectionKind,
     RuntimeRejection,
@@ -83,7 +84,7 @@ async def test_images_go_to_a_seeing_model_as_data_urls_this_turn_and_later(
         assert service.prompt_capabilities == PromptCapabilities(image=True, embedded_context=True)
         lease = await new_lease(service, project, nursery, "p/eyes")
         images = [check_image(picture, "image/png"), check_image(photo, "image/jpeg")]
-        await answering(await lease.start_run("what is this?", images=images), "deny_once")
+        await answering(await lease.start_run(Prompt("what is this?", tuple(images))), "deny_once")
         await answering(await lease.start_run("and now?"), "deny_once")
         await lease.release()
     first, second = (request.body["messages"] for request in provider.chat_requests())
@@ -111,7 +112,7 @@ async def test_an_image_for_a_model_without_vision_is_refused_naming_it(
     ):
         lease = await new_lease(service, project, nursery, "p/blind")
         with pytest.raises(RuntimeRejection) as refused:
-            await lease.start_run("see", images=[check_image(png(), "image/png")])
+            await lease.start_run(Prompt("see", (check_image(png(), "image/png"),)))
         assert refused.value.kind is RejectionKind.INVALID_PROMPT
         assert "p/blind does not accept images" in refused.value.message
         assert await service.store.item_count(lease.task_id) == 0
@@ -131,7 +132,7 @@ async def test_without_a_seeing_model_only_embedded_text_is_declared(
         lease = await new_lease(service, project, nursery, "p/eyes")
         resource = check_embedded_text("file:///a.py", "print(1)")
         prompt = f"explain\n\n{resource.rendered}"
-        await answering(await lease.start_run(prompt, resources=[resource]), "deny_once")
+        await answering(await lease.start_run(Prompt(prompt, resources=(resource,))), "deny_once")
         await lease.release()
     [request] = provider.chat_requests()
     assert request.body["messages"][-1] == {
