@@ -374,10 +374,11 @@ class AcpNetworkApp:
             await _respond(send, 404, cors, _error_body("no such connection"))
             return
         method = message.get("method")
-        if isinstance(method, str) and method in SESSION_HEADER_METHODS:
+        in_params = session_of_params(message)
+        if method in SESSION_HEADER_METHODS and in_params is not None and in_params.strip():
+            # A blank or missing session id is the JSON-RPC layer's to refuse (-32602).
             named = headers.get(SESSION_HEADER)
-            in_params = session_of_params(message)
-            if named is None or (in_params is not None and in_params != named):
+            if named is None or named.strip() != in_params.strip():
                 await _respond(
                     send, 400, cors, _error_body("Acp-Session-Id must name the message's session")
                 )

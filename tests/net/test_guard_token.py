@@ -137,3 +137,30 @@ def test_serve_refuses_a_bad_listener_in_one_line(tmp_path: Path, listen: str, s
     assert says in lines[0]
     # Refused before anything started: no store, no token.
     assert not (tmp_path / "data" / "tasks.sqlite3").exists()
+
+
+def test_the_http_table_of_the_config_file(tmp_path: Path) -> None:
+    from maple_acp.config import ConfigFileError, parse_config, resolve_serve_settings
+
+    path = tmp_path / "config.toml"
+    config = parse_config(
+        '[http]\nlisten = "127.0.0.1:8765"\nallowed_origins = ["https://ide.example"]\n'
+        'tls_cert = "/etc/c.pem"\ntls_key = "/etc/k.pem"\n',
+        path,
+    )
+    settings = resolve_serve_settings({}, {}, config)
+    assert settings.http_listen == "127.0.0.1:8765"
+    assert settings.http_allowed_origins == ("https://ide.example",)
+    assert (settings.http_tls_cert, settings.http_tls_key) == ("/etc/c.pem", "/etc/k.pem")
+    # The flag wins over the file.
+    assert resolve_serve_settings({"http_listen": "[::1]:9"}, {}, config).http_listen == "[::1]:9"
+    for text, key in (
+        ("[http]\nlisten = 8765\n", "http.listen"),
+        ("[http]\nport = 1\n", "http.port"),
+        ('http = "127.0.0.1:1"\n', "http"),
+        ('[http]\nallowed_origins = "https://one.example"\n', "http.allowed_origins"),
+    ):
+        with pytest.raises(ConfigFileError) as refused:
+            parse_config(text, path)
+        assert refused.value.key == key
+        assert "\n" not in str(refused.value)

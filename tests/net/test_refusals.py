@@ -212,6 +212,15 @@ async def test_streamable_http_refuses_what_the_transport_does_not_allow() -> No
             with trio.fail_after(DEADLINE):
                 _, listed = await events.until(lambda m: m.get("id") == 3)
             assert listed["result"] == {"sessions": []}
+            # A blank session id is the protocol's to refuse, not the transport's.
+            blank = rpc("session/prompt", {"sessionId": "  ", "prompt": []}, 4)
+            answer = await client.post(
+                host.url, content=blank, headers={**auth, **JSON, **connection}
+            )
+            assert answer.status_code == 202
+            with trio.fail_after(DEADLINE):
+                _, refused = await events.until(lambda m: m.get("id") == 4)
+            assert refused["error"]["code"] == -32602
             # DELETE ends it: the stream ends, and the id is gone.
             ended = await client.delete(host.url, headers={**auth, **connection})
             assert ended.status_code == 202
