@@ -5,7 +5,9 @@ messages and leaks.
     python bench/soak.py [--minutes 10 | --seconds S] [--seed N] [--workers 8] [--kill-every 60]
 
 Eight workers each drive one connector process at a time (``maple-acp acp`` or
-``maple-acp-connector``, chosen at random) through :class:`AcpTestClient`: new, load of any
+``maple-acp-connector``, chosen at random; a share of them, ``--network-share``, reach the host
+over ``serve --http`` instead, through ``bench/net_bridge.py``: half over a WebSocket, half
+over Streamable HTTP) through :class:`AcpTestClient`: new, load of any
 known session, re-load on the same connection, resume, prompts (plain text, ``/stream``,
 ``/burst``, ``/think`` and ``/usage``, ``/tool shell`` allowed and rejected, ``/hang`` then
 cancel), MCP tool calls and their cancellation through a loopback MCP server that some
@@ -48,6 +50,7 @@ import random
 import shlex
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -102,6 +105,10 @@ MCP_SHARE = 0.15
 #: The loopback MCP server's name in ``mcpServers``; its tools are ``MCP_NAME__<tool>``.
 MCP_NAME = "soak"
 MCP_SERVER_SCRIPT = Path(__file__).resolve().parents[1] / "tests" / "soak" / "mcp_loopback.py"
+#: The stdio client of the network listener that stands where a connector stands.
+NET_BRIDGE = os.fspath(Path(__file__).resolve().parent / "net_bridge.py")
+#: A killed Streamable HTTP client's connection ends at the listener's idle bound (60 s).
+HTTP_IDLE_DEADLINE_S = 80.0
 #: Weights of the operations a worker picks from while its connection is open.
 OPERATIONS: Mapping[str, int] = {
     "new": 6,
@@ -159,6 +166,15 @@ class SoakConfig:
     host_log: Path | None = None
     #: Every frame of this share of connections is checked against the ACP schema (costly).
     validate_share: float = 0.05
+    #: This share of connections goes over the network listener (half WebSocket, half
+    #: Streamable HTTP) instead of a connector; 0 leaves the listener off.
+    network_share: float = 0.25
+    #: The network transports that share uses. A Streamable HTTP client that dies (killed by
+    #: the mix, or when traffic pauses) keeps its connection until the listener's idle bound
+    #: (60 s) ends it, and idle checks then wait that long.
+    network_kinds: tuple[str, ...] = ("ws", "http")
+    #: Whether the mix may kill a Streamable HTTP client (else it closes its input).
+    http_kills: bool = True
     say: Callable[[str], None] = print
 
 
@@ -353,6 +369,7 @@ class Host:
         data_dir: Path,
         env: dict[str, str],
         log: Path | None = None,
+        extra: list[str] | None = None,
     ) -> None:
         self.log = log
         self.command = [
@@ -364,6 +381,7 @@ class Host:
             os.fspath(data_dir),
             "--log-level",
             "warning",
+            *(extra or []),
         ]
         self.socket = socket
         self.data_dir = data_dir
@@ -502,6 +520,8 @@ class Connection:
         self.with_mcp: set[str] = set()
         #: Until the connection ends by closing its input, an unanswered prompt is excused.
         self.gone = True
+        #: How it reaches the host: "socket" (a connector), "ws" or "http" (the bridge).
+        self.transport = "socket"
 
     @property
     def report(self) -> SoakReport:
@@ -790,6 +810,12 @@ class Connection:
         self.report.ops[("big_id", "ok" if answered() else "unanswered")] += 1
 
     async def malformed(self) -> None:
+        if self.transport == "http":
+            # Streamable HTTP refuses a body that is not one JSON-RPC message at the transport
+            # (400, 501), before any connection sees it: there is no JSON-RPC answer to await.
+            answer = await self.call("malformed", "session/list", {})
+            self.count("malformed", answer)
+            return
         line, reply_id = self.worker.rng.choice(MALFORMED_LINES)
         if reply_id is not None:
             # Each malformed request gets an id of its own, so its answer is told apart.
@@ -926,9 +952,33 @@ class Worker:
             else:
                 await self.connection(ending)
 
+    def client_command(self) -> tuple[str, list[str]]:
+        """How this connection reaches the host: ("socket", a connector) or a network
+        transport ("ws", "http") and its bridge."""
+        network = self.soak.network_commands
+        if network and self.rng.random() < self.soak.config.network_share:
+            kind = self.rng.choice(sorted(network))
+            return kind, network[kind]
+        return "socket", self.rng.choice(self.soak.connector_commands)
+
     async def connection(self, ending: str) -> None:
-        command = self.rng.choice(self.soak.connector_commands)
+        transport, command = self.client_command()
+        if transport == "http" and ending != "close_input" and not self.soak.config.http_kills:
+            ending = "close_input"
+        self.report.connections[f"over {transport}"] += 1
+        self.process: trio.Process | None = None
+        try:
+            await self._connection(transport, command, ending)
+        finally:
+            process = self.process
+            if transport == "http" and process is not None and (process.returncode or -1) < 0:
+                # Killed (by the mix or for hanging): a client gone without a word keeps its
+                # Streamable HTTP connection until the listener's idle bound.
+                self.soak.http_killed = True
+
+    async def _connection(self, transport: str, command: list[str], ending: str) -> None:
         async with connector(command, self.soak.socket, self.soak.env) as process:
+            self.process = process
             assert process.stdin is not None
             assert process.stdout is not None
             stream = trio.StapledStream(process.stdin, process.stdout)
@@ -944,6 +994,7 @@ class Worker:
                         await trio.sleep(self.rng.uniform(0.1, 0.5))
                         return
                     conn = Connection(self, client, process, capabilities_of(answer))
+                    conn.transport = transport
                     self.report.connections["opened"] += 1
                     await conn.run(self.rng.randint(*OPS_PER_CONNECTION))
                     await self._end(conn, ending)
@@ -1056,7 +1107,24 @@ class Soak:
         self.env = _environment(config.env)
         self.host_env = {**HOST_ALLOCATOR_ENV, **self.env}
         host_command, self.connector_commands = _commands()
-        self.host = Host(host_command, self.socket, self.data_dir, self.host_env, config.host_log)
+        extra: list[str] = []
+        #: Commands of network clients by transport ("ws", "http"), when the listener is on.
+        self.network_commands: dict[str, list[str]] = {}
+        if config.network_share > 0:
+            # One port for every life of the host, so that clients find it after a restart.
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            extra = ["--http", f"127.0.0.1:{port}"]
+            url = f"http://127.0.0.1:{port}/acp"
+            token = os.fspath(self.data_dir / "http-token")
+            for kind in config.network_kinds:
+                self.network_commands[kind] = [sys.executable, NET_BRIDGE, kind, url, token]
+        self.host = Host(
+            host_command, self.socket, self.data_dir, self.host_env, config.host_log, extra
+        )
+        #: Whether a Streamable HTTP client was killed in this host life (see http_kills).
+        self.http_killed = False
         self.projects = []
         for index in range(4):
             project = directory / f"project{index}"
@@ -1158,7 +1226,8 @@ class Soak:
         assert self.host.process is not None
         if self.host.process.returncode is not None:
             raise SoakAborted(f"{why}: the host exited {self.host.process.returncode}")
-        with trio.move_on_after(IDLE_DEADLINE_S):
+        deadline = HTTP_IDLE_DEADLINE_S if self.http_killed else IDLE_DEADLINE_S
+        with trio.move_on_after(deadline):
             while True:
                 if self.host.process.returncode is not None:
                     raise SoakAborted(f"{why}: the host exited {self.host.process.returncode}")
@@ -1170,7 +1239,7 @@ class Soak:
                 ):
                     return
                 await trio.sleep(POLL_S)
-        self.report.find(f"{why}: not idle {IDLE_DEADLINE_S:.0f} s after every client left: {last}")
+        self.report.find(f"{why}: not idle {deadline:.0f} s after every client left: {last}")
 
     async def quiet_sample(self) -> Sample:
         """The idle host's figures, RSS as the least of ``RSS_SAMPLES`` readings: a reading
@@ -1318,6 +1387,7 @@ class Soak:
         return f"{time.monotonic() - self.started:6.1f} s"
 
     async def host_life(self, nursery: trio.Nursery, seconds: float, *, last: bool) -> None:
+        self.http_killed = False
         await self.host.start(nursery)
         life = HostLife(pid=self.host.pid, started=time.monotonic())
         self.report.lives.append(life)
@@ -1463,6 +1533,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0.05,
         help="share of connections whose every frame is checked against the ACP schema",
     )
+    parser.add_argument(
+        "--network-share",
+        type=float,
+        default=0.25,
+        help="share of connections over serve --http (half WebSocket, half Streamable HTTP)",
+    )
     args = parser.parse_args(argv)
     seconds = args.seconds if args.seconds is not None else args.minutes * 60
     config = SoakConfig(
@@ -1472,6 +1548,7 @@ def main(argv: list[str] | None = None) -> int:
         kill_every_s=args.kill_every or None,
         host_log=args.host_log,
         validate_share=args.validate_share,
+        network_share=args.network_share,
     )
     report = trio.run(run_soak, config)
     print(format_report(report))
