@@ -9,7 +9,7 @@ edge projects them; none of them knows ACP.
 from __future__ import annotations
 
 import enum
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import attrs
 
@@ -203,11 +203,15 @@ class TimelineItem:
     seq: int = 0
 
 
-#: A message row of a history as a replay reads it: ``(kind, item_id, text)``, the kind being
-#: the value of ``ItemKind.USER``, ``ASSISTANT`` or ``THOUGHT`` (``("assistant", "m1",
-#: "Hello")``). Nearly every row of a long history is a message, and a store can hand these
-#: out straight from its rows, without building a ``TimelineItem`` for each.
-MessageRow = tuple[str, str, str]
+class MessageRow(NamedTuple):
+    """A message row of a history as a replay reads it (``MessageRow(ItemKind.ASSISTANT, "m1",
+    "Hello")``). Nearly every row of a long history is a message, and a store can hand these
+    out straight from its rows, without building a ``TimelineItem`` for each."""
+
+    #: ``ItemKind.USER``, ``ASSISTANT`` or ``THOUGHT``.
+    kind: ItemKind
+    item_id: str
+    text: str
 
 
 @attrs.frozen(kw_only=True)

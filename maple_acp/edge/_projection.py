@@ -409,26 +409,23 @@ class SessionProjector:
         """Replay of stored history through the same rules as live events, as a client that
         has nothing yet must see it: every tool id is announced afresh (a re-attaching client
         rebuilds its view), and only the latest plan is sent (each plan replaces the last).
-        A message row may come as a ``MessageRow`` tuple or as a whole item; a user message's
+        A message row may come as a ``MessageRow`` or as a whole item; a user message's
         images follow its text as :class:`ImageSlot` values for the replay to fill."""
         self._announced.clear()
         latest_plan = max(
             (
                 index
                 for index, row in enumerate(rows)
-                if not isinstance(row, tuple) and row.kind is ItemKind.PLAN
+                if not isinstance(row, MessageRow) and row.kind is ItemKind.PLAN
             ),
             default=-1,
         )
         # Message rows, nearly all of a history, are built straight from the template of their
-        # kind (each row is a message of its own, so the streaming cache would not hit). The
-        # templates are looked up by the kind's value, which a MessageRow carries.
-        wrappers = {
-            kind.value: self._template(chunk_kind) for kind, chunk_kind in _CHUNK_KIND.items()
-        }
+        # kind (each row is a message of its own, so the streaming cache would not hit).
+        wrappers = {kind: self._template(chunk_kind) for kind, chunk_kind in _CHUNK_KIND.items()}
         dumps = orjson.dumps
         for index, row in enumerate(rows):
-            if isinstance(row, tuple):
+            if isinstance(row, MessageRow):
                 kind, item_id, text = row
                 item = None
             else:
@@ -439,7 +436,7 @@ class SessionProjector:
                 if text and len(text) <= MAX_TOOL_TEXT_CHARS:
                     yield wrapper[0] + dumps(text) + wrapper[1] + dumps(item_id) + wrapper[2]
                 elif text:
-                    yield from self.text(_CHUNK_KIND[ItemKind(kind)], item_id, text)
+                    yield from self.text(_CHUNK_KIND[kind], item_id, text)
                 if item is not None:
                     for image in item.images:
                         yield ImageSlot(item_id, image)

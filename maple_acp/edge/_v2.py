@@ -332,12 +332,12 @@ class V2Projection:
             (
                 index
                 for index, row in enumerate(rows)
-                if not isinstance(row, tuple) and row.kind is ItemKind.PLAN
+                if not isinstance(row, MessageRow) and row.kind is ItemKind.PLAN
             ),
             default=-1,
         )
         for index, row in enumerate(rows):
-            if isinstance(row, tuple):
+            if isinstance(row, MessageRow):
                 kind, item_id, text = row
                 item = None
             else:

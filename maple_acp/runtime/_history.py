@@ -30,7 +30,7 @@ def replay_rows_view(rows: list[TimelineItem | MessageRow]) -> list[TimelineItem
     """``replay_view`` of rows as a store reads them for a replay (message rows pass as
     they are); changes ``rows`` in place and returns it."""
     for index, row in enumerate(rows):
-        if not isinstance(row, tuple):
+        if not isinstance(row, MessageRow):
             rows[index] = _replayed(row)
     return rows
 

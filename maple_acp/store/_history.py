@@ -13,7 +13,7 @@ import bisect
 import collections
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -392,6 +392,7 @@ _MESSAGE_ROW = (
     "tool_name IS NULL AND plan IS NULL AND images IS NULL AND kind IN "
     f"({', '.join(repr(kind.value) for kind in MESSAGE_KINDS)})"
 )
+_MESSAGE_KIND_OF: Final = {kind.value: kind for kind in MESSAGE_KINDS}
 _READ_REPLAY = (
     f"SELECT CASE WHEN {_MESSAGE_ROW} THEN kind END, item_id, text "
     "FROM items WHERE task_id = ? ORDER BY seq"
@@ -402,21 +403,28 @@ _READ_REPLAY_WHOLE = (
 
 
 def read_replay(conn: sqlite3.Connection, task_id: str) -> list[TimelineItem | MessageRow]:
-    """The task's rows for a replay: message rows as ``MessageRow`` tuples straight from
-    SQLite, every other row decoded whole."""
+    """The task's rows for a replay: message rows as ``MessageRow`` values straight from
+    SQLite's rows, every other row decoded whole."""
     conn.execute("BEGIN")
     try:
         rows: list[Any] = conn.execute(_READ_REPLAY, (task_id,)).fetchall()
-        others = [index for index, row in enumerate(rows) if row[0] is None]
+        others = sum(1 for row in rows if row[0] is None)
         whole = conn.execute(_READ_REPLAY_WHOLE, (task_id,)).fetchall() if others else []
     finally:
         if conn.in_transaction:
             conn.execute("COMMIT")
-    if len(whole) != len(others):
+    if len(whole) != others:
         raise StoreError("a task's rows changed between the two reads of one snapshot")
-    for index, row in zip(others, whole, strict=True):
-        rows[index] = _item_from_row(row)
-    return rows
+    decoded = iter(whole)
+    kind_of = _MESSAGE_KIND_OF
+    # MessageRow._make's own way, without a call per row: a long replay is nearly all these.
+    new = tuple.__new__
+    return [
+        _item_from_row(next(decoded))
+        if kind is None
+        else new(MessageRow, (kind_of[kind], item_id, text))
+        for kind, item_id, text in rows
+    ]
 
 
 _COPY_COLUMNS = ", ".join(_ITEM_COLUMNS)

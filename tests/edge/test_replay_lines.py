@@ -88,8 +88,8 @@ _OTHER_ROWS = [
 def test_message_rows_replay_as_their_items(
     session_id: str, rows: list[tuple[ItemKind, str, str] | TimelineItem]
 ) -> None:
-    # A store may hand message rows out as (kind value, id, text) tuples: the lines are the
-    # ones the whole items make, other rows (the latest plan only) in their places.
+    # A store may hand message rows out as MessageRow values: the lines are the ones the
+    # whole items make, other rows (the latest plan only) in their places.
     items = [
         row
         if isinstance(row, TimelineItem)
@@ -97,7 +97,7 @@ def test_message_rows_replay_as_their_items(
         for row in rows
     ]
     tuples: list[TimelineItem | MessageRow] = [
-        row if isinstance(row, TimelineItem) else (row[0].value, row[1], row[2]) for row in rows
+        row if isinstance(row, TimelineItem) else MessageRow(row[0], row[1], row[2]) for row in rows
     ]
     expected = [
         line if isinstance(line, bytes) else encode_update(line)
@@ -112,4 +112,4 @@ def test_message_rows_replay_as_their_items(
 
 def test_a_message_row_of_another_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="'tool'"):
-        list(SessionProjector("s1").history([("tool", "t1", "text")]))
+        list(SessionProjector("s1").history([MessageRow(ItemKind.TOOL, "t1", "text")]))

@@ -1,6 +1,6 @@
-"""``replay_rows``: a history as a replay reads it. Message rows may come as ``(kind, item_id,
-text)`` tuples, every other row whole; read from the file or from the store's cache, it must
-say exactly what ``history`` says."""
+"""``replay_rows``: a history as a replay reads it. Message rows may come as ``MessageRow``
+values (kind, item id, text), every other row whole; read from the file or from the store's
+cache, it must say exactly what ``history`` says."""
 
 from __future__ import annotations
 
@@ -24,11 +24,12 @@ from maple_acp.testing.store import task_record
 
 
 def _as_item(row: TimelineItem | MessageRow, like: TimelineItem) -> TimelineItem:
-    """A replay row read back as the item it stands for (a tuple keeps kind, id and text)."""
-    if isinstance(row, tuple):
-        kind, item_id, text = row
-        assert ItemKind(kind) in MESSAGE_KINDS
-        assert (kind, item_id, text) == (like.kind.value, like.item_id, like.text)
+    """A replay row read back as the item it stands for (a message row keeps kind, id and
+    text)."""
+    if isinstance(row, MessageRow):
+        assert type(row.kind) is ItemKind
+        assert row.kind in MESSAGE_KINDS
+        assert row == (like.kind, like.item_id, like.text)
         assert like.tool is None
         assert like.plan == ()
         return like
@@ -71,8 +72,8 @@ async def test_replay_rows_say_what_history_says(tmp_path: Path, seed: int) -> N
         cold = await store.replay_rows("t")
         history = await store.history("t")
         assert [_as_item(row, item) for row, item in zip(cold, history, strict=True)] == history
-        # Message rows read from the file are tuples; everything else is whole.
-        assert [isinstance(row, tuple) for row in cold] == [
+        # Message rows read from the file are MessageRow values; everything else is whole.
+        assert [isinstance(row, MessageRow) for row in cold] == [
             item.kind in MESSAGE_KINDS for item in history
         ]
         # history() filled the cache: the replay now hands out the cached items themselves.
@@ -99,4 +100,4 @@ async def test_a_row_of_an_unknown_kind_is_a_store_error(tmp_path: Path) -> None
         with pytest.raises(StoreError, match="does not know"):
             await store.replay_rows("t")
         # The store stays usable for the task next door.
-        assert await store.replay_rows("ok") == [("assistant", "m", "hi")]
+        assert await store.replay_rows("ok") == [MessageRow(ItemKind.ASSISTANT, "m", "hi")]
