@@ -19,6 +19,7 @@ connection outlives every request it is made of.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -496,7 +497,10 @@ class AcpNetworkApp:
                 if batch is None:
                     body = b": keepalive\n\n"
                 else:
-                    body = b"".join(b"id: %d\ndata: %s\n\n" % event for event in batch)
+                    body = b"".join(
+                        b"id: %d\ndata: %s\n\n" % (event_id, _ascii(line))
+                        for event_id, line in batch
+                    )
                 await send({"type": "http.response.body", "body": body, "more_body": True})
                 if batch:
                     attachment.written(batch)
@@ -586,6 +590,20 @@ class AcpNetworkApp:
             await send({"type": "websocket.http.response.body", "body": b""})
         else:
             await send({"type": "websocket.close"})
+
+
+def _ascii(line: bytes) -> bytes:
+    """``line`` with every non-ASCII character as a ``\\u`` escape: the same JSON value. A
+    client that decodes each chunk it reads as UTF-8 on its own (the official Python SDK's
+    SSE reader does) would otherwise fail on a character cut between two reads and lose the
+    stream."""
+    if line.isascii():
+        return line
+    try:
+        value = parse_message(line)
+    except ValueError:
+        return line
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode()
 
 
 async def _first_of(*waits: Callable[[], Awaitable[object]]) -> None:

@@ -103,6 +103,7 @@ async def test_python_sdk_network_clients_drive_a_whole_session(
         assert result.returncode == 0, result.stderr.decode()[-3000:]
         report = json.loads(result.stdout.decode().strip().splitlines()[-1])
         check_report(report, project)
+        assert report["wideText"] is True
         # Both network connections ended with their clients; the host serves on.
         await host.wait_status(lambda status: status["connections"] == 1)
     checked = validate_log(acp_schema, frames)

@@ -110,6 +110,12 @@ async def main() -> None:
         await until(lambda: len(client.text(sid)) >= 1000)
         report["streamed"] = len(client.text(sid))
         report["streamStop"] = answer.stop_reason
+        # Text beyond ASCII, long enough to cross many reads of the client's stream.
+        wide = "é€😀 " * 20000
+        before = len(client.text(sid))
+        await conn.prompt(session_id=sid, prompt=[text_block(wide)])
+        await until(lambda: len(client.text(sid)) >= before + len(wide))
+        report["wideText"] = client.text(sid)[before:] == wide
         allowed = await conn.prompt(
             session_id=sid,
             prompt=[text_block('/tool shell {"command": "touch allowed-marker"}')],
@@ -136,7 +142,7 @@ async def main() -> None:
             await conn.initialize(protocol_version=1)
             await conn.load_session(cwd=PROJECT, session_id=sid, mcp_servers=[])
         await until(lambda: "/stream 20 50" in again.text(sid, "user_message_chunk"))
-        report["replayedText"] = len(again.text(sid))
+        report["replayedText"] = len(again.text(sid)) - len("é€😀 " * 20000)
         report["replayedKinds"] = sorted(set(again.kinds(sid)))
         async with asyncio.timeout(STEP_S):
             resumed = await conn.resume_session(cwd=PROJECT, session_id=sid, mcp_servers=[])
