@@ -366,7 +366,7 @@ class SessionLease:
 
     async def replay_rows(self) -> list[TimelineItem | MessageRow]:
         """``history()`` as a replay to a client needs it, cheaper to read: message rows may
-        come as ``(kind, item_id, text)`` tuples (see ``TaskStore.replay_rows``)."""
+        come as ``MessageRow`` values (see ``TaskStore.replay_rows``)."""
         with self.operation():
             rows = await self._context.store.replay_rows(self.task_id)
             self._life.check_live()
