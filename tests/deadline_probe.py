@@ -1,5 +1,5 @@
-"""Stuck on purpose: run only by tests/test_stuck_tests_fail.py, in a pytest of its own (the file name
-keeps it out of the suite's collection)."""
+"""Stuck on purpose: run only by tests/test_stuck_tests_fail.py, in a pytest of its own (the file
+name keeps it out of the suite's collection)."""
 
 from __future__ import annotations
 

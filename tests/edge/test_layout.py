@@ -24,7 +24,8 @@ def test_the_two_dialects_stand_side_by_side() -> None:
     # other, so a third one starts from the seam, not from a copy of either.
     graph = import_graph()
     v1, v2 = f"{PACKAGE}._v1", f"{PACKAGE}._v2"
-    assert v1 in graph and v2 in graph, "the walk found no dialect module"
+    assert v1 in graph, "the walk found no v1 dialect module"
+    assert v2 in graph, "the walk found no v2 dialect module"
     assert v2 not in graph[v1]
     assert v1 not in graph[v2]
     # The seam names neither version nor a projector built on one.
