@@ -37,11 +37,7 @@ from ._envelope import (
 )
 from ._exceptions import ConnectionClosed, FrameTooLong, OutboundFrameTooLarge, RpcError
 from ._framing import MAX_LINE_BYTES, LineFramer
-from ._peer import (
-    CANCEL_REQUEST_METHOD,
-    EOF_GRACE_S,
-    MAX_CONCURRENT_REQUESTS,
-    JsonRpcPeer,
+from ._handling import (
     NotificationHandler,
     OrderKey,
     RequestHandler,
@@ -50,6 +46,8 @@ from ._peer import (
     method_not_found,
     request_arrival,
 )
+from ._inbound import CANCEL_REQUEST_METHOD, MAX_CONCURRENT_REQUESTS
+from ._peer import EOF_GRACE_S, JsonRpcPeer
 from ._pending import PendingRequests
 
 __all__ = [

@@ -14,12 +14,20 @@ only with :data:`EVERYTHING`: such a request decides nothing another one depends
 A notification may need the same order (a cancel must reach the request that arrived before
 it, even one still waiting for its turn): :meth:`AdmissionOrder.defer` holds a callback until
 every earlier conflicting request has been admitted.
+
+:class:`AdmissionOrder` is the rule and does no waiting; :class:`AdmissionGate` is what the
+peer holds: the order, the handlers waiting for their turn, and running what is freed.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Hashable
 from typing import Final
+
+import trio
+
+logger = logging.getLogger(__name__)
 
 #: The key of a request that every other request, before and after it, is ordered against.
 EVERYTHING: Final = object()
@@ -97,3 +105,60 @@ class AdmissionOrder:
 
 
 _ABSENT: Final = object()
+
+
+class AdmissionGate:
+    """One connection's admission: its :class:`AdmissionOrder`, the request handlers waiting
+    for their turn (by ticket), and the held callbacks run once they are free."""
+
+    __slots__ = ("_order", "_waiters")
+
+    def __init__(self) -> None:
+        self._order = AdmissionOrder()
+        #: Handlers waiting for their turn to decide, by ticket (their arrival).
+        self._waiters: dict[int, trio.Event] = {}
+
+    @property
+    def deferred(self) -> int:
+        """Callbacks held back for now."""
+        return self._order.deferred
+
+    def enter(self, ticket: int, key: Hashable | None) -> None:
+        """A request arrived (in arrival order)."""
+        self._order.enter(ticket, key)
+
+    def ready(self, ticket: int) -> bool:
+        """Whether the request with ``ticket`` may decide now."""
+        return self._order.ready(ticket)
+
+    async def turn(self, ticket: int) -> None:
+        """Wait until the request with ``ticket`` may decide."""
+        event = self._waiters[ticket] = trio.Event()
+        try:
+            await event.wait()
+        finally:
+            self._waiters.pop(ticket, None)
+
+    def admit(self, ticket: int) -> None:
+        """The request with ``ticket`` has decided (or finished): wake the handlers now free
+        to decide and run the callbacks now free. Idempotent."""
+        free = self._order.admit(ticket)
+        for waiting, event in list(self._waiters.items()):
+            if self._order.ready(waiting):
+                del self._waiters[waiting]
+                event.set()
+        for callback in free:
+            _run(callback)
+
+    def in_order(self, ticket: int, key: Hashable | None, callback: Callable[[], None]) -> None:
+        """Run ``callback`` (of a notification that arrived as ``ticket``) now, or once every
+        earlier request conflicting with ``key`` has been admitted."""
+        if not self._order.defer(ticket, key, callback):
+            _run(callback)
+
+
+def _run(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:
+        logger.exception("an action held for admission order failed")

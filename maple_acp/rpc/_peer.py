@@ -1,45 +1,28 @@
-"""The Trio shell: one reader, one writer and one task per inbound request over a Stream;
-requests decided in arrival order (``_admission``), a batch's members in one answer.
+"""The Trio shell of one connection: the reader and the writer over a Stream, and the
+outbound calls (requests, notifications, the streaming lines) that feed the writer.
 
-Everything with a rule in it (framing, envelopes, credit, id correlation) lives in the sans-I/O
-modules beside this one; this module only moves bytes and wakes tasks: the reader, the
-writer and the request tasks of one connection, whose wake-ups depend on each other's state.
+Every rule lives beside it: framing, envelopes, credit and who waits for it (``_outflow``),
+the inbound requests' tasks and their order (``_inbound``, ``_admission``), answers
+(``_answers``). The streaming path (``notify_encoded``, ``notify_lines``) stays inline here.
 """
 
 from __future__ import annotations
 
-import contextvars
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable, Sequence
-from functools import partial
-from typing import Any, Final, TypeAlias
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Final
 
 import trio
 
-from maple_acp._groups import single_exception
-from maple_acp.wire.errors import (
-    INTERNAL_ERROR,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    REQUEST_CANCELLED,
-    ProtocolError,
-)
+from maple_acp.wire.errors import ProtocolError
 
-from ._admission import AdmissionOrder
-from ._credit import (
-    FRAME_OVERHEAD_BYTES,
-    MAX_OUTBOUND_BYTES,
-    MAX_OUTBOUND_LINES,
-    REPLY_RESERVE_BYTES,
-    REPLY_RESERVE_LINES,
-    OutboundCredit,
-)
+from ._answers import BatchAnswer
+from ._credit import FRAME_OVERHEAD_BYTES, MAX_OUTBOUND_BYTES, MAX_OUTBOUND_LINES, OutboundCredit
 from ._envelope import (
     ErrorResponse,
     InvalidMessage,
     Notification,
-    Params,
     Parsed,
     Request,
     RequestId,
@@ -48,13 +31,16 @@ from ._envelope import (
     encode_error,
     encode_notification,
     encode_request,
-    encode_result,
     parse_message,
     split_batch,
 )
-from ._exceptions import ConnectionClosed, FrameTooLong, OutboundFrameTooLarge
+from ._exceptions import ConnectionClosed, FrameTooLong
+from ._faults import PeerFaults
 from ._framing import MAX_LINE_BYTES, LineFramer
-from ._pending import PendingRequests
+from ._handling import NotificationHandler, OrderKey, RequestHandler
+from ._inbound import CANCEL_REQUEST_METHOD, MAX_CONCURRENT_REQUESTS, InboundRequests
+from ._outflow import OutboundFlow
+from ._pending import OutgoingCall, PendingRequests
 
 logger = logging.getLogger(__name__)
 
@@ -63,173 +49,12 @@ READ_CHUNK_BYTES: Final = 64 * 1024
 #: The writer joins queued lines up to about this size into one ``send_all`` (one
 #: ``send_all`` per line caps near 90 k lines/s).
 WRITE_BATCH_BYTES: Final = 64 * 1024
-#: Inbound requests handled at once; each holds a task, so a client that floods requests and
-#: never reads its answers cannot grow them without bound. One more is refused ``-32600``
-#: naming this limit: the client's doing, which it can fix by waiting for answers.
-MAX_CONCURRENT_REQUESTS: Final = 256
 #: After the other side finishes sending, requests already read get this long to be answered
 #: before the connection ends: a client may pipe requests and close its input at once. Short,
 #: because for most clients end of input means they are gone, and the edge releases a
 #: connection's leases only once this is over (their capabilities go at end of input: no
 #: permission can be granted meanwhile, our own requests fail at once).
 EOF_GRACE_S: Final = 1.0
-#: The notification that cancels one in-flight inbound request (ACP ``$/cancel_request``).
-CANCEL_REQUEST_METHOD: Final = "$/cancel_request"
-#: A line about the other side's fault is cut to this (its own text may be long: one client
-#: answers every update it does not know with 500 characters), so that with the log prefix it
-#: stays within 200.
-MAX_PEER_FAULT_CHARS: Final = 160
-#: Kinds of fault told at INFO once each per connection; past this many, all go to DEBUG (a
-#: client choosing error codes cannot grow the set).
-MAX_PEER_FAULT_KINDS: Final = 16
-
-#: The inbound frame index (see ``JsonRpcPeer.frames_received``) of the request whose handler
-#: is running in the current task.
-_ARRIVAL: contextvars.ContextVar[int] = contextvars.ContextVar("maple_acp_rpc_arrival", default=0)
-
-
-#: Sends a request handler asked to make once its answer is queued (see :func:`after_answer`).
-_FOLLOW_UPS: contextvars.ContextVar[list[Callable[[], Awaitable[None]]] | None] = (
-    contextvars.ContextVar("maple_acp_rpc_follow_ups", default=None)
-)
-
-
-def after_answer(send: Callable[[], Awaitable[None]]) -> None:
-    """In a request handler: call ``send`` in the request's task right after its (successful)
-    answer is queued, for messages the other side must not see before the answer (updates
-    about a session whose id the answer carries). Not called if the handler fails."""
-    follow_ups = _FOLLOW_UPS.get()
-    if follow_ups is None:
-        raise RuntimeError("after_answer() is for request handlers")
-    follow_ups.append(send)
-
-
-#: Marks the current request handler's request admitted (see :func:`admitted`).
-_ADMIT: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
-    "maple_acp_rpc_admit", default=None
-)
-
-
-def admitted() -> None:
-    """In a request handler: its request has made its decision (claimed what it claims,
-    chosen what it chooses). Requests that arrived after it and are ordered against it (see
-    ``order_key`` of :class:`JsonRpcPeer`) may decide from now on, while this one's work goes
-    on. Without this call a request counts as admitted when its handler ends. Idempotent;
-    also valid in a task the handler started."""
-    admit = _ADMIT.get()
-    if admit is None:
-        raise RuntimeError("admitted() is for request handlers")
-    admit()
-
-
-def request_arrival() -> int:
-    """In a request handler: the inbound frame index at which its request arrived.
-
-    Handlers start as tasks after the reader has moved on, so a notification that arrived
-    later may already have been handled; comparing its ``frames_received`` with this index
-    tells which came first."""
-    return _ARRIVAL.get()
-
-
-RequestHandler: TypeAlias = Callable[[str, Params], Awaitable[Any]]
-#: A request's ordering key from its method and params (see ``rpc._admission``).
-OrderKey: TypeAlias = Callable[[str, Params], Hashable | None]
-NotificationHandler: TypeAlias = Callable[[str, Params], Awaitable[None]]
-
-
-def method_not_found(method: str) -> ProtocolError:
-    """The error a request handler raises for a method it does not implement."""
-    return ProtocolError(METHOD_NOT_FOUND, f"method not found: {method}")
-
-
-def _unwrap_protocol_error(exc: BaseException) -> ProtocolError | None:
-    # A handler that raises ProtocolError from inside its own nursery surfaces it wrapped in
-    # an exception group; the answer should still carry that error.
-    exc = single_exception(exc)
-    return exc if isinstance(exc, ProtocolError) else None
-
-
-class _Call:
-    """One outgoing request waiting for its answer."""
-
-    __slots__ = ("done", "error", "result")
-
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.result: Any = None
-        self.error: BaseException | None = None
-
-    def finish(self, result: Any = None, error: BaseException | None = None) -> None:
-        self.result = result
-        self.error = error
-        self.done.set()
-
-
-def _try_take(credit: OutboundCredit, charge: int) -> bool:
-    """Take ``charge`` from ``credit`` if it fits now; a charge it could never hold is no."""
-    try:
-        return credit.try_acquire(charge)
-    except OutboundFrameTooLarge:
-        return False
-
-
-class _CreditWaiter:
-    __slots__ = ("charge", "event", "granted")
-
-    def __init__(self, charge: int) -> None:
-        self.charge = charge
-        self.event = trio.Event()
-        self.granted = False
-
-
-class _BatchAnswer:
-    """The one answer of a JSON-RPC batch: an answer per request member (and per malformed
-    member), in member order, sent as one array once the batch is read whole (``sealed``)
-    and every slot is filled. A batch of notifications and answers only is answered with
-    nothing at all (JSON-RPC 2.0, section 6)."""
-
-    __slots__ = ("handled", "ids", "lines", "missing", "sealed", "sent")
-
-    def __init__(self) -> None:
-        self.ids: list[RequestId] = []
-        self.lines: list[bytes] = []
-        self.missing = 0
-        self.sealed = False
-        #: Whether a handler's answer is in it (else only the reader's refusals are).
-        self.handled = False
-        #: Set once the array is queued (or never will be): members' follow-ups wait for it.
-        self.sent = trio.Event()
-
-    def slot(self, msg_id: RequestId) -> int:
-        self.ids.append(msg_id)
-        self.lines.append(b"")
-        self.missing += 1
-        return len(self.lines) - 1
-
-    def fill(self, index: int, line: bytes) -> bool:
-        """Put one member's answer line in; True if that completed a sealed batch."""
-        self.lines[index] = line
-        self.missing -= 1
-        return self.complete
-
-    @property
-    def complete(self) -> bool:
-        return self.sealed and self.missing == 0 and bool(self.lines)
-
-    def encode(self) -> bytes:
-        # Each answer is one line ending in its newline: the array joins them without it.
-        return b"[" + b",".join(line[:-1] for line in self.lines) + b"]\n"
-
-    def shrink(self, error: ProtocolError) -> bool:
-        """Replace the largest answer still larger than ``error`` would be by it; False if
-        none is left."""
-        replacements = [encode_error(msg_id, error) for msg_id in self.ids]
-        larger = [i for i, line in enumerate(self.lines) if len(line) > len(replacements[i])]
-        if not larger:
-            return False
-        largest = max(larger, key=lambda i: len(self.lines[i]))
-        self.lines[largest] = replacements[largest]
-        return True
 
 
 class JsonRpcPeer:
@@ -271,24 +96,21 @@ class JsonRpcPeer:
         on_eof: Callable[[], None] | None = None,
         order_key: OrderKey | None = None,
     ) -> None:
-        if not 1 <= max_concurrent_requests <= MAX_CONCURRENT_REQUESTS:
-            raise ValueError(f"max_concurrent_requests must be in 1..{MAX_CONCURRENT_REQUESTS}")
         self._stream = stream
-        self._on_request = on_request
         self._on_notification = on_notification
         self._framer = LineFramer(max_line_bytes=max_line_bytes)
-        self._credit = OutboundCredit(max_lines=max_outbound_lines, max_bytes=max_outbound_bytes)
-        self._credit_waiters: deque[_CreditWaiter] = deque()
-        self._reply_reserve = OutboundCredit(
-            max_lines=REPLY_RESERVE_LINES, max_bytes=REPLY_RESERVE_BYTES
+        self._flow = OutboundFlow(max_lines=max_outbound_lines, max_bytes=max_outbound_bytes)
+        # The flow's credit and waiting line, read by the streaming path without a hop.
+        self._credit = self._flow.credit
+        self._credit_waiters = self._flow.waiters
+        self._pending: PendingRequests[OutgoingCall] = PendingRequests()
+        self._requests = InboundRequests(
+            on_request=on_request,
+            order_key=order_key,
+            max_concurrent=max_concurrent_requests,
+            send=self._send,
+            closed=lambda: self._closed,
         )
-        self._pending: PendingRequests[_Call] = PendingRequests()
-        self._max_concurrent = max_concurrent_requests
-        self._inflight: dict[RequestId, trio.CancelScope] = {}
-        self._order_key = order_key
-        self._order = AdmissionOrder()
-        #: Handlers waiting for their turn to decide, by ticket (their arrival).
-        self._admission_waiters: dict[int, trio.Event] = {}
         # (line, credit to give back once written: 0 when the sender holds it, negative when
         # it is the reply reserve's)
         self._outbox: deque[tuple[bytes, int]] = deque()
@@ -307,11 +129,7 @@ class JsonRpcPeer:
         self.accept_batches = False
         self._eof_grace = eof_grace
         self._on_eof = on_eof
-        # Request handler tasks still running (answer not yet queued), for the EOF grace.
-        self._handlers = 0
-        self._handlers_done = trio.Event()
-        #: The kinds of the other side's faults already told at INFO on this connection.
-        self._peer_faults: set[object] = set()
+        self._faults = PeerFaults()
 
     # --- state ------------------------------------------------------------------------------
 
@@ -396,8 +214,7 @@ class JsonRpcPeer:
         logger.debug("connection ended: %s", reason)
         for call in self._pending.pop_all():
             call.finish(error=ConnectionClosed(reason))
-        while self._credit_waiters:
-            self._credit_waiters.popleft().event.set()
+        self._flow.close()
         while self._drain_waiters:
             self._drain_waiters.popleft()[1].set()
         self._outbox.clear()
@@ -437,7 +254,7 @@ class JsonRpcPeer:
         msg_id = self._pending.allocate_id()
         line = encode_request(msg_id, method, params)
         charge = await self._acquire(len(line))
-        call = _Call()
+        call = OutgoingCall()
         self._pending.add(msg_id, call)
         self._enqueue(line, 0 if hold_credit else charge)
         try:
@@ -449,7 +266,7 @@ class JsonRpcPeer:
                     notice = encode_notification(CANCEL_REQUEST_METHOD, {"requestId": msg_id})
                     self._enqueue(notice, 0)
             if hold_credit:
-                self._release(charge)
+                self._flow.release(charge)
         if call.error is not None:
             raise call.error
         return call.result
@@ -552,35 +369,8 @@ class JsonRpcPeer:
         return charge
 
     async def _wait_for_credit(self, charge: int) -> None:
-        self._credit.check_admissible(charge)
-        waiter = _CreditWaiter(charge)
-        self._credit_waiters.append(waiter)
-        try:
-            await waiter.event.wait()
-        except BaseException:
-            if waiter.granted:
-                self._release(charge)
-            elif not waiter.event.is_set():
-                # (When the event is set without a grant, the connection ended and emptied the
-                # queue while this sender was being cancelled: nothing to remove or hand on.)
-                self._credit_waiters.remove(waiter)
-                self._grant_waiters()
-            raise
-        if not waiter.granted:
+        if not await self._flow.wait(charge):
             raise ConnectionClosed(self._close_reason)
-
-    def _release(self, charge: int) -> None:
-        self._credit.release(charge)
-        if self._credit_waiters:
-            self._grant_waiters()
-
-    def _grant_waiters(self) -> None:
-        # Strict FIFO: a large frame at the head is not starved by small ones behind it.
-        waiters = self._credit_waiters
-        while waiters and self._credit.try_acquire(waiters[0].charge):
-            waiter = waiters.popleft()
-            waiter.granted = True
-            waiter.event.set()
 
     def _enqueue(self, line: bytes, release_charge: int) -> None:
         self._outbox.append((line, release_charge))
@@ -597,7 +387,9 @@ class JsonRpcPeer:
         outbox = self._outbox
         popleft = outbox.popleft
         send_all = self._stream.send_all
-        credit = self._credit
+        flow = self._flow
+        credit = flow.credit
+        waiters = flow.waiters
         try:
             while True:
                 if not outbox:
@@ -625,9 +417,9 @@ class JsonRpcPeer:
                 if released_lines:
                     credit.release(released_bytes, released_lines)
                 if reserve_lines:
-                    self._reply_reserve.release(reserve_bytes, reserve_lines)
-                if self._credit_waiters:
-                    self._grant_waiters()
+                    flow.reserve.release(reserve_bytes, reserve_lines)
+                if waiters:
+                    flow.grant()
                 drain_waiters = self._drain_waiters
                 while drain_waiters and drain_waiters[0][0] <= self._written:
                     drain_waiters.popleft()[1].set()
@@ -672,8 +464,7 @@ class JsonRpcPeer:
         if self._on_eof is not None:
             self._on_eof()
         with trio.move_on_after(self._eof_grace):
-            while self._handlers:
-                await self._handlers_done.wait()
+            await self._requests.wait_for_handlers()
             await self.drain()
 
     async def _dispatch(self, line: bytes, nursery: trio.Nursery) -> None:
@@ -682,7 +473,7 @@ class JsonRpcPeer:
             if isinstance(members, list):
                 # Each member is a frame of its own (the same limits, the same order); the
                 # batch is answered as one array once every request in it is answered.
-                batch = _BatchAnswer()
+                batch = BatchAnswer()
                 for member in members:
                     self._frames_received += 1
                     await self._dispatch_message(member, nursery, batch)
@@ -697,9 +488,9 @@ class JsonRpcPeer:
         self._frames_received += 1
         await self._dispatch_message(parse_message(line), nursery, None)
 
-    def _refuse(self, message: InvalidMessage, batch: _BatchAnswer | None = None) -> None:
+    def _refuse(self, message: InvalidMessage, batch: BatchAnswer | None = None) -> None:
         reply = message.reply
-        self._log_peer_fault(
+        self._faults.log(
             ("malformed", reply.code), f"answering a malformed message: {reply.message}"
         )
         if message.response_id is not None:
@@ -708,7 +499,7 @@ class JsonRpcPeer:
                 call.finish(error=reply.to_exception())
         self._reply(encode_error(reply.id, reply.to_exception()), reply.id, batch)
 
-    def _reply(self, line: bytes, msg_id: RequestId, batch: _BatchAnswer | None) -> None:
+    def _reply(self, line: bytes, msg_id: RequestId, batch: BatchAnswer | None) -> None:
         """A reply the reader owes: queued at once, or put in its batch's answer."""
         if batch is None:
             self._queue_reply(line)
@@ -716,12 +507,14 @@ class JsonRpcPeer:
             batch.fill(batch.slot(msg_id), line)
 
     async def _dispatch_message(
-        self, message: Parsed, nursery: trio.Nursery, batch: _BatchAnswer | None
+        self, message: Parsed, nursery: trio.Nursery, batch: BatchAnswer | None
     ) -> None:
         if isinstance(message, Notification):
             await self._handle_notification(message)
         elif isinstance(message, Request):
-            self._start_request(message, nursery, batch)
+            refusal = self._requests.start(message, self._frames_received, nursery, batch)
+            if refusal is not None:
+                self._reply(refusal, message.id, batch)
         elif isinstance(message, Response):
             call = self._pending.pop(message.id)
             if call is None:
@@ -732,7 +525,7 @@ class JsonRpcPeer:
             if message.id is None:
                 # An error answer to one of our notifications (a client that does not know an
                 # update kind, say): told once per connection and code.
-                self._log_peer_fault(
+                self._faults.log(
                     ("error answer", message.code),
                     f"the other side answered a notification with error {message.code}: "
                     f"{message.message}",
@@ -746,33 +539,14 @@ class JsonRpcPeer:
         else:
             self._refuse(message, batch)
 
-    def _finish_batch_now(self, batch: _BatchAnswer, nursery: trio.Nursery) -> None:
+    def _finish_batch_now(self, batch: BatchAnswer, nursery: trio.Nursery) -> None:
         """Queue a batch answer complete when the reader sealed it: without waiting when only
         the reader's refusals are in it, else from a task (a handler's answer may be large;
         the reader never waits for credit)."""
         if batch.handled:
-            nursery.start_soon(self._send_batch, batch)
+            nursery.start_soon(self._requests.send_batch, batch)
         else:
             self._queue_reply(batch.encode())
-            batch.sent.set()
-
-    async def _send_batch(self, batch: _BatchAnswer) -> None:
-        """Queue a batch's one answer; its members' follow-ups wait for this. An array too
-        large for the outbound budget has its largest answers replaced by ``-32603``
-        ("answer too large") until it fits."""
-        try:
-            while True:
-                try:
-                    await self._send(batch.encode())
-                    return
-                except OutboundFrameTooLarge as exc:
-                    logger.warning("a batch answer is cut down: %s", exc)
-                    error = ProtocolError(INTERNAL_ERROR, "internal error (answer too large)")
-                    if not batch.shrink(error):
-                        return
-        except ConnectionClosed:
-            logger.debug("a batch answer not sent: the connection ended")
-        finally:
             batch.sent.set()
 
     def _queue_reply(self, line: bytes) -> None:
@@ -785,33 +559,18 @@ class JsonRpcPeer:
         """
         if self._closed:
             raise ConnectionClosed(self._close_reason)
-        charge = OutboundCredit.charge_for(len(line))
-        if not self._credit_waiters and _try_take(self._credit, charge):
+        charge = self._flow.take_reply(OutboundCredit.charge_for(len(line)))
+        if charge is not None:
             self._enqueue(line, charge)
-        elif _try_take(self._reply_reserve, charge):
-            self._enqueue(line, -charge)
         else:
             reason = "the other side sends faulty messages without reading their replies"
             logger.warning("closing the connection: %s", reason)
             self._end(reason)
             raise ConnectionClosed(reason)
 
-    def _log_peer_fault(self, kind: object, text: str) -> None:
-        """One line (at most ``MAX_PEER_FAULT_CHARS``) about the other side's fault: the first
-        of each kind on this connection is worth an operator's attention (INFO); a flood of
-        them is not (DEBUG)."""
-        faults = self._peer_faults
-        first = kind not in faults and len(faults) < MAX_PEER_FAULT_KINDS
-        if first:
-            faults.add(kind)
-        line = " ".join("".join(c if c.isprintable() else " " for c in text).split())
-        if len(line) > MAX_PEER_FAULT_CHARS:
-            line = line[: MAX_PEER_FAULT_CHARS - 1] + "…"
-        logger.log(logging.INFO if first else logging.DEBUG, "%s", line)
-
     async def _handle_notification(self, message: Notification) -> None:
         if message.method == CANCEL_REQUEST_METHOD:
-            self._cancel_inbound(message.params)
+            self._requests.cancel(message.params)
             return
         if self._on_notification is None:
             logger.debug("ignoring notification %r", message.method)
@@ -823,159 +582,12 @@ class JsonRpcPeer:
         except Exception:
             logger.exception("notification handler for %r failed", message.method)
 
-    def _cancel_inbound(self, params: Params) -> None:
-        if type(params) is not dict or "requestId" not in params:
-            logger.debug("ignoring a malformed %s", CANCEL_REQUEST_METHOD)
-            return
-        target = params["requestId"]
-        scope = self._inflight.get(target) if type(target) in (int, str, type(None)) else None
-        if scope is None:
-            logger.debug("%s for %r: no such request in flight", CANCEL_REQUEST_METHOD, target)
-            return
-        scope.cancel()
-
-    def _start_request(
-        self, request: Request, nursery: trio.Nursery, batch: _BatchAnswer | None
-    ) -> None:
-        if request.id in self._inflight:
-            error = ProtocolError(INVALID_REQUEST, "request id is already in use by a request")
-            self._reply(encode_error(request.id, error), request.id, batch)
-            return
-        if len(self._inflight) >= self._max_concurrent:
-            error = ProtocolError(
-                INVALID_REQUEST,
-                f"too many requests in flight: at most {self._max_concurrent} per connection;"
-                " wait for an answer, then retry",
-            )
-            self._reply(encode_error(request.id, error), request.id, batch)
-            return
-        # Registered before the task starts, so a $/cancel_request later in the same read
-        # finds it; a scope cancelled before it is entered cancels the handler at once.
-        scope = trio.CancelScope()
-        self._inflight[request.id] = scope
-        self._handlers += 1
-        if self._order_key is not None:
-            self._order.enter(
-                self._frames_received, self._order_key(request.method, request.params)
-            )
-        slot = None
-        if batch is not None:
-            batch.handled = True
-            slot = (batch, batch.slot(request.id))
-        nursery.start_soon(self._run_request, request, scope, self._frames_received, slot)
-
-    async def _run_request(
-        self,
-        request: Request,
-        scope: trio.CancelScope,
-        arrival: int,
-        slot: tuple[_BatchAnswer, int] | None,
-    ) -> None:
-        try:
-            await self._handle_request(request, scope, arrival, slot)
-        finally:
-            self._handlers -= 1
-            if self._handlers == 0:
-                self._handlers_done.set()
-                self._handlers_done = trio.Event()
-
-    async def _handle_request(
-        self,
-        request: Request,
-        scope: trio.CancelScope,
-        arrival: int,
-        slot: tuple[_BatchAnswer, int] | None,
-    ) -> None:
-        _ARRIVAL.set(arrival)
-        _ADMIT.set(partial(self._admit, arrival))
-        follow_ups: list[Callable[[], Awaitable[None]]] = []
-        _FOLLOW_UPS.set(follow_ups)
-        error: ProtocolError | None = None
-        result: Any = None
-        returned = False
-        try:
-            with scope:
-                try:
-                    if self._on_request is None:
-                        raise method_not_found(request.method)
-                    if not self._order.ready(arrival):
-                        await self._admission_turn(arrival)
-                    result = await self._on_request(request.method, request.params)
-                    returned = True
-                finally:
-                    del self._inflight[request.id]
-                    self._admit(arrival)
-        except Exception as exc:
-            if self._closed and isinstance(single_exception(exc), ConnectionClosed):
-                # The connection ended under the handler (a client gone mid-stream): a normal
-                # end of the request, and there is nobody left to answer.
-                logger.debug("%r ended with the connection", request.method)
-                return
-            error = _unwrap_protocol_error(exc)
-            if error is None:
-                error = self._internal_error(request.method, exc)
-        if error is None and not returned:
-            error = ProtocolError(REQUEST_CANCELLED, "request cancelled")
-        line = self._encode_answer(request, result, error)
-        if slot is not None:
-            await self._answer_in_batch(slot, line, follow_ups if error is None else [])
-            return
-        try:
-            try:
-                await self._send(line)
-            except OutboundFrameTooLarge as exc:
-                logger.warning("answer to %r not sent: %s", request.method, exc)
-                error = ProtocolError(INTERNAL_ERROR, "internal error (answer too large)")
-                await self._send(encode_error(request.id, error))
-            if error is None:
-                for send in follow_ups:
-                    await send()
-        except ConnectionClosed:
-            logger.debug("answer to %r not sent: the connection ended", request.method)
-
-    async def _answer_in_batch(
-        self,
-        slot: tuple[_BatchAnswer, int],
-        line: bytes,
-        follow_ups: list[Callable[[], Awaitable[None]]],
-    ) -> None:
-        """Put a batch member's answer in the batch's; the last one sends the array. Its
-        follow-ups go once the array is queued."""
-        batch, index = slot
-        if batch.fill(index, line):
-            await self._send_batch(batch)
-        elif follow_ups:
-            await batch.sent.wait()
-        if not follow_ups or self._closed:
-            return
-        try:
-            for send in follow_ups:
-                await send()
-        except ConnectionClosed:
-            logger.debug("follow-ups of a batch member not sent: the connection ended")
-
     # --- admission order ----------------------------------------------------------------------
-
-    async def _admission_turn(self, ticket: int) -> None:
-        event = self._admission_waiters[ticket] = trio.Event()
-        try:
-            await event.wait()
-        finally:
-            self._admission_waiters.pop(ticket, None)
-
-    def _admit(self, ticket: int) -> None:
-        free = self._order.admit(ticket)
-        for waiting, event in list(self._admission_waiters.items()):
-            if self._order.ready(waiting):
-                del self._admission_waiters[waiting]
-                event.set()
-        for callback in free:
-            self._run_ordered(callback)
 
     @property
     def held_actions(self) -> int:
         """Notification actions :meth:`in_order` holds back for now."""
-        return self._order.deferred
+        return self._requests.admission.deferred
 
     def in_order(self, key: Hashable | None, callback: Callable[[], None]) -> None:
         """In a notification handler: run ``callback`` once every request read before this
@@ -983,31 +595,4 @@ class JsonRpcPeer:
         the task that admits the last of them (it must be quick and must not raise). Each
         held action is kept until then: the caller bounds how many it holds (one per key,
         say, as a later action can stand for an earlier one)."""
-        if not self._order.defer(self._frames_received, key, callback):
-            self._run_ordered(callback)
-
-    @staticmethod
-    def _run_ordered(callback: Callable[[], None]) -> None:
-        try:
-            callback()
-        except Exception:
-            logger.exception("an action held for admission order failed")
-
-    @classmethod
-    def _encode_answer(cls, request: Request, result: Any, error: ProtocolError | None) -> bytes:
-        if error is None:
-            try:
-                return encode_result(request.id, result)
-            except (TypeError, ValueError) as exc:
-                error = cls._internal_error(request.method, exc)
-        try:
-            return encode_error(request.id, error)
-        except (TypeError, ValueError) as exc:
-            # The handler put something orjson cannot encode into the error's data.
-            logger.error("error answer to %r not encodable: %r", request.method, exc)
-            return encode_error(request.id, ProtocolError(error.code, error.message))
-
-    @staticmethod
-    def _internal_error(method: str, exc: BaseException) -> ProtocolError:
-        logger.error("request handler for %r failed", method, exc_info=exc)
-        return ProtocolError(INTERNAL_ERROR, f"internal error ({type(exc).__name__})")
+        self._requests.admission.in_order(self._frames_received, key, callback)

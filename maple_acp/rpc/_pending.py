@@ -1,12 +1,30 @@
-"""The table of outgoing requests waiting for their answers. Sans-I/O."""
+"""The table of outgoing requests waiting for their answers, and the wait of one. Sans-I/O."""
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+import trio
 
 from ._envelope import RequestId
 
 W = TypeVar("W")
+
+
+class OutgoingCall:
+    """One outgoing request waiting for its answer."""
+
+    __slots__ = ("done", "error", "result")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def finish(self, result: Any = None, error: BaseException | None = None) -> None:
+        self.result = result
+        self.error = error
+        self.done.set()
 
 
 class PendingRequests(Generic[W]):
