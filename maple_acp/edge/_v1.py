@@ -271,5 +271,5 @@ class V1Dialect:
         return SetSessionConfigOptionResponse(config_options=options)
 
 
-#: The one dialect there is today.
+#: ACP version 1: the dialect of a client that asks for 1, and of one whose request is malformed.
 V1: Final = V1Dialect()

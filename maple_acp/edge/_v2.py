@@ -527,5 +527,5 @@ class V2Dialect:
         return v2.V2SetSessionConfigOptionResponse(config_options=_config_options(options))
 
 
-#: The second dialect.
+#: The ACP v2 draft: the dialect of a client that asks for 2 or newer, where the host allows it.
 V2: Final = V2Dialect()

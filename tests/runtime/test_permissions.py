@@ -97,6 +97,16 @@ async def test_unknown_option_fails_closed(service: AgentService, project: Path)
         await lease.release(close=True)
 
 
+async def test_no_answer_fails_closed(service: AgentService, project: Path) -> None:
+    # None is what the edge hands over for a malformed or failed client answer.
+    marker = project / "ran"
+    async with trio.open_nursery() as nursery:
+        lease, run, events, request = await _pending(service, project, nursery, marker)
+        assert not request.responder.answer(None)
+        await _assert_failed_closed(run, events, marker)
+        await lease.release(close=True)
+
+
 async def test_unknown_responder_id_fails_closed(service: AgentService, project: Path) -> None:
     marker = project / "ran"
     async with trio.open_nursery() as nursery:
