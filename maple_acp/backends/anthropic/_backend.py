@@ -1,7 +1,7 @@
-"""The turn loop of the Anthropic Messages engine: rebuild the conversation, stream one
-Messages request, forward text and thinking, run the tool calls it asked for (the same tools,
-modes and permission rules as the OpenAI-compatible engine), and go again until the model
-stops for another reason than ``tool_use`` (or a bound or a fault ends the turn).
+"""The Anthropic Messages engine's side of a turn: the conversation rebuilt as Messages, one
+streamed request (text and thinking forwarded as they come), and what its stop reason means:
+the turn goes on after ``tool_use`` (the same tools, modes and permission rules as the
+OpenAI-compatible engine) and ``pause_turn``. The rounds are the provider layer's.
 
 Thinking blocks arrive with a signature; the turn keeps each block exactly as streamed in the
 messages it sends back, because a request continuing a tool loop must carry the thinking that
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,7 @@ from maple_acp.backends.provider import (
     ProviderEntry,
     ProviderFault,
     ProviderKeys,
+    ToolCall,
     after_compaction,
     closing,
     kept_transcripts,
@@ -51,7 +52,8 @@ from maple_acp.backends.provider import (
     raise_fault,
     where,
 )
-from maple_acp.runtime import StopReason, Turn, TurnResult
+from maple_acp.model import TimelineItem
+from maple_acp.runtime import StopReason, Turn
 
 if TYPE_CHECKING:
     import anthropic
@@ -66,9 +68,9 @@ THINKING_BUDGETS: Mapping[str, int] = {"low": 2048, "medium": 8192, "high": 2457
 MAX_COSTED_SESSIONS = 4096
 
 
-@attrs.frozen
+@attrs.define
 class _Exchange:
-    """What stays the same across one turn's model requests."""
+    """One turn's Messages conversation, between its requests."""
 
     turn: Turn
     client: anthropic.AsyncAnthropic
@@ -76,6 +78,108 @@ class _Exchange:
     #: The model's id at the provider (without the provider's name).
     model: str
     system: str
+    messages: list[Message]
+    #: Where this run's part of ``messages`` starts (after its user message).
+    mark: Mark
+    window: int | None
+    prices: ModelPrices | None
+    #: The model is marked ``reasoning = true``: a thinking level applies to it.
+    reasons: bool
+    #: Each session's cost so far (the engine's, shared by its turns).
+    costs: collections.OrderedDict[str, float]
+
+    def fresh(self) -> StreamedAnswer:
+        return StreamedAnswer()
+
+    def steer(self, items: Sequence[TimelineItem]) -> None:
+        for item in items:
+            user_text(self.messages, item.text)
+
+    async def request(self) -> Callable[[StreamedAnswer], Coroutine[Any, Any, None]]:
+        return partial(self.stream, self.messages)
+
+    async def outcome(self, answer: StreamedAnswer, number: int) -> StopReason | list[ToolCall]:
+        usage = answer.usage()
+        if answer.usage_reported:
+            await self.turn.report_usage(usage)
+        cost = self._add_cost(answer)
+        if self.window is not None and answer.usage_reported:
+            await self.turn.report_context(
+                usage.total_tokens, self.window, cost_usd=cost if self.prices is not None else None
+            )
+        stop = answer.stop_reason
+        if stop in ("max_tokens", "model_context_window_exceeded"):
+            return StopReason.MAX_TOKENS
+        if stop == "refusal":
+            return StopReason.REFUSAL
+        calls = answer.tool_calls() if stop == "tool_use" else []
+        if not calls and stop != "pause_turn":
+            return StopReason.END_TURN
+        return calls
+
+    def add(self, answer: StreamedAnswer, told: Sequence[tuple[ToolCall, str]]) -> None:
+        content = answer.content()
+        if content:
+            self.messages.append({"role": "assistant", "content": content})
+        results: list[Block] = [
+            {"type": "tool_result", "tool_use_id": call.call_id, "content": result}
+            for call, result in told
+        ]
+        if results:
+            self.messages.append({"role": "user", "content": results})
+
+    def text(self, answer: StreamedAnswer) -> str:
+        return answer.text()
+
+    def transcript(self, answer: StreamedAnswer) -> list[Message]:
+        sent = since(self.messages, self.mark)
+        # The last answer's blocks: no request carried them yet.
+        final = answer.content()
+        if final:
+            sent.append({"role": "assistant", "content": final})
+        return sent
+
+    def _add_cost(self, answer: StreamedAnswer) -> float:
+        if self.prices is None:
+            return 0.0
+        task_id = self.turn.task_id
+        total = self.costs.pop(task_id, 0.0) + answer.cost(self.prices)
+        self.costs[task_id] = total
+        while len(self.costs) > MAX_COSTED_SESSIONS:
+            self.costs.popitem(last=False)
+        return total
+
+    async def stream(self, messages: list[Message], response: StreamedAnswer) -> None:
+        turn = self.turn
+        # Read at each request: a mode or level chosen during the turn applies from the next.
+        tools = tool_definitions(offered_tools(turn))
+        system, marked_tools, marked = with_breakpoints(self.system, tools, messages)
+        extra: dict[str, Any] = {"tools": marked_tools} if marked_tools else {}
+        max_tokens = MAX_ANSWER_TOKENS
+        budget = THINKING_BUDGETS.get(turn.thought_level or "")
+        if budget is not None and self.reasons:
+            extra["thinking"] = {"type": "enabled", "budget_tokens": budget}
+            max_tokens += budget
+        # The body is plain JSON already: handed over as ``extra_body`` it skips the SDK's typed
+        # walk of every message. ``messages`` there replaces the empty one the signature needs.
+        body: dict[str, Any] = {"system": system, "messages": marked, **extra}
+        create: Any = self.client.messages.with_streaming_response.create
+        try:
+            async with create(
+                model=self.model,
+                messages=(),
+                max_tokens=max_tokens,
+                stream=True,
+                extra_body=body,
+            ) as raw:
+                http = raw.http_response
+                await closing(http, read_stream(turn, http.aiter_bytes(), response))
+        except ProviderFault:
+            raise
+        except Exception as exc:
+            raise_fault(sdk_fault(exc, where(self.entry), self.model), exc)
+        if not response.complete:
+            raise ProviderFault(BROKEN_STREAM, retryable=True)
 
 
 class AnthropicBackend(ProviderEngine):
@@ -92,6 +196,7 @@ class AnthropicBackend(ProviderEngine):
 
     kind = ANTHROPIC_KIND
     levels = tuple(THINKING_BUDGETS)
+    transcript_format = TRANSCRIPT_FORMAT
 
     _clients: MessagesClients
 
@@ -108,18 +213,7 @@ class AnthropicBackend(ProviderEngine):
         for entry in self._entries():
             self._clients.get(entry)
 
-    async def run_turn(self, turn: Turn) -> TurnResult:
-        entry, model = self.target(turn)
-        system, messages, mark = await self._conversation(turn)
-        exchange = _Exchange(turn, self._clients.get(entry), entry, model, system)
-        answer, stop, final = await self._loop(exchange, messages)
-        sent = since(messages, mark)
-        if final:
-            sent.append({"role": "assistant", "content": final})
-        await self.keep(turn, TRANSCRIPT_FORMAT, sent)
-        return self.ended(turn, answer, stop)
-
-    async def _conversation(self, turn: Turn) -> tuple[str, list[Message], Mark]:
+    async def exchange(self, turn: Turn, entry: ProviderEntry, model: str) -> _Exchange:
         """The system prompt and messages of the turn's first request, and where this run's
         part of them starts (after its user message): what a transcript of the run keeps."""
         summary, history = after_compaction(turn.history)
@@ -132,96 +226,17 @@ class AnthropicBackend(ProviderEngine):
             user_text(messages, SUMMARY_PREFIX + summary)
         mark = replay_history(history, messages, sources, transcripts, turn.run_id)
         user_text(messages, self.prompt_text(turn), turn.images, sources)
-        return system, messages, end_of(messages) if mark is None else mark
-
-    async def _loop(
-        self, exchange: _Exchange, messages: list[Message]
-    ) -> tuple[str, StopReason, list[Block]]:
-        """The model's last answer text, why the turn stops, and its last answer's blocks (not
-        in ``messages``: no request carried them yet)."""
-        turn = exchange.turn
-        settings = exchange.entry.settings_for(exchange.model)
-        window = (settings.context_window if settings else None) or exchange.entry.context_window
-        prices = settings.prices if settings else None
-        answer = ""
-        for number in range(1, self._max_requests + 1):
-            # What the user added while the turn worked goes in before the next request.
-            for item in turn.steering():
-                user_text(messages, item.text)
-            response = await self.retried(
-                turn, exchange.entry, StreamedAnswer, partial(self._stream, exchange, messages)
-            )
-            usage = response.usage()
-            if response.usage_reported:
-                await turn.report_usage(usage)
-            cost = self._add_cost(turn.task_id, response, prices)
-            if window is not None and response.usage_reported:
-                await turn.report_context(
-                    usage.total_tokens, window, cost_usd=cost if prices is not None else None
-                )
-            answer = response.text()
-            content = response.content()
-            stop = response.stop_reason
-            if stop in ("max_tokens", "model_context_window_exceeded"):
-                return answer, StopReason.MAX_TOKENS, content
-            if stop == "refusal":
-                return answer, StopReason.REFUSAL, content
-            calls = response.tool_calls() if stop == "tool_use" else []
-            if not calls and stop != "pause_turn":
-                return answer, StopReason.END_TURN, content
-            if number == self._max_requests:
-                return answer, StopReason.MAX_TURN_REQUESTS, content
-            if content:
-                messages.append({"role": "assistant", "content": content})
-            results: list[Block] = [
-                {"type": "tool_result", "tool_use_id": call.call_id, "content": told}
-                for call, told in await self.run_tools(turn, calls)
-            ]
-            if results:
-                messages.append({"role": "user", "content": results})
-        return answer, StopReason.END_TURN, []
-
-    def _add_cost(
-        self, task_id: str, response: StreamedAnswer, prices: ModelPrices | None
-    ) -> float:
-        if prices is None:
-            return 0.0
-        total = self._costs.pop(task_id, 0.0) + response.cost(prices)
-        self._costs[task_id] = total
-        while len(self._costs) > MAX_COSTED_SESSIONS:
-            self._costs.popitem(last=False)
-        return total
-
-    async def _stream(
-        self, exchange: _Exchange, messages: list[Message], response: StreamedAnswer
-    ) -> None:
-        turn = exchange.turn
-        # Read at each request: a mode or level chosen during the turn applies from the next.
-        tools = tool_definitions(offered_tools(turn))
-        system, marked_tools, marked = with_breakpoints(exchange.system, tools, messages)
-        extra: dict[str, Any] = {"tools": marked_tools} if marked_tools else {}
-        max_tokens = MAX_ANSWER_TOKENS
-        budget = THINKING_BUDGETS.get(turn.thought_level or "")
-        if budget is not None and self.thought_levels(turn.model):
-            extra["thinking"] = {"type": "enabled", "budget_tokens": budget}
-            max_tokens += budget
-        # The body is plain JSON already: handed over as ``extra_body`` it skips the SDK's typed
-        # walk of every message. ``messages`` there replaces the empty one the signature needs.
-        body: dict[str, Any] = {"system": system, "messages": marked, **extra}
-        create: Any = exchange.client.messages.with_streaming_response.create
-        try:
-            async with create(
-                model=exchange.model,
-                messages=(),
-                max_tokens=max_tokens,
-                stream=True,
-                extra_body=body,
-            ) as raw:
-                http = raw.http_response
-                await closing(http, read_stream(turn, http.aiter_bytes(), response))
-        except ProviderFault:
-            raise
-        except Exception as exc:
-            raise_fault(sdk_fault(exc, where(exchange.entry), exchange.model), exc)
-        if not response.complete:
-            raise ProviderFault(BROKEN_STREAM, retryable=True)
+        settings = entry.settings_for(model)
+        return _Exchange(
+            turn,
+            self._clients.get(entry),
+            entry,
+            model,
+            system,
+            messages,
+            end_of(messages) if mark is None else mark,
+            self.window(entry, model),
+            settings.prices if settings else None,
+            bool(self.thought_levels(turn.model)),
+            self._costs,
+        )

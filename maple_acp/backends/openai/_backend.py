@@ -1,12 +1,13 @@
-"""The turn loop of the OpenAI-compatible engine: rebuild the conversation, stream one Chat
-Completions request, forward text and reasoning, run the tool calls it asked for, and go
-again until the model answers without tools (or a bound or a fault ends the turn). Compaction
-of a long conversation is this engine's too. The shell around it (target, system prompt,
-retries, the turn's end) is the provider layer's."""
+"""The OpenAI-compatible engine's side of a turn: the conversation rebuilt as Chat
+Completions messages, one streamed request (text and reasoning forwarded as they come), what
+its finish reason and tool calls mean, and the compaction of a long conversation. The rounds
+and the shell around them (target, system prompt, retries, tool runs, the turn's end) are the
+provider layer's."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,7 @@ from maple_acp.backends.provider import (
     ProviderFault,
     ProviderKeys,
     TlsContext,
+    ToolCall,
     after_compaction,
     closing,
     kept_transcripts,
@@ -47,6 +49,7 @@ from maple_acp.backends.provider import (
     raise_fault,
     where,
 )
+from maple_acp.model import TimelineItem
 from maple_acp.runtime import CommandInfo, RunKind, StopReason, Turn, TurnFailed, TurnResult
 
 if TYPE_CHECKING:
@@ -61,9 +64,9 @@ ANSWER_RESERVE_FRACTION = 0.25
 REASONING_EFFORTS = ("low", "medium", "high")
 
 
-@attrs.frozen
+@attrs.define
 class _Exchange:
-    """What stays the same across one turn's model requests."""
+    """One turn's Chat Completions conversation, between its requests."""
 
     turn: Turn
     client: openai.AsyncOpenAI
@@ -71,6 +74,144 @@ class _Exchange:
     #: The model's id at the provider (without the provider's name).
     model: str
     window: int | None
+    messages: list[Message]
+    #: Where this run's part of ``messages`` starts (after its user message).
+    mark: int
+    #: The provider's last count of the context used, or the estimate before a request.
+    used: int = 0
+    #: At most one compaction a turn: what is left after one is this turn's own work. A
+    #: compacted turn keeps no transcript (its messages no longer start where the run did).
+    compacted: bool = False
+
+    def fresh(self) -> StreamedAnswer:
+        return StreamedAnswer()
+
+    def steer(self, items: Sequence[TimelineItem]) -> None:
+        self.messages.extend(history_messages(items))
+
+    async def request(self) -> Callable[[StreamedAnswer], Coroutine[Any, Any, None]]:
+        window = self.window
+        if window is not None and not self.compacted:
+            self.used = max(self.used, sum(estimate_tokens(m) for m in self.messages))
+            if self.used >= window * COMPACT_AT_FRACTION:
+                self.compacted = True
+                self.messages = await self.compact() or self.messages
+        sent = self.messages
+        if window is not None:
+            sent = fit_to_window(self.messages, int(window * (1 - ANSWER_RESERVE_FRACTION)))
+        return partial(self.stream, sent)
+
+    async def outcome(self, answer: StreamedAnswer, number: int) -> StopReason | list[ToolCall]:
+        if answer.usage is not None:
+            await self.turn.report_usage(answer.usage)
+        if self.window is not None and answer.context_used is not None:
+            await self.turn.report_context(answer.context_used, self.window)
+            self.used = answer.context_used
+        if answer.finish_reason == "length":
+            return StopReason.MAX_TOKENS
+        if answer.finish_reason == "content_filter":
+            return StopReason.REFUSAL
+        return answer.tool_calls(number) or StopReason.END_TURN
+
+    def add(self, answer: StreamedAnswer, told: Sequence[tuple[ToolCall, str]]) -> None:
+        self.messages.append(
+            {
+                # A string, never null: chat templates that join the content as text
+                # (llama.cpp's Python server) fail on null, and an empty string is what
+                # every server takes with tool calls.
+                "role": "assistant",
+                "content": self.text(answer),
+                "tool_calls": [
+                    {
+                        "id": call.call_id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments or "{}"},
+                    }
+                    for call, _ in told
+                ],
+            }
+        )
+        for call, result in told:
+            self.messages.append({"role": "tool", "tool_call_id": call.call_id, "content": result})
+
+    def text(self, answer: StreamedAnswer) -> str:
+        return "".join(answer.text)
+
+    def transcript(self, answer: StreamedAnswer) -> list[Message] | None:
+        if self.compacted:
+            return None
+        text = self.text(answer)
+        final = [{"role": "assistant", "content": text}] if text else []
+        return [*self.messages[self.mark :], *final]
+
+    async def compact(self) -> list[Message] | None:
+        """Have the model summarize the older part of the messages as a compaction of the
+        turn; the messages to go on with (system prompt, summary, recent part), or ``None``
+        when there is nothing older or the summary failed (the turn goes on without it)."""
+        split = split_for_compaction(self.messages)
+        if split is None:
+            return None
+        head, older, recent = split
+        turn = self.turn
+        request = [*head, *older, {"role": "user", "content": SUMMARY_REQUEST}]
+        if self.window is not None:
+            budget = int(self.window * (1 - ANSWER_RESERVE_FRACTION))
+            request = fit_to_window(request, budget)
+        compaction_id = await turn.start_compaction()
+        response = StreamedAnswer()
+        try:
+            await self.stream(request, response, compaction_id=compaction_id)
+        except ProviderFault as fault:
+            await turn.end_compaction(compaction_id, error=fault.line)
+            return None
+        if response.usage is not None:
+            await turn.report_usage(response.usage)
+        if not await turn.end_compaction(compaction_id):
+            return None
+        return [*head, summary_message("".join(response.text)), *recent]
+
+    async def stream(
+        self,
+        messages: list[Message],
+        response: StreamedAnswer,
+        *,
+        compaction_id: str | None = None,
+    ) -> None:
+        """One request through the SDK's raw-response path (its authentication, base URL and
+        status errors), the answer read as bytes; with ``compaction_id`` it asks for a
+        summary (no tools), and its text is that compaction's, not the agent's."""
+        # Messages and tools are plain dicts built here; the SDK's typed overloads add nothing.
+        create: Any = self.client.chat.completions.with_streaming_response.create
+        # Read at each request: a mode or effort chosen during the turn applies from the next.
+        tools = offered_tools(self.turn) if compaction_id is None else []
+        # The body is plain JSON already: handed over as ``extra_body`` it skips the SDK's
+        # typed walk of every message, which costs milliseconds per request on a long
+        # conversation. ``messages`` there replaces the empty one given for the signature.
+        body: dict[str, Any] = {"messages": messages}
+        if tools:
+            body["tools"] = tools
+        effort = self.turn.thought_level
+        if effort is not None:
+            body["reasoning_effort"] = effort
+        try:
+            async with create(
+                model=self.model,
+                messages=(),
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body=body,
+            ) as raw:
+                http = raw.http_response
+                chunks = http.aiter_bytes()
+                await closing(http, read_answer(self.turn, chunks, response, compaction_id))
+        except ProviderFault:
+            raise
+        except Exception as exc:
+            raise_fault(sdk_fault(exc, where(self.entry), self.model), exc)
+        if not response.done and response.finish_reason is None:
+            # A server that fails after sending its headers ends the body early (even with
+            # nothing in it): that is a broken answer, not an empty one.
+            raise ProviderFault(BROKEN_STREAM, retryable=True)
 
 
 class ProviderBackend(ProviderEngine):
@@ -86,6 +227,7 @@ class ProviderBackend(ProviderEngine):
 
     kind = OPENAI_KIND
     levels = REASONING_EFFORTS
+    transcript_format = TRANSCRIPT_FORMAT
 
     _clients: ProviderClients
 
@@ -116,23 +258,21 @@ class ProviderBackend(ProviderEngine):
         )
 
     async def run_turn(self, turn: Turn) -> TurnResult:
+        if turn.kind is not RunKind.PROMPT or turn.prompt.strip() != COMPACT_COMMAND:
+            return await super().run_turn(turn)
         entry, model = self.target(turn)
+        exchange = await self.exchange(turn, entry, model)
+        if await exchange.compact() is None:
+            await turn.notice("There is nothing to compact yet.")
+        return TurnResult()
+
+    async def exchange(self, turn: Turn, entry: ProviderEntry, model: str) -> _Exchange:
         messages, mark = await self._conversation(turn)
-        forced = turn.kind is RunKind.PROMPT and turn.prompt.strip() == COMPACT_COMMAND
         try:
             client = await self._clients.get(entry)
         except ProviderFault as fault:
             raise TurnFailed(fault.line) from None
-        exchange = _Exchange(turn, client, entry, model, self.window(entry, model))
-        if forced:
-            if await self._compact(exchange, messages) is None:
-                await turn.notice("There is nothing to compact yet.")
-            return TurnResult()
-        answer, stop, sent = await self._loop(exchange, messages)
-        if sent is not None:
-            final = [{"role": "assistant", "content": answer}] if answer else []
-            await self.keep(turn, TRANSCRIPT_FORMAT, [*sent[mark:], *final])
-        return self.ended(turn, answer, stop)
+        return _Exchange(turn, client, entry, model, self.window(entry, model), messages, mark)
 
     async def _conversation(self, turn: Turn) -> tuple[list[Message], int]:
         """The messages of the turn's first request, and where this run's part of them
@@ -148,137 +288,3 @@ class ProviderBackend(ProviderEngine):
         ]
         messages = [*head, *replayed, user_message(self.prompt_text(turn), turn.images, urls)]
         return messages, len(messages) if mark is None else len(head) + mark
-
-    async def _loop(
-        self, exchange: _Exchange, messages: list[Message]
-    ) -> tuple[str, StopReason, list[Message] | None]:
-        """The model's last answer text, why the turn stops, and the messages sent (``None``
-        when a compaction replaced them)."""
-        turn, window = exchange.turn, exchange.window
-        answer = ""
-        used = 0
-        compacted = False
-
-        def kept() -> list[Message] | None:
-            return None if compacted else messages
-
-        for number in range(1, self._max_requests + 1):
-            # What the user added while the turn worked goes in before the next request.
-            messages.extend(history_messages(turn.steering()))
-            if window is not None and not compacted:
-                # At most once a turn: what is left after one is this turn's own work.
-                used = max(used, sum(estimate_tokens(message) for message in messages))
-                if used >= window * COMPACT_AT_FRACTION:
-                    compacted = True
-                    messages = await self._compact(exchange, messages) or messages
-            sent = messages
-            if window is not None:
-                sent = fit_to_window(messages, int(window * (1 - ANSWER_RESERVE_FRACTION)))
-            response = await self.retried(
-                turn, exchange.entry, StreamedAnswer, partial(self._stream, exchange, sent)
-            )
-            if response.usage is not None:
-                await turn.report_usage(response.usage)
-            if window is not None and response.context_used is not None:
-                await turn.report_context(response.context_used, window)
-                used = response.context_used
-            answer = "".join(response.text)
-            if response.finish_reason == "length":
-                return answer, StopReason.MAX_TOKENS, kept()
-            if response.finish_reason == "content_filter":
-                return answer, StopReason.REFUSAL, kept()
-            calls = response.tool_calls(number)
-            if not calls:
-                return answer, StopReason.END_TURN, kept()
-            if number == self._max_requests:
-                return answer, StopReason.MAX_TURN_REQUESTS, kept()
-            messages.append(
-                {
-                    # A string, never null: chat templates that join the content as text
-                    # (llama.cpp's Python server) fail on null, and an empty string is
-                    # what every server takes with tool calls.
-                    "role": "assistant",
-                    "content": answer,
-                    "tool_calls": [
-                        {
-                            "id": call.call_id,
-                            "type": "function",
-                            "function": {"name": call.name, "arguments": call.arguments or "{}"},
-                        }
-                        for call in calls
-                    ],
-                }
-            )
-            for call, told in await self.run_tools(turn, calls):
-                messages.append({"role": "tool", "tool_call_id": call.call_id, "content": told})
-        return answer, StopReason.END_TURN, kept()
-
-    async def _compact(self, exchange: _Exchange, messages: list[Message]) -> list[Message] | None:
-        """Have the model summarize the older part of ``messages`` as a compaction of the
-        turn; the messages to go on with (system prompt, summary, recent part), or ``None``
-        when there is nothing older or the summary failed (the turn goes on without it)."""
-        split = split_for_compaction(messages)
-        if split is None:
-            return None
-        head, older, recent = split
-        turn = exchange.turn
-        request = [*head, *older, {"role": "user", "content": SUMMARY_REQUEST}]
-        if exchange.window is not None:
-            budget = int(exchange.window * (1 - ANSWER_RESERVE_FRACTION))
-            request = fit_to_window(request, budget)
-        compaction_id = await turn.start_compaction()
-        response = StreamedAnswer()
-        try:
-            await self._stream(exchange, request, response, compaction_id=compaction_id)
-        except ProviderFault as fault:
-            await turn.end_compaction(compaction_id, error=fault.line)
-            return None
-        if response.usage is not None:
-            await turn.report_usage(response.usage)
-        if not await turn.end_compaction(compaction_id):
-            return None
-        return [*head, summary_message("".join(response.text)), *recent]
-
-    async def _stream(
-        self,
-        exchange: _Exchange,
-        messages: list[Message],
-        response: StreamedAnswer,
-        *,
-        compaction_id: str | None = None,
-    ) -> None:
-        """One request through the SDK's raw-response path (its authentication, base URL and
-        status errors), the answer read as bytes (``_stream``); with ``compaction_id`` it asks
-        for a summary (no tools), and its text is that compaction's, not the agent's."""
-        # Messages and tools are plain dicts built here; the SDK's typed overloads add nothing.
-        create: Any = exchange.client.chat.completions.with_streaming_response.create
-        # Read at each request: a mode or effort chosen during the turn applies from the next.
-        tools = offered_tools(exchange.turn) if compaction_id is None else []
-        # The body is plain JSON already: handed over as ``extra_body`` it skips the SDK's
-        # typed walk of every message, which costs milliseconds per request on a long
-        # conversation. ``messages`` there replaces the empty one given for the signature.
-        body: dict[str, Any] = {"messages": messages}
-        if tools:
-            body["tools"] = tools
-        effort = exchange.turn.thought_level
-        if effort is not None:
-            body["reasoning_effort"] = effort
-        try:
-            async with create(
-                model=exchange.model,
-                messages=(),
-                stream=True,
-                stream_options={"include_usage": True},
-                extra_body=body,
-            ) as raw:
-                http = raw.http_response
-                chunks = http.aiter_bytes()
-                await closing(http, read_answer(exchange.turn, chunks, response, compaction_id))
-        except ProviderFault:
-            raise
-        except Exception as exc:
-            raise_fault(sdk_fault(exc, where(exchange.entry), exchange.model), exc)
-        if not response.done and response.finish_reason is None:
-            # A server that fails after sending its headers ends the body early (even with
-            # nothing in it): that is a broken answer, not an empty one.
-            raise ProviderFault(BROKEN_STREAM, retryable=True)

@@ -1,13 +1,15 @@
 """The turn shell every engine runs: which provider and model a turn goes to, the system
-prompt, the goal cycle's prompt and verdict, one streamed request retried within the fault
-rules (and a notice when the provider keeps the turn waiting), and how the turn ends.
+prompt, the goal cycle's prompt and verdict, the rounds of a turn (steering, one streamed
+request retried within the fault rules, a notice when the provider keeps the turn waiting,
+the tool calls), and how the turn ends.
 
-An engine subclasses :class:`ProviderEngine` and supplies what is its own: its clients, the
-shape of its messages, its request and the reading of its stream (see CONTRIBUTING.md,
-"Adding an engine")."""
+An engine subclasses :class:`ProviderEngine` and supplies what is its own: its clients, and
+an :class:`Exchange` per turn (the shape of its messages, its request, the reading of its
+stream and of its stop reasons; see CONTRIBUTING.md, "Adding an engine")."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from functools import partial
@@ -87,12 +89,51 @@ class Streamed(Protocol):
 
 AnswerT = TypeVar("AnswerT", bound=Streamed)
 MediaT = TypeVar("MediaT")
+#: One request: it streams an answer into the value it is given.
+Request = Callable[[AnswerT], Coroutine[Any, Any, None]]
+
+
+class Exchange(Protocol[AnswerT]):
+    """One turn's conversation as an engine holds it between its requests: its messages in
+    the engine's own format, its request, and what it reads of each answer. The shell runs
+    the rounds (:meth:`ProviderEngine.converse`)."""
+
+    def fresh(self) -> AnswerT:
+        """An empty answer for one attempt of a request to stream into."""
+        ...
+
+    def steer(self, items: Sequence[TimelineItem]) -> None:
+        """Add what the user sent while the turn worked, before the next request."""
+        ...
+
+    async def request(self) -> Request[AnswerT]:
+        """The next request, retried as it is (a compaction or a trim comes before it)."""
+        ...
+
+    async def outcome(self, answer: AnswerT, number: int) -> StopReason | list[ToolCall]:
+        """What the turn's ``number``th answer means, once its usage is reported: why the
+        turn stops, or the calls to run before the next request (none: go on)."""
+        ...
+
+    def add(self, answer: AnswerT, told: Sequence[tuple[ToolCall, str]]) -> None:
+        """Add the answer and its calls, and what the model is told of each."""
+        ...
+
+    def text(self, answer: AnswerT) -> str:
+        """The answer's text (a goal cycle's verdict is read from it)."""
+        ...
+
+    def transcript(self, answer: AnswerT) -> Sequence[Any] | None:
+        """What this run sent after its user message, the last answer included, for
+        :meth:`ProviderEngine.keep`; ``None`` when it is not to be kept."""
+        ...
 
 
 class ProviderEngine:
     """The shell of an ``AgentBackend`` over one kind of provider (``kind``): the turn's
     target, the model settings it reads, the system prompt, the retried request, the end of
-    the turn. Subclasses implement ``run_turn`` with these, and ``aclose``.
+    the turn, and the rounds between (``run_turn``, ``converse``). Subclasses give their
+    clients (``open_clients``) and each turn's :class:`Exchange` (``exchange``).
 
     Error handling: a provider fault ends the turn with ``TurnFailed`` and one safe line
     (never the key or the provider's own text). Rate limits, server errors and lost
@@ -105,6 +146,8 @@ class ProviderEngine:
     kind: ClassVar[str]
     #: The thinking levels a model marked ``reasoning = true`` offers.
     levels: ClassVar[tuple[str, ...]] = ()
+    #: The format of this engine's transcripts (``keep``).
+    transcript_format: ClassVar[str]
 
     def __init__(
         self,
@@ -122,6 +165,38 @@ class ProviderEngine:
         #: Waits before retries 1, 2, 3 when the provider names none.
         self._backoff = tuple(backoff) or BACKOFF_S
         self._clients = self.open_clients()
+
+    async def exchange(self, turn: Turn, entry: ProviderEntry, model: str) -> Exchange[Any]:
+        """The turn's conversation with ``model`` at ``entry``, up to its first request."""
+        raise NotImplementedError
+
+    async def run_turn(self, turn: Turn) -> TurnResult:
+        """The turn's rounds with its model; what it sent is kept for later turns."""
+        entry, model = self.target(turn)
+        exchange = await self.exchange(turn, entry, model)
+        answer, stop = await self.converse(turn, entry, exchange)
+        sent = exchange.transcript(answer)
+        if sent is not None:
+            await self.keep(turn, self.transcript_format, sent)
+        return self.ended(turn, exchange.text(answer), stop)
+
+    async def converse(
+        self, turn: Turn, entry: ProviderEntry, exchange: Exchange[AnswerT]
+    ) -> tuple[AnswerT, StopReason]:
+        """The rounds of a turn: what the user added meanwhile, one retried request, its
+        tool calls; until an answer stops the turn or the request bound does. The last
+        answer, and why the turn stops."""
+        for number in itertools.count(1):
+            exchange.steer(turn.steering())
+            request = await exchange.request()
+            answer = await self.retried(turn, entry, exchange.fresh, request)
+            outcome = await exchange.outcome(answer, number)
+            if isinstance(outcome, StopReason):
+                return answer, outcome
+            if number >= self._max_requests:
+                return answer, StopReason.MAX_TURN_REQUESTS
+            exchange.add(answer, await self.run_tools(turn, outcome))
+        raise AssertionError("unreachable")
 
     def open_clients(self) -> Clients:
         """The engine's clients (made here, each opened on first use or by ``prepare``)."""
@@ -277,7 +352,7 @@ class ProviderEngine:
         turn: Turn,
         entry: ProviderEntry,
         answer: Callable[[], AnswerT],
-        stream: Callable[[AnswerT], Coroutine[Any, Any, None]],
+        stream: Request[AnswerT],
         *,
         loggable: bool = True,
     ) -> AnswerT:
