@@ -16,6 +16,7 @@ import attrs
 from maple_acp.backends.openai._client import ProviderClients, SdkLoader, sdk_fault
 from maple_acp.backends.openai._compaction import (
     COMPACT_AT_FRACTION,
+    SUMMARY_MAX_TOKENS,
     SUMMARY_REQUEST,
     split_for_compaction,
     summary_message,
@@ -190,6 +191,9 @@ class _Exchange:
         body: dict[str, Any] = {"messages": messages}
         if tools:
             body["tools"] = tools
+        if compaction_id is not None:
+            # The agent's own answers are left to the server's bound; a summary is not.
+            body["max_tokens"] = SUMMARY_MAX_TOKENS
         effort = self.turn.thought_level
         if effort is not None:
             body["reasoning_effort"] = effort

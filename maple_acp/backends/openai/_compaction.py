@@ -15,6 +15,9 @@ from maple_acp.backends.provider import SUMMARY_PREFIX
 #: A request whose estimate (or the provider's last count) reaches this part of a known
 #: context window compacts first.
 COMPACT_AT_FRACTION: Final = 0.85
+#: The summary's output bound (tokens): without one a local server lets a model that rambles
+#: write until the turn's timeout (two minutes of a small model's summary were seen).
+SUMMARY_MAX_TOKENS: Final = 1024
 #: What the model is asked, after the part of the conversation it summarizes.
 SUMMARY_REQUEST: Final = (
     "Summarize the conversation so far for your own later use: the user's goals and "

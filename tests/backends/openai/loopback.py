@@ -52,6 +52,10 @@ class Reply:
     #: Send these bytes as they are (status line, headers and body: what a real server was
     #: seen to send), then drop the connection when ``break_off`` is set.
     raw: bytes | None = None
+    #: Stream this token again and again, one an event: up to the request's ``max_tokens``
+    #: (then ``finish_reason: length``), or with none until the client goes away, as a local
+    #: server does for a model that never stops.
+    rambling: str | None = None
 
 
 @attrs.define
@@ -218,6 +222,9 @@ class LoopbackProvider:
                     reply = self.script.popleft()
                 else:
                     reply = error_reply(500, "no scripted reply left")
+                if reply.rambling is not None:
+                    body = request.body if isinstance(request.body, dict) else {}
+                    reply = _rambled(reply.rambling, body.get("max_tokens"))
                 if not await self._answer(stream, reply):
                     return
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -279,6 +286,15 @@ class LoopbackProvider:
             await _send_chunk(stream, b"data: [DONE]\n\n")
         await stream.send_all(b"0\r\n\r\n")
         return True
+
+
+def _rambled(token: str, max_tokens: object) -> Reply:
+    if not isinstance(max_tokens, int):
+        # Endless: a stalled stream after a first token stands for it.
+        return Reply(events=[chunk(content=token)], stall=True)
+    events: list[Any] = [chunk(content=token) for _ in range(max_tokens)]
+    events += [chunk(finish_reason="length"), usage_chunk(10, max_tokens)]
+    return Reply(events=events, one_write=True)
 
 
 def _head(status: int, headers: dict[str, str]) -> bytes:

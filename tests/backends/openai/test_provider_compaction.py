@@ -1,7 +1,8 @@
 """Compaction in the provider backend, against the loopback provider through the real SDK: a
 request reaching 85 % of a known window first asks the model for a summary of the older part,
 which is stored where it happened, and that request and later turns' carry summary + recent
-turns; ``/compact`` forces one; a failed summary stores nothing and the turn goes on."""
+turns; ``/compact`` forces one; a failed summary stores nothing and the turn goes on; a
+summary's output is bounded."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import trio
 from loopback import LoopbackProvider, Reply, text_reply
 from provider_support import answering, open_lease, provider_service
 
-from maple_acp.backends.openai._compaction import SUMMARY_REQUEST
+from maple_acp.backends.openai._compaction import SUMMARY_MAX_TOKENS, SUMMARY_REQUEST
 from maple_acp.backends.provider import SUMMARY_PREFIX
 from maple_acp.model import ItemKind
 from maple_acp.runtime import CompactionChanged, CompactionText, RunEvent, TextChunk
@@ -129,3 +130,31 @@ async def test_compact_forces_one_and_a_failed_summary_stores_nothing(
     assert contents(bodies[2])[1:] == ["hi", "hello", SUMMARY_REQUEST]
     # After it: the summary, and no /compact command goes to the model.
     assert contents(bodies[3])[1:] == [SUMMARY_PREFIX + "short summary", "go on"]
+
+
+async def test_a_summary_is_bounded_so_a_model_that_rambles_cannot_hold_the_turn(
+    tmp_path: Path, project: Path, provider: LoopbackProvider
+) -> None:
+    # The server writes until the request's max_tokens, or with none until the client goes
+    # away: a small local model summarizing ran until the turn's timeout that way.
+    provider.add(text_reply("hello"), Reply(rambling="la "), text_reply("after"))
+    with trio.fail_after(20):
+        async with (
+            provider_service(tmp_path, provider) as service,
+            trio.open_nursery() as nursery,
+        ):
+            lease = await open_lease(service, project, nursery)
+            await answering(await lease.start_run("hi"), "deny_once")
+            forced = await answering(await lease.start_run("/compact"), "deny_once")
+            await answering(await lease.start_run("go on"), "deny_once")
+            history = await service.store.history(lease.task_id)
+            await lease.release()
+
+    [_, *_, completed] = compaction_events(forced)
+    assert isinstance(completed, CompactionChanged)
+    assert completed.status == "completed"
+    summary = "la " * SUMMARY_MAX_TOKENS
+    assert [item.text for item in history if item.kind is ItemKind.COMPACTION] == [summary]
+    bodies = [request.body for request in provider.chat_requests()]
+    assert [body.get("max_tokens") for body in bodies] == [None, SUMMARY_MAX_TOKENS, None]
+    assert contents(bodies[2])[1:] == [SUMMARY_PREFIX + summary, "go on"]
