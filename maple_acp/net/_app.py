@@ -353,6 +353,8 @@ class AcpNetworkApp:
         except BodyTooLarge:
             await _respond(send, 413, cors, _error_body("the message is too large"))
             return
+        except trio.ClosedResourceError:
+            return  # the client went away while sending: nobody to answer
         try:
             message = parse_message(body)
         except ValueError:
@@ -365,7 +367,8 @@ class AcpNetworkApp:
             await _respond(send, 400, cors, _error_body("the body is not a JSON-RPC message"))
             return
         if CONNECTION_HEADER not in headers:
-            if message.get("method") == "initialize" and "id" in message:
+            # Its answer is found by its id: a string or an integer, as JSON-RPC allows.
+            if message.get("method") == "initialize" and type(message.get("id")) in (int, str):
                 await self._initialize(body, message, send, cors)
             else:
                 await _respond(send, 400, cors, _error_body("Acp-Connection-Id is missing"))

@@ -157,6 +157,10 @@ async def test_streamable_http_refuses_what_the_transport_does_not_allow() -> No
         assert answer.status_code == 501
         answer = await client.post(host.url, content=b"{not json", headers={**auth, **JSON})
         assert answer.status_code == 400
+        # An initialize without an id (a notification) cannot be answered in its POST.
+        no_id = b'{"jsonrpc":"2.0","method":"initialize","params":{"protocolVersion":1}}'
+        answer = await client.post(host.url, content=no_id, headers={**auth, **JSON})
+        assert answer.status_code == 400
         # Anything but initialize needs a connection; an unknown one is 404.
         list_sessions = rpc("session/list", {}, 1)
         answer = await client.post(host.url, content=list_sessions, headers={**auth, **JSON})
@@ -290,3 +294,25 @@ def test_without_hypercorn_serve_http_says_what_to_install(
         settings.check_server_installed()
     assert "pip install 'maple-acp[http]'" in str(refused.value)
     assert "\n" not in str(refused.value)
+
+
+async def test_a_client_gone_in_the_middle_of_its_body_is_not_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("DEBUG")
+    async with net_host() as host, host.client() as client:
+        address, port = host.address
+        stream = await trio.open_tcp_stream(address, port)
+        # A request cut off after its headers and a few bytes of its body.
+        head = (
+            f"POST /acp HTTP/1.1\r\nHost: {address}:{port}\r\n"
+            f"Authorization: Bearer {host.token}\r\nContent-Type: application/json\r\n"
+            "Content-Length: 1000\r\n\r\n"
+        )
+        await stream.send_all(head.encode() + b'{"jsonrpc"')
+        await trio.sleep(0.1)
+        await stream.aclose()
+        await trio.sleep(0.1)
+        answer = await client.post(host.url, content=INITIALIZE, headers=host.headers(**JSON))
+        assert answer.status_code == 200
+    assert not [r for r in caplog.records if r.levelno >= 40], caplog.text
