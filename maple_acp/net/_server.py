@@ -2,7 +2,8 @@
 caller's nursery (it starts and stops with the host's ACP service).
 
 Streamable HTTP over HTTP/1.1 and HTTP/2 (h2c with prior knowledge or an upgrade on a plain
-socket, ALPN with TLS), WebSocket over HTTP/1.1 (and HTTP/2 where the client offers it).
+socket, ALPN with TLS), WebSocket over HTTP/1.1 (an HTTP/2 WebSocket, RFC 8441, is hypercorn's
+and untested here).
 A bind address other than loopback needs TLS: without ``tls_cert`` and ``tls_key`` the
 listener refuses to start.
 """
