@@ -68,6 +68,11 @@ class SessionForker:
         servers = validate_servers(mcp_definitions(request.mcp_servers))
         # Omitted or empty: the source's directories; else they must be the source's set.
         additional = request.additional_directories or None
+        # Decided here, at its admission, before any await: a prompt written just before it
+        # holds the slot now, but its run may end while the fork's checks (the roots, the
+        # source's record) wait on threads, and the fork must not see the session idle then.
+        # The runtime checks again right before the copy.
+        self._runtime.check_idle(request.session_id)
         session = await self._opener.open(
             partial(
                 self._runtime.fork_task,
