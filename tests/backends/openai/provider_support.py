@@ -4,7 +4,7 @@ that tests can import it by a name no other test directory uses."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -40,10 +40,12 @@ async def provider_service(
     context_window: int | None = None,
     relay_allow_list: tuple[str, ...] = (),
     max_rate_limit_wait: float | None = None,
+    hold_clock: Callable[[Any], Any] | None = None,
     **backend_options: Any,
 ) -> AsyncIterator[AgentService]:
     """A signed-in ``AgentService`` with the provider backend (model ``provider/test-model``,
-    key ``TEST_KEY``) over a store in ``tmp_path/data``."""
+    key ``TEST_KEY``) over a store in ``tmp_path/data`` (seen through ``hold_clock``, e.g.
+    ``ClockHoldingStore``, when given)."""
     config = provider_config_from_flags(
         provider.base_url,
         "test-model",
@@ -56,7 +58,7 @@ async def provider_service(
     data.mkdir(exist_ok=True)
     async with backend, temp_store(data) as store:
         service = make_demo_service(
-            store,
+            store if hold_clock is None else hold_clock(store),
             backend=backend,
             catalog=catalog,
             policy=provider_policy(),

@@ -23,6 +23,7 @@ from maple_acp.backends.provider._faults import ProviderFault, retrying, status_
 from maple_acp.cli import provider_engine
 from maple_acp.config import ConfigFileError, parse_config
 from maple_acp.runtime import AgentService, RunNotice, RunOutcome, RunState, TextChunk
+from maple_acp.testing.clock import ClockHoldingStore
 
 #: ``HH:MM:SS UTC (in N s)`` as the notice and the failure line write a reset.
 RESET = re.compile(r"(\d\d):(\d\d):(\d\d) UTC \(in (\d+) s\)")
@@ -146,7 +147,11 @@ async def patient_service(
 ) -> AsyncIterator[AgentService]:
     max_wait = getattr(request, "param", None)
     async with provider_service(
-        tmp_path, provider, timeouts=PATIENT, max_rate_limit_wait=max_wait
+        tmp_path,
+        provider,
+        timeouts=PATIENT,
+        max_rate_limit_wait=max_wait,
+        hold_clock=ClockHoldingStore,
     ) as service:
         yield service
 
@@ -159,9 +164,12 @@ async def turn_through_a_wait(
     cancel: bool = False,
 ) -> tuple[list[Any], RunOutcome, float]:
     """One turn; at its first warning (or its end) the clock is moved by hand (a second at a
-    time, once every task is blocked) until the run ends, or the run is cancelled. Returns the
-    events, the outcome and the virtual seconds from the warning to the first answer text (or,
-    with no answer, to the end)."""
+    time, once every task is blocked and no store call is in its thread: the store is a
+    ``ClockHoldingStore``) until the run ends, or the run is cancelled. Returns the events,
+    the outcome and the virtual seconds from the warning to the first answer text (or, with
+    no answer, to the end)."""
+    store = service.store
+    assert isinstance(store, ClockHoldingStore)
     answered: list[float] = []
     async with trio.open_nursery() as nursery:
         lease = await open_lease(service, project, nursery)
@@ -183,18 +191,18 @@ async def turn_through_a_wait(
             inner.start_soon(watch)
             await warned.wait()
             start = trio.current_time()
-            await trio.testing.wait_all_tasks_blocked()
+            await store.settled()
             if cancel:
                 run.cancel()
             else:
-                # Far more steps than the waits need: under load a store call in its thread
-                # lets a step pass with nothing done (the run also reads and keeps its
-                # transcript), and a run that has not ended by the last one is cancelled.
+                # A step waits for the store's calls (a task waiting for the store's thread
+                # counts as blocked), so no second passes while the run still works; a run
+                # that has not ended by the last step is cancelled.
                 for _ in range(1000):
                     if run.ended:
                         break
                     clock.jump(1)
-                    await trio.testing.wait_all_tasks_blocked()
+                    await store.settled()
                 # A run still waiting must fail the test, not hang it.
                 run.cancel()
         outcome = await run.wait()
