@@ -8,8 +8,9 @@ prompt past the context window, a tool call allowed end to end and the turn afte
 byte-identical history prefix of every later request, ``doctor`` and ``status``.
 
 The server calls a tool only when the request forces it (``tool_choice`` naming the
-function) and the engine never sends ``tool_choice``, nor ``max_tokens`` but in a compaction's
-summary request, so the proxy adds them to one request where a check needs them; its record keeps the body the host sent.
+function) and the engine never sends ``tool_choice``, nor ``max_tokens`` but in a
+compaction's summary request, so the proxy adds them to one request where a check needs
+them; its record keeps the body the host sent.
 The model's end-of-answer tokens are banned the same way where a check needs a long answer.
 """
 
