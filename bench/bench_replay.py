@@ -11,6 +11,12 @@ from the load request to its answer). Both go through ``maple-acp serve`` and a
 ``maple-acp-connector`` process, read by the same client code as ``bench_throughput.py``; the
 runs alternate, each on a fresh session.
 
+Rates count the updates the agent produced (N for each prompt and load) per second; the
+client counts their text in characters and checks it whole. The live messages and the replay
+are one update per message on the wire too (also checked); the streamed message's chunks may
+go out joined into fewer updates (the host sends the chunks it finds queued together as one),
+and how many is printed beside its rate.
+
 The host keeps the decoded histories of the tasks it read last, up to date with its own
 writes, so a load right after the prompt (the rounds above) finds the history in memory. After
 the rounds the host is restarted on the same data directory and each session is loaded once
@@ -38,44 +44,63 @@ from bench_throughput import PYTHON, TIMEOUT_S, LineClient, _clean_env, running_
 
 def one_round(
     client: LineClient, cwd: str, updates: int, size: int
-) -> tuple[float, float, float, str]:
-    """(live messages, live stream, replay) updates per second, on fresh sessions, and the
-    replayed session's id."""
+) -> tuple[float, float, float, str, int]:
+    """(live messages, live stream, replay) updates per second, on fresh sessions, the
+    replayed session's id and how many updates the live stream took on the wire.
+
+    The client counts agent-message text in characters, so each check compares characters:
+    ``/stream N B`` sends N chunks of B ``x`` (the host may join chunks it finds queued
+    together, so fewer updates can carry them), and each ``/echo`` line's text is one message
+    of its own. The live and replayed messages are also counted as updates, one per message:
+    a message lost, split or merged with another fails the round. Rates are the updates the
+    agent produced (N either way) per second."""
     session = client.call("session/new", {"cwd": cwd, "mcpServers": []})[0]["sessionId"]
     stream = [{"type": "text", "text": f"/stream {updates} {size}"}]
     started = time.perf_counter()
     _, streamed = client.call("session/prompt", {"sessionId": session, "prompt": stream})
     stream_s = time.perf_counter() - started
-    if streamed != updates:
-        raise RuntimeError(f"expected {updates} streamed chunks, got {streamed}")
+    stream_updates = client.chunks
+    if streamed != updates * size:
+        raise RuntimeError(f"expected {updates * size} streamed characters, got {streamed}")
     client.call("session/close", {"sessionId": session})
     session = client.call("session/new", {"cwd": cwd, "mcpServers": []})[0]["sessionId"]
-    text = "\n".join(f"/echo {str(i).rjust(size, 'x')}" for i in range(updates))
-    prompt = [{"type": "text", "text": text}]
+    texts = [str(i).rjust(size, "x") for i in range(updates)]
+    echoed = sum(map(len, texts))
+    prompt = [{"type": "text", "text": "\n".join(f"/echo {text}" for text in texts)}]
     started = time.perf_counter()
     result, live = client.call("session/prompt", {"sessionId": session, "prompt": prompt})
     live_s = time.perf_counter() - started
-    if live != updates or result.get("stopReason") != "end_turn":
-        raise RuntimeError(f"expected {updates} live updates, got {live}: {result}")
+    if (live, client.chunks, result.get("stopReason")) != (echoed, updates, "end_turn"):
+        raise RuntimeError(
+            f"expected {updates} live messages of {echoed} characters in all and end_turn, "
+            f"got {client.chunks} of {live}: {result}"
+        )
     client.call("session/close", {"sessionId": session})
     started = time.perf_counter()
     _, replayed = client.call("session/load", {"sessionId": session, "cwd": cwd, "mcpServers": []})
     replay_s = time.perf_counter() - started
-    if replayed != updates:
-        raise RuntimeError(f"expected {updates} replayed messages, got {replayed}")
+    _check_replay(client, replayed, updates, echoed)
     client.call("session/close", {"sessionId": session})
-    return updates / live_s, updates / stream_s, updates / replay_s, session
+    return updates / live_s, updates / stream_s, updates / replay_s, session, stream_updates
 
 
-def cold_load(client: LineClient, cwd: str, session: str, updates: int) -> float:
+def cold_load(client: LineClient, cwd: str, session: str, updates: int, size: int) -> float:
     """Updates per second of a session's first load on this host."""
     started = time.perf_counter()
     _, replayed = client.call("session/load", {"sessionId": session, "cwd": cwd, "mcpServers": []})
     elapsed = time.perf_counter() - started
-    if replayed != updates:
-        raise RuntimeError(f"expected {updates} replayed messages, got {replayed}")
+    echoed = sum(len(str(i).rjust(size, "x")) for i in range(updates))
+    _check_replay(client, replayed, updates, echoed)
     client.call("session/close", {"sessionId": session})
     return updates / elapsed
+
+
+def _check_replay(client: LineClient, replayed: int, updates: int, echoed: int) -> None:
+    if (replayed, client.chunks) != (echoed, updates):
+        raise RuntimeError(
+            f"expected {updates} replayed messages of {echoed} characters in all, "
+            f"got {client.chunks} of {replayed}"
+        )
 
 
 @contextlib.contextmanager
@@ -113,6 +138,7 @@ def main() -> int:
     replay: list[float] = []
     cold: list[float] = []
     sessions: list[str] = []
+    wire: list[int] = []
     try:
         project = scratch / "project"
         project.mkdir()
@@ -123,9 +149,10 @@ def main() -> int:
                 stream.append(rates[1])
                 replay.append(rates[2])
                 sessions.append(rates[3])
+                wire.append(rates[4])
         with connected(scratch) as client:
             for session in sessions:
-                cold.append(cold_load(client, str(project), session, args.updates))
+                cold.append(cold_load(client, str(project), session, args.updates, args.size))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     live_median = statistics.median(live)
@@ -135,6 +162,8 @@ def main() -> int:
     print(f"history replay vs live streaming, {args.updates} updates of {args.size} bytes")
     print(f"  live, {args.updates} messages:      {live_median:>10,.0f} updates/s  ({_fmt(live)})")
     print(f"  live, one streamed message: {stream_median:>10,.0f} updates/s  ({_fmt(stream)})")
+    joined = ", ".join(f"{n:,}" for n in wire)
+    print(f"  (the streamed message's {args.updates:,} chunks took {joined} updates on the wire)")
     print(f"  session/load replay:        {replay_median:>10,.0f} updates/s  ({_fmt(replay)})")
     print(f"  first load after a restart: {cold_median:>10,.0f} updates/s  ({_fmt(cold)})")
     for name, rate in (("the same messages live", live_median), ("live streaming", stream_median)):

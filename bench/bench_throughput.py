@@ -95,6 +95,8 @@ class LineClient:
         self._stdin = stdin
         self._stdout = stdout
         self._next_id = 0
+        #: How many agent-message updates the last :meth:`answer` read (each one line).
+        self.chunks = 0
 
     def send(self, method: str, params: Any) -> int:
         """Send a request without waiting for its answer; return its id."""
@@ -119,7 +121,7 @@ class LineClient:
         """Read up to the answer of ``request_id``; count agent-message text on the way, in
         characters (the load's text is plain ``x``: no escapes). Characters, not chunks: an
         agent may join chunks queued together into one, as ours does."""
-        chars = 0
+        chars = chunks = 0
         readline = self._stdout.readline
         while True:
             line = readline()
@@ -128,6 +130,7 @@ class LineClient:
             if b'"session/update"' in line:
                 # Other updates (our model lock on the first prompt) are not the load.
                 if b'"agent_message_chunk"' in line:
+                    chunks += 1
                     # The text's opening quote, then its closing one.
                     start = line.find(b'"', line.find(_TEXT_KEY) + len(_TEXT_KEY)) + 1
                     chars += line.find(b'"', start) - start
@@ -136,6 +139,7 @@ class LineClient:
             if message.get("id") == request_id and "method" not in message:
                 if "error" in message:
                     raise RuntimeError(f"{method} failed: {message['error']}")
+                self.chunks = chunks
                 return message["result"], chars
 
     def until_idle(self) -> tuple[int, str]:
