@@ -71,6 +71,9 @@ INITIALIZE_TIMEOUT_S: Final = 30.0
 #: A CORS preflight answer may be cached this long by the browser.
 PREFLIGHT_MAX_AGE_S: Final = 600
 
+#: Refusals logged at INFO (the first of each address, see ``RefusalLog``); others at DEBUG.
+LOGGED_REFUSALS: Final = frozenset({401, 403, 421, 429})
+
 _CORS_ALLOW_HEADERS: Final = (
     "authorization, content-type, accept, acp-connection-id, acp-session-id, last-event-id, "
     "acp-protocol-version"
@@ -310,10 +313,29 @@ class AcpNetworkApp:
     async def _refuse(
         self, refusal: Refusal, scope: Scope, send: Send, cors: list[tuple[bytes, bytes]]
     ) -> None:
-        level = logging.INFO if refusal.status in (401, 421, 403) else logging.DEBUG
-        logger.log(level, "refused a request from %s: %s", _address(scope), refusal.reason)
+        self._log_refusal(refusal, scope, "request")
         extra = [(b"www-authenticate", b"Bearer")] if refusal.status == 401 else []
         await _respond(send, refusal.status, [*cors, *extra])
+
+    def _log_refusal(self, refusal: Refusal, scope: Scope, what: str) -> None:
+        """One INFO line for the first refusal of an address with a status, DEBUG for its
+        repeats (counted, then reported in one INFO line): a flood does not fill the log."""
+        address = _address(scope)
+        level = logging.DEBUG
+        if refusal.status in LOGGED_REFUSALS:
+            first, ended = self._guard.refusals.note(address, refusal.status)
+            for repeats in ended:
+                logger.info(
+                    "...and %d more %d refusals from %s in the %.0f s after its first",
+                    repeats.count,
+                    repeats.status,
+                    repeats.address,
+                    repeats.seconds,
+                )
+            level = logging.INFO if first else logging.DEBUG
+        logger.log(
+            level, "refused a %s from %s (%d): %s", what, address, refusal.status, refusal.reason
+        )
 
     async def _preflight(self, origin: str | None, send: Send) -> None:
         if origin is None:
@@ -579,8 +601,7 @@ class AcpNetworkApp:
             channel.finish_input()
 
     async def _refuse_upgrade(self, refusal: Refusal, scope: Scope, send: Send) -> None:
-        level = logging.INFO if refusal.status in (401, 421, 403) else logging.DEBUG
-        logger.log(level, "refused a WebSocket from %s: %s", _address(scope), refusal.reason)
+        self._log_refusal(refusal, scope, "WebSocket")
         if "websocket.http.response" in scope.get("extensions", {}):
             extra = [(b"www-authenticate", b"Bearer")] if refusal.status == 401 else []
             await send(

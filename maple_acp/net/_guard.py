@@ -8,6 +8,9 @@ all). An address with more than 10 failed authentications in the last second get
 before its token is even looked at. Then the bearer token, from ``Authorization: Bearer`` or,
 for browsers' WebSockets, the subprotocol ``acp.bearer.<token>``, compared in constant time;
 a missing or wrong one is ``401`` with no detail.
+
+:class:`RefusalLog` says which refusals deserve an INFO line: a flood of bad requests must
+not fill the log.
 """
 
 from __future__ import annotations
@@ -29,6 +32,12 @@ AUTH_FAILURE_WINDOW_S: Final = 1.0
 #: Addresses whose recent failures are remembered; the oldest is forgotten beyond it (a
 #: flood of spoofed sources cannot grow the table).
 MAX_TRACKED_ADDRESSES: Final = 4096
+#: Refusals of one address with one status within this of the one logged at INFO go to DEBUG,
+#: counted; the count is logged when the window has ended (at the next refusal of anyone).
+REFUSAL_LOG_WINDOW_S: Final = 60.0
+#: (address, status) pairs whose repeats are counted; beyond it the oldest is reported and
+#: forgotten (many addresses cannot grow the table).
+MAX_LOGGED_REFUSERS: Final = 1024
 #: The WebSocket subprotocol prefix that carries the token (browsers cannot set headers).
 BEARER_SUBPROTOCOL_PREFIX: Final = "acp.bearer."
 #: The subprotocol a client may offer beside it, which the listener then selects.
@@ -110,6 +119,75 @@ class AuthFailures:
             times.popleft()
 
 
+@attrs.frozen
+class Repeats:
+    """Refusals logged at DEBUG after the INFO one for the same address and status."""
+
+    address: str
+    status: int
+    count: int
+    #: From the refusal logged at INFO to the last repeat.
+    seconds: float
+
+
+@attrs.define
+class _Window:
+    started: float
+    last: float
+    count: int = 0
+
+
+class RefusalLog:
+    """Which refusals to log at INFO: the first of each (address, status) pair in a window of
+    ``window_s``; the repeats within it are counted and reported, as :class:`Repeats`, once
+    the window has ended or the pair is forgotten to make room."""
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        *,
+        window_s: float = REFUSAL_LOG_WINDOW_S,
+        max_tracked: int = MAX_LOGGED_REFUSERS,
+    ) -> None:
+        self._clock = clock
+        self._window_s = window_s
+        self._max_tracked = max_tracked
+        #: Oldest window first: each is added at the end when it starts.
+        self._windows: OrderedDict[tuple[str, int], _Window] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._windows)
+
+    def note(self, address: str, status: int) -> tuple[bool, list[Repeats]]:
+        """Count one refusal: whether it is the one to log at INFO, and the repeats of
+        windows that ended (or were forgotten) since the last call, to report."""
+        now = self._clock()
+        ended: list[Repeats] = []
+        windows = self._windows
+        cutoff = now - self._window_s
+        while windows:
+            oldest, opened = next(iter(windows.items()))
+            if opened.started > cutoff:
+                break
+            del windows[oldest]
+            _report(ended, oldest, opened)
+        key = (address, status)
+        window = windows.get(key)
+        if window is not None:
+            window.count += 1
+            window.last = now
+            return False, ended
+        windows[key] = _Window(started=now, last=now)
+        while len(windows) > self._max_tracked:
+            _report(ended, *windows.popitem(last=False))
+        return True, ended
+
+
+def _report(ended: list[Repeats], key: tuple[str, int], window: _Window) -> None:
+    if window.count:
+        ended.append(Repeats(key[0], key[1], window.count, window.last - window.started))
+
+
 def bearer_from_header(value: str | None) -> str | None:
     if value is None:
         return None
@@ -158,6 +236,7 @@ class RequestGuard:
         self.policy = policy
         self._token_matches = token_matches
         self._failures = AuthFailures(clock)
+        self.refusals = RefusalLog(clock)
 
     def check_host(self, host: str | None) -> Refusal | None:
         if host is None or host_name(host) not in self.policy.allowed_hosts:
