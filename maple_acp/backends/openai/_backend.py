@@ -192,8 +192,12 @@ class _Exchange:
         if tools:
             body["tools"] = tools
         if compaction_id is not None:
-            # The agent's own answers are left to the server's bound; a summary is not.
-            body["max_tokens"] = SUMMARY_MAX_TOKENS
+            # The agent's own answers are left to the server's bound; a summary is not. A
+            # model marked reasoning takes the bound as max_completion_tokens (OpenAI's
+            # reasoning models refuse max_tokens); local servers know max_tokens.
+            settings = self.entry.settings_for(self.model)
+            reasoning = settings is not None and settings.reasoning
+            body["max_completion_tokens" if reasoning else "max_tokens"] = SUMMARY_MAX_TOKENS
         effort = self.turn.thought_level
         if effort is not None:
             body["reasoning_effort"] = effort

@@ -22,6 +22,7 @@ from maple_acp.backends import (
     load_provider_config,
     provider_policy,
 )
+from maple_acp.backends.openai._compaction import SUMMARY_MAX_TOKENS
 from maple_acp.runtime import (
     AgentService,
     PermissionRequest,
@@ -183,6 +184,27 @@ async def test_a_plain_model_offers_no_levels_and_sends_none(
         await lease.release()
     (body,) = [request.body for request in provider.chat_requests()]
     assert "reasoning_effort" not in body
+
+
+@pytest.mark.parametrize(
+    ("model", "bound"), [("p/o4-mini", "max_completion_tokens"), ("p/gpt-4.1", "max_tokens")]
+)
+async def test_a_summary_is_bounded_in_the_key_the_model_takes(
+    tmp_path: Path, project: Path, provider: LoopbackProvider, model: str, bound: str
+) -> None:
+    # OpenAI's reasoning models answer 400 to max_tokens: a summary asked of one with it
+    # would fail, and the session would never be compacted.
+    provider.add(text_reply("hello"), text_reply("the summary"))
+    async with reasoning_service(tmp_path, provider) as service, trio.open_nursery() as nursery:
+        lease = await new_lease(service, project, nursery, model)
+        await answering(await lease.start_run("hi"), "deny_once")
+        await answering(await lease.start_run("/compact"), "deny_once")
+        await lease.release()
+    first, summary = [request.body for request in provider.chat_requests()]
+    other = {"max_tokens", "max_completion_tokens"} - {bound}
+    assert not {"max_tokens", "max_completion_tokens"} & first.keys()
+    assert summary[bound] == SUMMARY_MAX_TOKENS
+    assert not other & summary.keys()
 
 
 def offered_names(body: dict[str, Any]) -> list[str]:
