@@ -8,16 +8,16 @@ connection, over a :class:`NetworkChannel`. Requests are admitted by a bearer to
 allow-list. This package knows the transport, never the ACP methods' meaning.
 """
 
-from maple_acp.net._app import (
-    ACP_PATH,
+from maple_acp.net._app import AcpNetworkApp
+from maple_acp.net._asgi import ACP_PATH
+from maple_acp.net._channel import NetworkChannel
+from maple_acp.net._connections import (
     IDLE_CONNECTION_S,
     RESUME_WINDOW_S,
     SSE_KEEPALIVE_S,
-    AcpNetworkApp,
     NetworkHost,
     NetworkLimits,
 )
-from maple_acp.net._channel import NetworkChannel
 from maple_acp.net._errors import HttpSetupError
 from maple_acp.net._guard import MAX_AUTH_FAILURES_PER_S, GuardPolicy, RequestGuard
 from maple_acp.net._server import INSTALL_HINT, NetworkSettings, parse_listen, serve_network

@@ -19,7 +19,8 @@ from typing import Any, Final, cast
 import attrs
 import trio
 
-from maple_acp.net._app import AcpNetworkApp, NetworkHost, NetworkLimits
+from maple_acp.net._app import AcpNetworkApp
+from maple_acp.net._connections import NetworkHost, NetworkLimits
 from maple_acp.net._errors import HttpSetupError
 from maple_acp.net._guard import GuardPolicy, RequestGuard, is_loopback
 from maple_acp.net._token import TokenFile

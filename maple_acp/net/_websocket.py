@@ -1,0 +1,129 @@
+"""The WebSocket profile of the ACP network transport (GET ``/acp`` with ``Upgrade``).
+
+Every upgrade passes :class:`~maple_acp.net._guard.RequestGuard` first (the token from
+``Authorization`` or, for browsers, a subprotocol). An accepted socket is a new ACP
+connection: each text message is one JSON-RPC message (or a v2 batch) each way; binary
+messages are ignored. The upgrade answer carries ``Acp-Connection-Id``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from maple_acp.net._asgi import (
+    ACP_PATH,
+    CONNECTION_HEADER,
+    Receive,
+    Scope,
+    Send,
+    address_of,
+    headers_of,
+    log_refusal,
+)
+from maple_acp.net._connections import ConnectionTable
+from maple_acp.net._guard import (
+    Refusal,
+    RequestGuard,
+    bearer_from_header,
+    bearer_from_subprotocols,
+    chosen_subprotocol,
+)
+from maple_acp.net._streams import Attachment, StreamEnded
+
+logger = logging.getLogger(__name__)
+
+
+class WebSocketProfile:
+    """Serves one ASGI ``websocket`` scope, start to end."""
+
+    def __init__(self, guard: RequestGuard, connections: ConnectionTable) -> None:
+        self._guard = guard
+        self._connections = connections
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        first = await receive()
+        if first["type"] != "websocket.connect":
+            return
+        headers = headers_of(scope)
+        offered = [str(p) for p in scope.get("subprotocols", ())]
+        refusal = self._guard.check_host(headers.get("host")) or self._guard.check_origin(
+            headers.get("origin")
+        )
+        if refusal is None:
+            token = bearer_from_header(headers.get("authorization"))
+            if token is None:
+                token = bearer_from_subprotocols(offered)
+            refusal = self._guard.check_token(address_of(scope), token)
+        if refusal is None and scope.get("path") != ACP_PATH:
+            refusal = Refusal(404, "a path other than /acp")
+        if refusal is None and not self._connections.host.try_admit():
+            logger.warning("refusing a network ACP connection: every connection slot is in use")
+            refusal = Refusal(503, "every connection slot is in use")
+        if refusal is not None:
+            await self._refuse_upgrade(refusal, scope, send)
+            return
+        connection = self._connections.new("ws")
+        await self._connections.start(connection)
+        channel = connection.channel
+        await send(
+            {
+                "type": "websocket.accept",
+                "subprotocol": chosen_subprotocol(offered),
+                "headers": [(CONNECTION_HEADER.encode(), connection.id.encode())],
+            }
+        )
+        logger.info("network ACP connection opened (WebSocket)")
+        attachment = channel.main.attach()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_send_websocket, attachment, send, nursery.cancel_scope)
+                while True:
+                    message = await receive()
+                    if message["type"] != "websocket.receive":
+                        break
+                    text = message.get("text")
+                    if text is None:
+                        continue  # binary messages carry nothing in this protocol
+                    try:
+                        await channel.deliver(text.encode())
+                    except trio.ClosedResourceError:
+                        break
+                nursery.cancel_scope.cancel()
+        finally:
+            attachment.detach()
+            channel.finish_input()
+
+    async def _refuse_upgrade(self, refusal: Refusal, scope: Scope, send: Send) -> None:
+        log_refusal(self._guard, refusal, scope, "WebSocket")
+        if "websocket.http.response" in scope.get("extensions", {}):
+            extra = [(b"www-authenticate", b"Bearer")] if refusal.status == 401 else []
+            await send(
+                {
+                    "type": "websocket.http.response.start",
+                    "status": refusal.status,
+                    "headers": [*extra, (b"content-length", b"0")],
+                }
+            )
+            await send({"type": "websocket.http.response.body", "body": b""})
+        else:
+            await send({"type": "websocket.close"})
+
+
+async def _send_websocket(attachment: Attachment, send: Send, scope: trio.CancelScope) -> None:
+    """The WebSocket's writer: one text message per JSON-RPC line, in order."""
+    try:
+        while True:
+            try:
+                batch = await attachment.next_batch(idle_after=float("inf"))
+            except StreamEnded:
+                break
+            if batch is None:
+                continue
+            for _, line in batch:
+                await send({"type": "websocket.send", "text": line.decode()})
+            attachment.written(batch)
+        await send({"type": "websocket.close", "code": 1000})
+    finally:
+        scope.cancel()
