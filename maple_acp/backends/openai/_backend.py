@@ -1,8 +1,8 @@
 """The OpenAI-compatible engine's side of a turn: the conversation rebuilt as Chat
 Completions messages, one streamed request (text and reasoning forwarded as they come), what
-its finish reason and tool calls mean, and the compaction of a long conversation. The rounds
-and the shell around them (target, system prompt, retries, tool runs, the turn's end) are the
-provider layer's."""
+its finish reason and tool calls mean, and its side of a compaction (its estimate, where its
+messages may be cut, its summary request). The rounds and the shell around them (target,
+system prompt, retries, tool runs, compaction, the turn's end) are the provider layer's."""
 
 from __future__ import annotations
 
@@ -14,13 +14,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from maple_acp.backends.openai._client import ProviderClients, SdkLoader, sdk_fault
-from maple_acp.backends.openai._compaction import (
-    COMPACT_AT_FRACTION,
-    SUMMARY_MAX_TOKENS,
-    SUMMARY_REQUEST,
-    split_for_compaction,
-    summary_message,
-)
+from maple_acp.backends.openai._compaction import head_of, recent_start, summary_message
 from maple_acp.backends.openai._conversation import (
     TRANSCRIPT_FORMAT,
     Message,
@@ -34,8 +28,9 @@ from maple_acp.backends.openai._conversation import (
 from maple_acp.backends.openai._stream import StreamedAnswer, read_answer
 from maple_acp.backends.provider import (
     BROKEN_STREAM,
-    COMPACT_COMMAND,
     OPENAI_KIND,
+    SUMMARY_MAX_TOKENS,
+    SUMMARY_REQUEST,
     ProviderConfig,
     ProviderEngine,
     ProviderEntry,
@@ -51,7 +46,7 @@ from maple_acp.backends.provider import (
     where,
 )
 from maple_acp.model import TimelineItem
-from maple_acp.runtime import CommandInfo, RunKind, StopReason, Turn, TurnFailed, TurnResult
+from maple_acp.runtime import StopReason, Turn, TurnFailed
 
 if TYPE_CHECKING:
     import openai
@@ -80,8 +75,7 @@ class _Exchange:
     mark: int
     #: The provider's last count of the context used, or the estimate before a request.
     used: int = 0
-    #: At most one compaction a turn: what is left after one is this turn's own work. A
-    #: compacted turn keeps no transcript (its messages no longer start where the run did).
+    #: The shell's: this turn was compacted.
     compacted: bool = False
 
     def fresh(self) -> StreamedAnswer:
@@ -91,15 +85,9 @@ class _Exchange:
         self.messages.extend(history_messages(items))
 
     async def request(self) -> Callable[[StreamedAnswer], Coroutine[Any, Any, None]]:
-        window = self.window
-        if window is not None and not self.compacted:
-            self.used = max(self.used, sum(estimate_tokens(m) for m in self.messages))
-            if self.used >= window * COMPACT_AT_FRACTION:
-                self.compacted = True
-                self.messages = await self.compact() or self.messages
         sent = self.messages
-        if window is not None:
-            sent = fit_to_window(self.messages, int(window * (1 - ANSWER_RESERVE_FRACTION)))
+        if self.window is not None:
+            sent = fit_to_window(self.messages, int(self.window * (1 - ANSWER_RESERVE_FRACTION)))
         return partial(self.stream, sent)
 
     async def outcome(self, answer: StreamedAnswer, number: int) -> StopReason | list[ToolCall]:
@@ -139,37 +127,29 @@ class _Exchange:
         return "".join(answer.text)
 
     def transcript(self, answer: StreamedAnswer) -> list[Message] | None:
-        if self.compacted:
-            return None
         text = self.text(answer)
         final = [{"role": "assistant", "content": text}] if text else []
         return [*self.messages[self.mark :], *final]
 
-    async def compact(self) -> list[Message] | None:
-        """Have the model summarize the older part of the messages as a compaction of the
-        turn; the messages to go on with (system prompt, summary, recent part), or ``None``
-        when there is nothing older or the summary failed (the turn goes on without it)."""
-        split = split_for_compaction(self.messages)
-        if split is None:
-            return None
-        head, older, recent = split
-        turn = self.turn
-        request = [*head, *older, {"role": "user", "content": SUMMARY_REQUEST}]
+    def estimate(self) -> int:
+        return sum(estimate_tokens(message) for message in self.messages)
+
+    def split(self) -> int | None:
+        return recent_start(self.messages)
+
+    async def summarize(self, cut: int, compaction_id: str) -> str:
+        request = [*self.messages[:cut], {"role": "user", "content": SUMMARY_REQUEST}]
         if self.window is not None:
-            budget = int(self.window * (1 - ANSWER_RESERVE_FRACTION))
-            request = fit_to_window(request, budget)
-        compaction_id = await turn.start_compaction()
+            request = fit_to_window(request, int(self.window * (1 - ANSWER_RESERVE_FRACTION)))
         response = StreamedAnswer()
-        try:
-            await self.stream(request, response, compaction_id=compaction_id)
-        except ProviderFault as fault:
-            await turn.end_compaction(compaction_id, error=fault.line)
-            return None
+        await self.stream(request, response, compaction_id=compaction_id)
         if response.usage is not None:
-            await turn.report_usage(response.usage)
-        if not await turn.end_compaction(compaction_id):
-            return None
-        return [*head, summary_message("".join(response.text)), *recent]
+            await self.turn.report_usage(response.usage)
+        return "".join(response.text)
+
+    def summarized(self, cut: int, summary: str) -> None:
+        head = head_of(self.messages)
+        self.messages = [*self.messages[:head], summary_message(summary), *self.messages[cut:]]
 
     async def stream(
         self,
@@ -235,6 +215,7 @@ class ProviderBackend(ProviderEngine):
 
     kind = OPENAI_KIND
     levels = REASONING_EFFORTS
+    compacts = True
     transcript_format = TRANSCRIPT_FORMAT
 
     _clients: ProviderClients
@@ -256,23 +237,6 @@ class ProviderBackend(ProviderEngine):
 
     async def prepare(self) -> None:
         await self._clients.warm_up(self._entries())
-
-    def available_commands(self) -> tuple[CommandInfo, ...]:
-        return (
-            CommandInfo(
-                name=COMPACT_COMMAND[1:],
-                description="Summarize the conversation so far, to free the context window",
-            ),
-        )
-
-    async def run_turn(self, turn: Turn) -> TurnResult:
-        if turn.kind is not RunKind.PROMPT or turn.prompt.strip() != COMPACT_COMMAND:
-            return await super().run_turn(turn)
-        entry, model = self.target(turn)
-        exchange = await self.exchange(turn, entry, model)
-        if await exchange.compact() is None:
-            await turn.notice("There is nothing to compact yet.")
-        return TurnResult()
 
     async def exchange(self, turn: Turn, entry: ProviderEntry, model: str) -> _Exchange:
         messages, mark = await self._conversation(turn)

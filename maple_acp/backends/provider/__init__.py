@@ -1,13 +1,24 @@
 """The foundation every provider engine stands on: the configuration, what a provider's fault
 means and its one wording, the HTTP clients and their bounds, the tools and their permission
 rules, the history and the transcripts of what was sent, rate-limit waits, and the turn shell
-(:class:`ProviderEngine`). The engines (``maple_acp.backends.openai``,
-``maple_acp.backends.anthropic``) import this package and never each other; ``build_backend``,
-the model catalog and the start-up check sit above them (``maple_acp.backends``).
+(:class:`ProviderEngine`) with its compaction of a long conversation. The engines
+(``maple_acp.backends.openai``, ``maple_acp.backends.anthropic``) import this package and never
+each other; ``build_backend``, the model catalog and the start-up check sit above them
+(``maple_acp.backends``).
 
 Nothing here imports an SDK: an engine's SDK is imported by that engine, in a worker thread,
 when a host serves."""
 
+from maple_acp.backends.provider._compaction import (
+    COMPACT_AT_FRACTION,
+    COMPACT_INFO,
+    NOTHING_TO_COMPACT,
+    SUMMARY_MAX_TOKENS,
+    SUMMARY_REQUEST,
+    Compacting,
+    compact,
+    compact_if_full,
+)
 from maple_acp.backends.provider._config import (
     ANTHROPIC_KIND,
     FLAG_PROVIDER_NAME,
@@ -90,7 +101,9 @@ __all__ = [
     "ANTHROPIC_KIND",
     "BACKOFF_S",
     "BROKEN_STREAM",
+    "COMPACT_AT_FRACTION",
     "COMPACT_COMMAND",
+    "COMPACT_INFO",
     "FLAG_PROVIDER_NAME",
     "FLAG_SOURCE",
     "MALFORMED_STREAM",
@@ -99,6 +112,7 @@ __all__ = [
     "MAX_RETRIES",
     "MAX_TOOL_RESULT_CHARS",
     "MAX_TURN_REQUESTS",
+    "NOTHING_TO_COMPACT",
     "NO_KEY",
     "OPENAI_KIND",
     "OVERLOADED_CODES",
@@ -108,8 +122,11 @@ __all__ = [
     "SLOW_ANSWER_NOTICE_S",
     "STREAM_CLOSE_BOUND_S",
     "STREAM_ERROR",
+    "SUMMARY_MAX_TOKENS",
     "SUMMARY_PREFIX",
+    "SUMMARY_REQUEST",
     "Clients",
+    "Compacting",
     "ModelPrices",
     "ModelSettings",
     "ProviderConfig",
@@ -126,6 +143,8 @@ __all__ = [
     "bound_result",
     "caused_by",
     "closing",
+    "compact",
+    "compact_if_full",
     "connection_fault",
     "decode_transcript",
     "encode_transcript",

@@ -5,7 +5,9 @@ the tool calls), and how the turn ends.
 
 An engine subclasses :class:`ProviderEngine` and supplies what is its own: its clients, and
 an :class:`Exchange` per turn (the shape of its messages, its request, the reading of its
-stream and of its stop reasons; see CONTRIBUTING.md, "Adding an engine")."""
+stream and of its stop reasons; see CONTRIBUTING.md, "Adding an engine"). An exchange that
+is also a ``Compacting`` gets compaction (``_compaction.py``): the shell compacts before a
+request that would fill most of a known window, and on ``/compact``."""
 
 from __future__ import annotations
 
@@ -18,6 +20,13 @@ from typing import Any, ClassVar, NoReturn, Protocol, Self, TypeVar
 import trio
 
 from maple_acp._groups import single_exception
+from maple_acp.backends.provider._compaction import (
+    COMPACT_INFO,
+    NOTHING_TO_COMPACT,
+    Compacting,
+    compact,
+    compact_if_full,
+)
 from maple_acp.backends.provider._config import (
     ModelSettings,
     ProviderConfig,
@@ -31,11 +40,17 @@ from maple_acp.backends.provider._faults import (
     ProviderFault,
     retrying,
 )
-from maple_acp.backends.provider._history import bound_result, encode_transcript, wanted_images
+from maple_acp.backends.provider._history import (
+    COMPACT_COMMAND,
+    bound_result,
+    encode_transcript,
+    wanted_images,
+)
 from maple_acp.backends.provider._http import ProviderKeys, RequestTimeouts, where
 from maple_acp.backends.provider._tools import ToolCall, run_tool_call
 from maple_acp.model import ImageRef, ItemKind, TimelineItem
 from maple_acp.runtime import (
+    CommandInfo,
     GoalProgress,
     GoalStatus,
     PromptCapabilities,
@@ -148,6 +163,8 @@ class ProviderEngine:
     levels: ClassVar[tuple[str, ...]] = ()
     #: The format of this engine's transcripts (``keep``).
     transcript_format: ClassVar[str]
+    #: Its exchanges are ``Compacting``: the engine offers ``/compact``.
+    compacts: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -170,13 +187,24 @@ class ProviderEngine:
         """The turn's conversation with ``model`` at ``entry``, up to its first request."""
         raise NotImplementedError
 
+    def available_commands(self) -> tuple[CommandInfo, ...]:
+        """``/compact`` when this engine compacts."""
+        return (COMPACT_INFO,) if self.compacts else ()
+
     async def run_turn(self, turn: Turn) -> TurnResult:
-        """The turn's rounds with its model; what it sent is kept for later turns."""
+        """The turn's rounds with its model; what it sent is kept for later turns (not after
+        a compaction). ``/compact`` compacts the conversation and asks the model nothing else."""
         entry, model = self.target(turn)
         exchange = await self.exchange(turn, entry, model)
+        compacting = exchange if isinstance(exchange, Compacting) else None
+        command = turn.kind is RunKind.PROMPT and turn.prompt.strip() == COMPACT_COMMAND
+        if compacting is not None and command:
+            if await compact(turn, compacting) is None:
+                await turn.notice(NOTHING_TO_COMPACT)
+            return TurnResult()
         answer, stop = await self.converse(turn, entry, exchange)
         sent = exchange.transcript(answer)
-        if sent is not None:
+        if sent is not None and not (compacting is not None and compacting.compacted):
             await self.keep(turn, self.transcript_format, sent)
         return self.ended(turn, exchange.text(answer), stop)
 
@@ -185,9 +213,13 @@ class ProviderEngine:
     ) -> tuple[AnswerT, StopReason]:
         """The rounds of a turn: what the user added meanwhile, one retried request, its
         tool calls; until an answer stops the turn or the request bound does. The last
-        answer, and why the turn stops."""
+        answer, and why the turn stops. A ``Compacting`` exchange is compacted before a
+        request that would fill most of its window (once a turn)."""
+        compacting = exchange if isinstance(exchange, Compacting) else None
         for number in itertools.count(1):
             exchange.steer(turn.steering())
+            if compacting is not None:
+                await compact_if_full(turn, compacting)
             request = await exchange.request()
             answer = await self.retried(turn, entry, exchange.fresh, request)
             outcome = await exchange.outcome(answer, number)
