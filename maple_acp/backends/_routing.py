@@ -1,6 +1,6 @@
 """One ``AgentBackend`` over several: each turn goes to the backend of its model's provider
-kind (``openai`` or ``anthropic``), so one configuration may mix engines. The router offers no
-commands of its own (``/compact`` is the OpenAI-compatible backend's alone)."""
+kind (``openai`` or ``anthropic``), so one configuration may mix engines. The router offers
+the commands its backends offer (``/compact``: every engine's), none of its own."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Protocol
 import trio
 
 from maple_acp.backends.provider import ProviderConfig, split_model_id
-from maple_acp.runtime import PromptCapabilities, Turn, TurnFailed, TurnResult
+from maple_acp.runtime import CommandInfo, PromptCapabilities, Turn, TurnFailed, TurnResult
 
 
 class KindBackend(Protocol):
@@ -76,6 +76,15 @@ class ProviderRouter:
                 image = image or declared.image
                 embedded = embedded or declared.embedded_context
         return PromptCapabilities(image=image, embedded_context=embedded)
+
+    def available_commands(self) -> tuple[CommandInfo, ...]:
+        """The commands the backends offer, each name once."""
+        found: dict[str, CommandInfo] = {}
+        for backend in self._backends.values():
+            offered = getattr(backend, "available_commands", None)
+            for command in offered() if offered is not None else ():
+                found.setdefault(command.name, command)
+        return tuple(found.values())
 
     def thought_levels(self, model_id: str | None) -> tuple[str, ...]:
         backend = self._backend(model_id)

@@ -1,7 +1,9 @@
 """The Anthropic Messages engine's side of a turn: the conversation rebuilt as Messages, one
-streamed request (text and thinking forwarded as they come), and what its stop reason means:
+streamed request (text and thinking forwarded as they come), what its stop reason means:
 the turn goes on after ``tool_use`` (the same tools, modes and permission rules as the
-OpenAI-compatible engine) and ``pause_turn``. The rounds are the provider layer's.
+OpenAI-compatible engine) and ``pause_turn``, and its side of a compaction (its estimate,
+where its messages may be cut, its summary request). The rounds and the compaction's trigger
+and bookkeeping are the provider layer's.
 
 Thinking blocks arrive with a signature; the turn keeps each block exactly as streamed in the
 messages it sends back, because a request continuing a tool loop must carry the thinking that
@@ -20,6 +22,12 @@ import attrs
 import trio
 
 from maple_acp.backends.anthropic._client import MessagesClients, import_sdk, sdk_fault
+from maple_acp.backends.anthropic._compaction import (
+    after_summary,
+    estimate,
+    recent_start,
+    summary_request,
+)
 from maple_acp.backends.anthropic._messages import (
     TRANSCRIPT_FORMAT,
     Block,
@@ -37,6 +45,7 @@ from maple_acp.backends.anthropic._stream import StreamedAnswer, read_stream
 from maple_acp.backends.provider import (
     ANTHROPIC_KIND,
     BROKEN_STREAM,
+    SUMMARY_MAX_TOKENS,
     SUMMARY_PREFIX,
     ModelPrices,
     ProviderConfig,
@@ -87,6 +96,10 @@ class _Exchange:
     reasons: bool
     #: Each session's cost so far (the engine's, shared by its turns).
     costs: collections.OrderedDict[str, float]
+    #: The provider's last count of the context used, or the estimate before a request.
+    used: int = 0
+    #: The shell's: this turn was compacted.
+    compacted: bool = False
 
     def fresh(self) -> StreamedAnswer:
         return StreamedAnswer()
@@ -104,6 +117,7 @@ class _Exchange:
             await self.turn.report_usage(usage)
         cost = self._add_cost(answer)
         if self.window is not None and answer.usage_reported:
+            self.used = usage.total_tokens
             await self.turn.report_context(
                 usage.total_tokens, self.window, cost_usd=cost if self.prices is not None else None
             )
@@ -139,6 +153,23 @@ class _Exchange:
             sent.append({"role": "assistant", "content": final})
         return sent
 
+    def estimate(self) -> int:
+        return estimate(self.system, self.messages)
+
+    def split(self) -> int | None:
+        return recent_start(self.messages)
+
+    async def summarize(self, cut: int, compaction_id: str) -> str:
+        response = StreamedAnswer()
+        await self.stream(summary_request(self.messages[:cut]), response, compaction_id)
+        if response.usage_reported:
+            await self.turn.report_usage(response.usage())
+        self._add_cost(response)
+        return response.text()
+
+    def summarized(self, cut: int, summary: str) -> None:
+        self.messages = after_summary(summary, self.messages[cut:])
+
     def _add_cost(self, answer: StreamedAnswer) -> float:
         if self.prices is None:
             return 0.0
@@ -149,14 +180,19 @@ class _Exchange:
             self.costs.popitem(last=False)
         return total
 
-    async def stream(self, messages: list[Message], response: StreamedAnswer) -> None:
+    async def stream(
+        self, messages: list[Message], response: StreamedAnswer, compaction_id: str | None = None
+    ) -> None:
+        """One request; with ``compaction_id`` it asks for a summary (no tools, no thinking,
+        ``SUMMARY_MAX_TOKENS``), and its text is that compaction's, not the agent's."""
         turn = self.turn
+        summary = compaction_id is not None
         # Read at each request: a mode or level chosen during the turn applies from the next.
-        tools = tool_definitions(offered_tools(turn))
+        tools = [] if summary else tool_definitions(offered_tools(turn))
         system, marked_tools, marked = with_breakpoints(self.system, tools, messages)
         extra: dict[str, Any] = {"tools": marked_tools} if marked_tools else {}
-        max_tokens = MAX_ANSWER_TOKENS
-        budget = THINKING_BUDGETS.get(turn.thought_level or "")
+        max_tokens = SUMMARY_MAX_TOKENS if summary else MAX_ANSWER_TOKENS
+        budget = None if summary else THINKING_BUDGETS.get(turn.thought_level or "")
         if budget is not None and self.reasons:
             extra["thinking"] = {"type": "enabled", "budget_tokens": budget}
             max_tokens += budget
@@ -173,7 +209,8 @@ class _Exchange:
                 extra_body=body,
             ) as raw:
                 http = raw.http_response
-                await closing(http, read_stream(turn, http.aiter_bytes(), response))
+                chunks = http.aiter_bytes()
+                await closing(http, read_stream(turn, chunks, response, compaction_id))
         except ProviderFault:
             raise
         except Exception as exc:
@@ -196,6 +233,7 @@ class AnthropicBackend(ProviderEngine):
 
     kind = ANTHROPIC_KIND
     levels = tuple(THINKING_BUDGETS)
+    compacts = True
     transcript_format = TRANSCRIPT_FORMAT
 
     _clients: MessagesClients
@@ -222,7 +260,7 @@ class AnthropicBackend(ProviderEngine):
         sources = await self.images(turn, history, image_source)
         messages: list[Message] = []
         if summary is not None:
-            # Compacted by the OpenAI-compatible engine: the summary stands for what it covers.
+            # The summary stands for what it covers (whichever engine compacted).
             user_text(messages, SUMMARY_PREFIX + summary)
         mark = replay_history(history, messages, sources, transcripts, turn.run_id)
         user_text(messages, self.prompt_text(turn), turn.images, sources)

@@ -64,9 +64,9 @@ def history_messages(
     def flush() -> None:
         end_text()
         if blocks:
-            _append(messages, "assistant", list(blocks))
+            append_blocks(messages, "assistant", list(blocks))
         if results:
-            _append(messages, "user", list(results))
+            append_blocks(messages, "user", list(results))
         blocks.clear()
         results.clear()
 
@@ -76,7 +76,7 @@ def history_messages(
             if item.images:
                 user_text(messages, item.text, item.images, sources or {})
             elif item.text.strip():
-                _append(messages, "user", [{"type": "text", "text": item.text}])
+                append_blocks(messages, "user", [{"type": "text", "text": item.text}])
         elif item.kind is ItemKind.ASSISTANT:
             if results:
                 flush()
@@ -130,7 +130,7 @@ def replay_history(
             history_messages(rows, messages, sources)
         else:
             for message in sent:
-                _append(messages, message["role"], list(message["content"]))
+                append_blocks(messages, message["role"], list(message["content"]))
     return mark
 
 
@@ -170,10 +170,12 @@ def user_text(
         source = sources.get(image.sha256)
         if source is not None:
             blocks.append({"type": "image", "source": source})
-    _append(messages, "user", blocks)
+    append_blocks(messages, "user", blocks)
 
 
-def _append(messages: list[Message], role: str, blocks: list[Block]) -> None:
+def append_blocks(messages: list[Message], role: str, blocks: list[Block]) -> None:
+    """Add ``blocks`` as a message of ``role``, joined to the last one if it has that role (the
+    Messages API alternates roles)."""
     if messages and messages[-1]["role"] == role:
         messages[-1]["content"].extend(blocks)
     else:

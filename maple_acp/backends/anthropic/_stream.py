@@ -147,11 +147,13 @@ class _Forwarder:
     piece of each (a change of kind sends what came before it), so a fast stream costs one
     update per read, not one per token; nothing is held back for later bytes."""
 
-    __slots__ = ("_answer", "_kind", "_pieces", "_text_id", "_thought_id", "_turn")
+    __slots__ = ("_answer", "_compaction", "_kind", "_pieces", "_text_id", "_thought_id", "_turn")
 
-    def __init__(self, turn: Turn, answer: StreamedAnswer) -> None:
+    def __init__(self, turn: Turn, answer: StreamedAnswer, compaction_id: str | None) -> None:
         self._turn = turn
         self._answer = answer
+        #: A summary is being read: its text is that compaction's, its thinking nobody's.
+        self._compaction = compaction_id
         self._pieces: list[str] = []
         self._kind = ""
         self._text_id: str | None = None
@@ -167,6 +169,8 @@ class _Forwarder:
         """A thinking block has ended: its thought goes to the history with its signature."""
         await self.flush()
         block = draft.block
+        if self._compaction is not None:
+            return
         if draft.message_id is not None and block["thinking"] and block["signature"]:
             self._turn.sign_thought(draft.message_id, block["signature"])
 
@@ -181,6 +185,10 @@ class _Forwarder:
             return
         text = "".join(self._pieces)
         self._pieces.clear()
+        if self._compaction is not None:
+            if self._kind == "text":
+                await self._turn.send_compaction_text(self._compaction, text)
+            return
         self._answer.forwarded = True
         if self._kind == "text":
             self._text_id = await self._turn.send_text(text, message_id=self._text_id)
@@ -198,13 +206,19 @@ class _Body:
         return self.reads
 
 
-async def read_stream(turn: Turn, chunks: AsyncIterator[bytes], response: StreamedAnswer) -> None:
+async def read_stream(
+    turn: Turn,
+    chunks: AsyncIterator[bytes],
+    response: StreamedAnswer,
+    compaction_id: str | None = None,
+) -> None:
     """Read one response body into ``response`` through the SDK's own SSE decoder (its raw
-    events: no typed model per event), forwarding text and thinking as they come. Transport
-    errors propagate as they are (the caller maps them)."""
+    events: no typed model per event), forwarding text and thinking as they come (with
+    ``compaction_id``, the text as that compaction's summary). Transport errors propagate as
+    they are (the caller maps them)."""
     import anthropic
 
-    forward = _Forwarder(turn, response)
+    forward = _Forwarder(turn, response, compaction_id)
 
     async def reads() -> AsyncIterator[bytes]:
         async for chunk in chunks:

@@ -203,9 +203,10 @@ class ProviderEngine:
                 await turn.notice(NOTHING_TO_COMPACT)
             return TurnResult()
         answer, stop = await self.converse(turn, entry, exchange)
-        sent = exchange.transcript(answer)
-        if sent is not None and not (compacting is not None and compacting.compacted):
-            await self.keep(turn, self.transcript_format, sent)
+        if compacting is None or not compacting.compacted:
+            sent = exchange.transcript(answer)
+            if sent is not None:
+                await self.keep(turn, self.transcript_format, sent)
         return self.ended(turn, exchange.text(answer), stop)
 
     async def converse(

@@ -25,10 +25,16 @@ KEY_ENV = "TEST_ANTHROPIC_KEY"
 PRICES = {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75}
 
 
-def messages_config(provider: MessagesProvider, *, prices: bool = False) -> ProviderConfig:
-    """Provider ``claude`` with model ``test-model`` (window 200000, thinking levels, and
-    ``PRICES`` when ``prices``)."""
-    model: dict[str, Any] = {"id": "test-model", "reasoning": True, "context_window": 200_000}
+def messages_config(
+    provider: MessagesProvider, *, prices: bool = False, context_window: int = 200_000
+) -> ProviderConfig:
+    """Provider ``claude`` with model ``test-model`` (window ``context_window``, thinking
+    levels, and ``PRICES`` when ``prices``)."""
+    model: dict[str, Any] = {
+        "id": "test-model",
+        "reasoning": True,
+        "context_window": context_window,
+    }
     if prices:
         model["prices"] = PRICES
     raw = {
@@ -61,10 +67,15 @@ async def messages_acp(
 
 @asynccontextmanager
 async def messages_service(
-    tmp_path: Path, provider: MessagesProvider, *, prices: bool = False, **backend_options: Any
+    tmp_path: Path,
+    provider: MessagesProvider,
+    *,
+    prices: bool = False,
+    context_window: int = 200_000,
+    **backend_options: Any,
 ) -> AsyncIterator[AgentService]:
     backend, catalog = build_backend(
-        messages_config(provider, prices=prices),
+        messages_config(provider, prices=prices, context_window=context_window),
         {KEY_ENV: TEST_KEY},
         **{"backoff": (0.0,), **backend_options},
     )
