@@ -182,6 +182,8 @@ async def test_a_configuration_mixing_engines_routes_each_turn_by_its_provider(
     assert backend.thought_levels("claude/test-model") == ("low", "medium", "high")
     assert backend.thought_levels("local/plain") == ()
     assert backend.thought_levels("gone/x") == ()
+    # Both engines compact: the router offers their one command once.
+    assert [c.name for c in backend.available_commands()] == ["compact"]
     chat_chunk = {
         "type": "chunk",
         "choices": [{"index": 0, "delta": {"content": "from chat"}, "finish_reason": "stop"}],
