@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import itertools
 import tempfile
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ import trio
 from edge_harness import Harness, running_service
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from silent_listener import silent_listener
 
 from maple_acp.edge import AcpServiceConfig
 from maple_acp.testing.client import AcpTestClient
@@ -442,35 +443,10 @@ def test_requests_written_at_once_are_decided_as_read_one_at_a_time(script: list
         trio.run(main, project)
 
 
-@asynccontextmanager
-async def silent_mcp_server() -> AsyncIterator[tuple[str, trio.Event]]:
-    """A loopback TCP listener that accepts and never answers: a load naming it as its MCP
-    server waits in its setup (up to the 30 s setup bound)."""
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    port = listeners[0].socket.getsockname()[1]
-    held: list[trio.SocketStream] = []
-    accepted = trio.Event()
-
-    async def accept_forever() -> None:
-        while True:
-            held.append(await listeners[0].accept())
-            accepted.set()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(accept_forever)
-        try:
-            yield f"http://127.0.0.1:{port}/mcp", accepted
-        finally:
-            nursery.cancel_scope.cancel()
-            for stream in held:
-                await stream.aclose()
-            await listeners[0].aclose()
-
-
 async def test_a_slow_load_holds_only_its_own_session_and_one_cancel(
     harness: Harness, project: Path
 ) -> None:
-    async with harness.connect(initialize=True) as client, silent_mcp_server() as (url, reached):
+    async with harness.connect(initialize=True) as client, silent_listener() as (url, reached):
         slow = (await client.new_session(str(project)))["sessionId"]
         await client.prompt(slow, "kept")
         await client.close_session(slow)

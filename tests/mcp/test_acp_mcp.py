@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 import trio
 import trio.testing
 from acp_support import EVENT_WAIT_S, AcpHarness, Loopback, acp_http_server, running_acp
+from silent_listener import silent_listener
 
 from maple_acp.rpc import ConnectionClosed
 from maple_acp.testing.client import AcpTestClient, reject
@@ -474,31 +474,6 @@ async def _closed_port_url() -> str:
     return f"http://127.0.0.1:{port}/mcp"
 
 
-@asynccontextmanager
-async def silent_server() -> AsyncIterator[tuple[str, trio.Event]]:
-    """A TCP listener on loopback that accepts and never answers; the event is set at the
-    first accepted connection."""
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    port = listeners[0].socket.getsockname()[1]
-    held: list[trio.SocketStream] = []
-    accepted = trio.Event()
-
-    async def accept_forever() -> None:
-        while True:
-            held.append(await listeners[0].accept())
-            accepted.set()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(accept_forever)
-        try:
-            yield f"http://127.0.0.1:{port}/mcp", accepted
-        finally:
-            nursery.cancel_scope.cancel()
-            for stream in held:
-                await stream.aclose()
-            await listeners[0].aclose()
-
-
 async def _prompted_task(acp: AcpHarness, project: Path) -> str:
     async with acp.connect() as client:
         sid: str = (await client.new_session(str(project)))["sessionId"]
@@ -540,7 +515,7 @@ async def test_load_takes_no_ownership_while_its_servers_connect(
     async with running_acp(tmp_path) as acp:
         sid = await _prompted_task(acp, project)
         async with (
-            silent_server() as (url, accepted),
+            silent_listener() as (url, accepted),
             acp.connect() as client,
             trio.open_nursery() as nursery,
         ):

@@ -10,6 +10,7 @@ from typing import Any
 import httpx2
 import pytest
 import trio
+from silent_listener import silent_listener
 
 from maple_acp.mcp import (
     EXTERNAL_MCP_TOOL_NAME,
@@ -362,32 +363,10 @@ async def test_two_servers_and_concurrent_calls(loopback_ports: dict[str, int], 
         assert (await router.call("paged__p0", {}))["content"][0]["text"] == "p0"
 
 
-@asynccontextmanager
-async def silent_server() -> AsyncIterator[str]:
-    """A TCP listener on loopback that accepts and never answers."""
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    port = listeners[0].socket.getsockname()[1]
-    held: list[trio.SocketStream] = []
-
-    async def accept_forever() -> None:
-        while True:
-            held.append(await listeners[0].accept())
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(accept_forever)
-        try:
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            nursery.cancel_scope.cancel()
-            for stream in held:
-                await stream.aclose()
-            await listeners[0].aclose()
-
-
 async def test_setup_deadline_on_virtual_clock(autojump_clock: trio.testing.MockClock) -> None:
     # The silent server is in this process, so once everything waits on sockets the mock
     # clock jumps straight to the 30 s setup deadline.
-    async with silent_server() as url:
+    async with silent_listener() as (url, _):
         start = trio.current_time()
         error = await _setup_error(HttpMcpServer(name="silent", url=url))
         assert trio.current_time() - start == pytest.approx(30.0, abs=0.5)
@@ -402,7 +381,7 @@ async def test_setup_deadline_is_shared_by_all_servers(
     # Real clock: a real server takes part, and a mock clock would jump past its answers. The
     # bound leaves the answering server time to connect on a loaded machine (at 0.5 s it
     # sometimes did not, and the error named it instead of the silent one).
-    async with silent_server() as url:
+    async with silent_listener() as (url, _):
         error = await _setup_error(
             _server(loopback_ports, "main", tag),
             HttpMcpServer(name="silent", url=url),
@@ -415,7 +394,7 @@ async def test_setup_deadline_is_shared_by_all_servers(
 
 
 async def test_revoke_during_setup_fails_start(loopback_ports: dict[str, int]) -> None:
-    async with silent_server() as url:
+    async with silent_listener() as (url, _):
         router = McpRouter(validate_servers([HttpMcpServer(name="silent", url=url)]))
         async with trio.open_nursery() as nursery:
 
