@@ -21,7 +21,8 @@ Directories the command line creates are made private (0700) component by compon
 (:func:`make_private_dir`); an existing directory that is not private is refused, never
 repaired, with one line that names it, says why and how to fix it.
 
-This module imports neither ``trio`` nor ``click``: ``status`` and the connector's neighbours
+This module is ``serve``'s settings: where each one comes from, and the private directories
+they name. It imports neither ``trio`` nor ``click``: ``status`` and the connector's neighbours
 stay fast.
 """
 

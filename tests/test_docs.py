@@ -327,9 +327,10 @@ def test_the_repository_cites_no_document_outside_it() -> None:
 
 
 def test_the_citation_check_sees_a_citation() -> None:
-    assert _OUTSIDE_CITATION.search("(SPEC.md limits)")
-    assert _OUTSIDE_CITATION.search("reads pay an mmap (PERF.md)")
-    assert _OUTSIDE_CITATION.search("see ../shared/notes")
+    # The names are put together here so that this file does not cite what it forbids.
+    for name in ("SPEC", "PERF"):
+        assert _OUTSIDE_CITATION.search(f"reads pay an mmap ({name}.md limits)")
+    assert _OUTSIDE_CITATION.search("see " + "../" + "shared/notes")
     assert not _OUTSIDE_CITATION.search("`../shared/acp-schema/v1` beside the checkout")
     assert not _OUTSIDE_CITATION.search("_SPECIAL = {}")
 

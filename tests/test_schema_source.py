@@ -1,6 +1,7 @@
-"""The suite finds its ACP schema by itself: ACP_SCHEMA_DIR, else ../shared, else the cached
-copy, else the pinned npm package over HTTPS, checked against its sha256; every way of failing
-is one line naming ACP_SCHEMA_DIR. The registry is a loopback HTTP server here."""
+"""The suite finds its ACP schema by itself: ACP_SCHEMA_DIR, else the schema folder beside the
+checkout, else the cached copy, else the pinned npm package over HTTPS, checked against its
+sha256; every way of failing is one line naming ACP_SCHEMA_DIR. The registry is a loopback
+HTTP server here."""
 
 from __future__ import annotations
 

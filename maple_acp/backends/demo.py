@@ -1,6 +1,6 @@
 """The deterministic demo backend: its "model" reads the prompt as a tiny script.
 
-One concern, kept whole although past 500 lines: the script's grammar and each directive.
+This module is the demo's one concern, its script: the grammar and what each directive does.
 
 So that the service runs on a machine with no model provider, this backend answers every turn
 from the prompt text alone. A line that starts with ``/`` and a name (letters, digits, ``_``,
