@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from edge_harness import Harness, running_service
 
 from maple_acp.runtime import StopReason, Turn, TurnResult
@@ -52,6 +53,16 @@ def _session_updates_between(client: AcpTestClient, sid: str, start: int, end: i
     ]
 
 
+def _goal_status(client: AcpTestClient, sid: str) -> str | None:
+    """The status in the session's latest goal snapshot, if any."""
+    snapshots = [
+        u["_meta"]["goal"]
+        for u in client.updates(sid)
+        if u["sessionUpdate"] == "session_info_update" and "goal" in u.get("_meta", {})
+    ]
+    return snapshots[-1]["status"] if snapshots else None
+
+
 async def test_commands_follow_a_new_answer_and_precede_a_load_or_resume_answer(
     harness: Harness, project: Path, acp_schema: AcpSchema
 ) -> None:
@@ -72,8 +83,22 @@ async def test_commands_follow_a_new_answer_and_precede_a_load_or_resume_answer(
         assert {"echo", "plan", "context"} <= names
         assert all(c["description"] for c in commands)
         await client.prompt(sid, "/echo hello")
-        await client.call("_session/goal", {"sessionId": sid, "action": "set", "objective": "x"})
-        await client.call("_session/goal", {"sessionId": sid, "action": "pause"})
+        # The goal is set and paused while a prompt holds the session, so no goal cycle can
+        # start: a cycle cancelled by the pause publishes its own snapshot whenever it ends,
+        # which may be after the attach below, and what the attach announces must be its own.
+        async with trio.open_nursery() as nursery:
+
+            async def held() -> None:
+                answer = await client.prompt(sid, "/echo started\n/hang")
+                assert answer["stopReason"] == "cancelled"
+
+            nursery.start_soon(held)
+            await client.wait_until(lambda: "started" in client.text(sid))
+            goal = {"sessionId": sid, "objective": "x"}
+            await client.call("_session/goal", {**goal, "action": "set"})
+            await client.call("_session/goal", {"sessionId": sid, "action": "pause"})
+            await client.cancel(sid)
+        await client.wait_until(lambda: _goal_status(client, sid) == "paused")
         for method, attach in (
             ("session/load", client.load_session),
             ("session/resume", client.resume_session),
