@@ -141,8 +141,12 @@ async def main() -> None:
         async with asyncio.timeout(STEP_S):
             await conn.initialize(protocol_version=1)
             await conn.load_session(cwd=PROJECT, session_id=sid, mcp_servers=[])
+        # Over Streamable HTTP the load's answer and the session's replay come on two streams,
+        # so the replay may still be arriving when the answer does: wait for all of its text
+        # (the streamed 1,000 characters and the wide message), then count it exactly.
         await until(lambda: "/stream 20 50" in again.text(sid, "user_message_chunk"))
-        report["replayedText"] = len(again.text(sid)) - len("é€😀 " * 20000)
+        await until(lambda: len(again.text(sid)) >= 1000 + len(wide))
+        report["replayedText"] = len(again.text(sid)) - len(wide)
         report["replayedKinds"] = sorted(set(again.kinds(sid)))
         async with asyncio.timeout(STEP_S):
             resumed = await conn.resume_session(cwd=PROJECT, session_id=sid, mcp_servers=[])
