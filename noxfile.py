@@ -1,7 +1,8 @@
 """Developer sessions: tests, lint, typecheck, fuzz, soak, bench, demo.
 
 The default test suite runs the fuzz targets and property tests briefly, and the soak run for
-twenty seconds; the ``fuzz``, ``long`` and ``soak`` sessions run them for longer.
+twenty seconds and the flood for four; the ``fuzz``, ``long``, ``soak`` and ``flood`` sessions
+run them for longer.
 """
 
 from __future__ import annotations
@@ -67,6 +68,15 @@ def fuzz(session: nox.Session) -> None:
         session.log(f"{target.stem}: {runs} runs, {time.monotonic() - started:.0f} s")
     if failed:
         session.error(f"fuzzing failed: {', '.join(failed)}; the inputs are in fuzz/seeds/")
+
+
+@nox.session
+def flood(session: nox.Session) -> None:
+    """A neighbour without the token floods ``serve --http`` while its owner streams:
+    ``nox -s flood -- [--seconds S] [--connects N] [--wrong M]`` (default 20 s, 2,000
+    connect-and-close and 1,000 wrong-token requests a second)."""
+    session.install("-e", ".[test]")
+    session.run("python", "bench/bench_flood.py", *session.posargs)
 
 
 @nox.session
