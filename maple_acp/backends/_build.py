@@ -27,9 +27,11 @@ from maple_acp.runtime import AskForTools
 _SDK_PACKAGES = {OPENAI_KIND: ("openai", "httpx2"), ANTHROPIC_KIND: ("anthropic", "httpx2")}
 _MISSING = {
     OPENAI_KIND: "the OpenAI-compatible provider needs the openai package: "
-    "pip install 'maple-acp[openai]'",
+    "pip install -e '.[openai]' in a checkout of maple-acp, "
+    "or pip install 'maple-acp[openai]' from a package index",
     ANTHROPIC_KIND: "the Anthropic provider needs the anthropic package: "
-    "pip install 'maple-acp[anthropic]'",
+    "pip install -e '.[anthropic]' in a checkout of maple-acp, "
+    "or pip install 'maple-acp[anthropic]' from a package index",
 }
 
 

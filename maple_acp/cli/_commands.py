@@ -285,7 +285,10 @@ _config_option = click.option(
     "http_listen",
     metavar="HOST:PORT",
     help="Also serve ACP over WebSocket and Streamable HTTP at http://HOST:PORT/acp "
-    "(config: [http] listen); clients need the token `maple-acp http-token` prints.  "
+    "(config: [http] listen). HOST is an IP address or localhost, not a host name "
+    "(127.0.0.1:8765, [::1]:8765 for IPv6; any other address needs --tls-cert and --tls-key; "
+    "PORT 0 picks a free one); a name clients use goes in --http-allowed-host. Clients "
+    "need the token `maple-acp http-token` prints (give it serve's --data-dir and --config).  "
     "[default: off]",
 )
 @click.option(
@@ -503,6 +506,8 @@ def format_status(status: Mapping[str, Any]) -> str:
             lines.append(f"  provider:     {_provider_line(provider)}")
         if isinstance(engine.get("http"), str):
             lines.append(f"  network:      {printable(engine['http'])} (WebSocket and HTTP)")
+        if isinstance(engine.get("httpTokenFile"), str):
+            lines.append(f"  token file:   {printable(engine['httpTokenFile'])}")
     return "\n".join(lines)
 
 
@@ -575,10 +580,27 @@ def _host_session(socket_path: str | None, config_path: Path | None) -> Iterator
 
 @cli.command("http-token")
 @_config_option
-@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), help=_DATA_DIR_HELP)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help=_DATA_DIR_HELP.replace(
+        "Directory of the session store",
+        "The data directory `serve` uses: the token is its http-token file",
+        1,
+    ),
+)
+@_socket_query_option
 @click.option("--rotate", is_flag=True, help="Replace the token: clients with the old one get 401.")
-def http_token(config_path: Path | None, data_dir: Path | None, rotate: bool) -> None:
+def http_token(
+    config_path: Path | None, data_dir: Path | None, socket_path: str | None, rotate: bool
+) -> None:
     """Print the bearer token clients of `serve --http` send (created on first use, 0600).
+
+    The token file is <data dir>/http-token, the data directory resolved as `serve` resolves
+    it (--data-dir, $MAPLE_ACP_DATA_DIR, the config file's data_dir): give the same flags as
+    `serve`. When a host answers on the endpoint with its network listener on and reads
+    another token file, this refuses, naming both. `maple-acp status` names the file a
+    running host reads.
 
     Clients send it as `Authorization: Bearer TOKEN`, or a browser's WebSocket as the
     subprotocol `acp.bearer.TOKEN`. A running host takes a rotated token at once.
@@ -586,20 +608,50 @@ def http_token(config_path: Path | None, data_dir: Path | None, rotate: bool) ->
     config = _load_config(config_path)
     try:
         settings = resolve_serve_settings(
-            {"data_dir": os.path.abspath(data_dir) if data_dir is not None else None},
+            {
+                "socket": socket_path,
+                "data_dir": os.path.abspath(data_dir) if data_dir is not None else None,
+            },
             os.environ,
             config,
         )
-        directory = make_private_dir(settings.data_dir, "data directory")
-    except (SettingError, PrivateDirectoryError) as exc:
+    except SettingError as exc:
         raise CliError(str(exc)) from None
-    from maple_acp.net import HttpSetupError, read_or_create_token, rotate_token
+    from maple_acp.net import HttpSetupError, read_or_create_token, rotate_token, token_path
 
+    path = token_path(Path(settings.data_dir))
+    _refuse_another_hosts_token(resolve_endpoint(settings.socket, os.environ), path)
+    try:
+        directory = make_private_dir(settings.data_dir, "data directory")
+    except PrivateDirectoryError as exc:
+        raise CliError(str(exc)) from None
+    existed = path.exists()
     try:
         token = rotate_token(directory) if rotate else read_or_create_token(directory)
     except HttpSetupError as exc:
         raise CliError(str(exc)) from None
+    if not existed:
+        # Never silent: a token made in a data directory `serve` does not use admits no one.
+        click.echo(f"maple-acp: created a new token in {path}", err=True)
     click.echo(token)
+
+
+def _refuse_another_hosts_token(endpoint: Path, path: Path) -> None:
+    """Fail when the host answering at ``endpoint`` serves the network with a token file other
+    than ``path``: the token printed would not be the one it checks. No host, or one without
+    the network listener, is no conflict."""
+    try:
+        answer = host_status(endpoint, timeout=STATUS_TIMEOUT_S, max_bytes=MAX_STATUS_BYTES)
+    except HostUnavailable:
+        return
+    engine = answer.get("engine")
+    served = engine.get("httpTokenFile") if isinstance(engine, Mapping) else None
+    if not isinstance(served, str) or os.path.realpath(served) == os.path.realpath(path):
+        return
+    raise CliError(
+        f"the host at {endpoint} reads its token from {printable(served)}, not {path}: give "
+        "http-token the same --data-dir and --config as serve (or --socket for another host)"
+    )
 
 
 @cli.group(context_settings=CONTEXT_SETTINGS)

@@ -124,6 +124,9 @@ class EngineReport:
     providers: list[dict[str, Any]] = attrs.field(factory=list)
     #: The network listener's URL while it serves (never its token).
     http: str | None = None
+    #: The file the listener reads its token from (its path only): `http-token` and the user
+    #: find the one this host reads, not one a different data directory would make.
+    http_token_file: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         shown: dict[str, Any] = {"backend": self.backend, "defaultModel": self.default_model}
@@ -131,6 +134,8 @@ class EngineReport:
             shown["providers"] = list(self.providers)
         if self.http is not None:
             shown["http"] = self.http
+        if self.http_token_file is not None:
+            shown["httpTokenFile"] = self.http_token_file
         return shown
 
 
@@ -215,9 +220,10 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
             async with trio.open_nursery() as nursery:
                 await acp.start(nursery, options.endpoint)
                 if options.network is not None:
-                    from maple_acp.net import serve_network
+                    from maple_acp.net import serve_network, token_path
 
                     engine.http = await nursery.start(serve_network, acp, options.network)
+                    engine.http_token_file = os.fspath(token_path(options.network.data_dir))
                 warm_up = getattr(backend, "warm_up", None)
                 if warm_up is not None:
                     nursery.start_soon(warm_up)

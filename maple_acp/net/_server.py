@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import stat
 from functools import partial
 from pathlib import Path
 from typing import Any, Final, cast
@@ -29,7 +30,12 @@ from maple_acp.rpc import MAX_LINE_BYTES, MAX_OUTBOUND_BYTES, MAX_OUTBOUND_LINES
 logger = logging.getLogger(__name__)
 
 #: What to install when hypercorn is missing (it is the ``http`` extra).
-INSTALL_HINT: Final = "install the network extra: pip install 'maple-acp[http]'"
+INSTALL_HINT: Final = (
+    "install the network extra: pip install -e '.[http]' in a checkout of maple-acp, "
+    "or pip install 'maple-acp[http]' from a package index"
+)
+#: Permission bits of a TLS key that let another account read or change it (0600 is right).
+SHARED_KEY_BITS: Final = 0o077
 #: An idle HTTP/1.1 keep-alive connection is closed after this (clients pool them).
 KEEP_ALIVE_S: Final = 30.0
 
@@ -56,6 +62,23 @@ def parse_listen(value: str) -> tuple[str, int]:
                 f"the host in {value!r} must be an IP address or localhost"[:200]
             ) from None
     return host, port
+
+
+def refuse_shared_key(key: Path | None) -> None:
+    """Refuse a TLS private key that accounts other than its owner may read or write: whoever
+    reads it can pose as this listener to its clients (and read what they send)."""
+    if key is None:
+        return
+    try:
+        mode = key.stat().st_mode
+    except OSError as exc:
+        raise HttpSetupError(f"cannot read the TLS key {key}: {exc.strerror}") from None
+    if mode & SHARED_KEY_BITS:
+        raise HttpSetupError(
+            f"refusing the TLS key {key}: other accounts can read or change it "
+            f"(mode {stat.S_IMODE(mode):04o}); "
+            f"run chmod 600 {key}"
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -93,6 +116,7 @@ class NetworkSettings:
         for path in (self.tls_cert, self.tls_key):
             if path is not None and not path.is_file():
                 raise HttpSetupError(f"the TLS file {path} does not exist")
+        refuse_shared_key(self.tls_key)
 
     def check_server_installed(self) -> None:
         _hypercorn_config(self)

@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -53,11 +54,18 @@ WINDOW_DEADLINE_S = 3 * DEADLINE
 
 
 @pytest.fixture
-async def display() -> AsyncIterator[str]:
+def display_tools() -> None:
+    """Skip (or fail, under CI) when the window's tools are missing. A plain fixture: a skip
+    raised inside an async one reaches pytest without its reason, and a newcomer sees only
+    "Skipped" with no word on what to install."""
     verdict = without_tools(display_tools_missing(), ci=under_ci(os.environ))
     if verdict is not None:
         action, reason = verdict
         (pytest.fail if action == "fail" else pytest.skip)(reason)
+
+
+@pytest.fixture
+async def display(display_tools: None) -> AsyncIterator[str]:
     async with virtual_display() as value:
         yield value
 
@@ -209,3 +217,34 @@ def test_without_the_tools_the_window_test_skips_only_outside_ci(tmp_path: Path)
     assert action == "fail"
     assert ".ci/run installs them" in reason
     assert without_tools([], ci=True) is None
+
+
+@pytest.mark.parametrize("ci", [False, True], ids=["developer", "ci"])
+def test_a_run_without_the_tools_says_why_the_window_test_did_not_run(
+    tmp_path: Path, ci: bool
+) -> None:
+    """What a newcomer's own run prints: the reason next to the skip (or, under CI, the
+    failure), never a bare "Skipped" pointing into pytest."""
+    window_test = (
+        f"{Path(__file__)}::{test_the_window_shows_a_session_driven_through_the_connector.__name__}"
+    )
+    env = {key: value for key, value in clean_env().items() if key != "CI"}
+    # No program on PATH: Xvfb and xwd are missing whatever this machine has.
+    env.update(PATH=os.fspath(tmp_path), HOME=os.fspath(tmp_path), **({"CI": "true"} if ci else {}))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", window_test, "-q", "-rsE", "-p", "no:cacheprovider"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).parents[2],
+        timeout=DEADLINE,
+        check=False,
+    )
+    assert "a window test needs" in done.stdout, done.stdout
+    assert "Xvfb (xvfb)" in done.stdout
+    if ci:
+        assert done.returncode == 1
+        assert "under CI it must run" in done.stdout
+    else:
+        assert done.returncode == 0
+        assert "1 skipped" in done.stdout

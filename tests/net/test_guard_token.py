@@ -105,13 +105,14 @@ def test_the_http_token_command_prints_and_rotates(tmp_path: Path) -> None:
     data = tmp_path / "data"
     first = runner.invoke(cli, ["http-token", "--data-dir", str(data)])
     assert first.exit_code == 0, first.output
-    token = first.output.strip()
+    # stdout holds the token alone; stderr says that it was created, and where.
+    token = first.stdout.strip()
     assert token == read_or_create_token(data)
     again = runner.invoke(cli, ["http-token", "--data-dir", str(data)])
-    assert again.output.strip() == token
+    assert again.stdout.strip() == token
     rotated = runner.invoke(cli, ["http-token", "--data-dir", str(data), "--rotate"])
     assert rotated.exit_code == 0
-    assert rotated.output.strip() not in ("", token)
+    assert rotated.stdout.strip() not in ("", token)
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ once a host serves) or its first turn, never at start.
 from maple_acp.backends.anthropic._backend import THINKING_BUDGETS, AnthropicBackend
 from maple_acp.backends.anthropic._client import import_sdk, open_messages_client
 
-INSTALL_HINT = "pip install 'maple-acp[anthropic]'"
+INSTALL_HINT = "pip install -e '.[anthropic]' in a checkout, or pip install 'maple-acp[anthropic]'"
 #: The package of the ``anthropic`` extra (imported in the background once a host serves).
 ANTHROPIC_SDK = "anthropic"
 

@@ -156,6 +156,10 @@ class _Exchange:
     def estimate(self) -> int:
         return estimate(self.system, self.messages)
 
+    def request_estimate(self) -> int:
+        # Sent as it is: this engine compacts but never trims.
+        return self.estimate()
+
     def split(self) -> int | None:
         return recent_start(self.messages)
 

@@ -29,7 +29,7 @@ The backend keeps one HTTP client per provider for its life: use it as ``async w
 from maple_acp.backends.openai._backend import REASONING_EFFORTS, ProviderBackend
 from maple_acp.backends.openai._client import SdkLoader, open_provider_client
 
-INSTALL_HINT = "pip install 'maple-acp[openai]'"
+INSTALL_HINT = "pip install -e '.[openai]' in a checkout, or pip install 'maple-acp[openai]'"
 
 __all__ = [
     "INSTALL_HINT",

@@ -77,6 +77,8 @@ class _Exchange:
     used: int = 0
     #: The shell's: this turn was compacted.
     compacted: bool = False
+    #: The estimated tokens of the request last built (after the trim to the window).
+    sent_estimate: int = 0
 
     def fresh(self) -> StreamedAnswer:
         return StreamedAnswer()
@@ -88,7 +90,11 @@ class _Exchange:
         sent = self.messages
         if self.window is not None:
             sent = fit_to_window(self.messages, int(self.window * (1 - ANSWER_RESERVE_FRACTION)))
+        self.sent_estimate = sum(estimate_tokens(message) for message in sent)
         return partial(self.stream, sent)
+
+    def request_estimate(self) -> int:
+        return self.sent_estimate
 
     async def outcome(self, answer: StreamedAnswer, number: int) -> StopReason | list[ToolCall]:
         if answer.usage is not None:

@@ -51,6 +51,7 @@ from maple_acp.backends.provider._faults import (
     status_fault,
     stream_error,
     untrusted_certificate,
+    window_fault,
 )
 from maple_acp.backends.provider._history import (
     COMPACT_COMMAND,
@@ -83,6 +84,7 @@ from maple_acp.backends.provider._shell import (
     SLOW_ANSWER_NOTICE_S,
     STREAM_CLOSE_BOUND_S,
     Clients,
+    Measured,
     ProviderEngine,
     closing,
     goal_progress,
@@ -127,6 +129,7 @@ __all__ = [
     "SUMMARY_REQUEST",
     "Clients",
     "Compacting",
+    "Measured",
     "ModelPrices",
     "ModelSettings",
     "ProviderConfig",
@@ -170,5 +173,6 @@ __all__ = [
     "untrusted_certificate",
     "wanted_images",
     "where",
+    "window_fault",
     "without_ambient_headers",
 ]

@@ -43,6 +43,16 @@ MIN_RETRY_WAIT_S = 1.0
 #: still a date a clock can name.
 MAX_RESET_S = 10 * 365 * 86_400.0
 
+#: Error codes (or types) that say a request is longer than the model's context window:
+#: OpenAI's, and llama.cpp's server's (which also gives ``n_prompt_tokens`` and ``n_ctx``).
+CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+#: Words of a 4xx error message that say the same where no code does (Anthropic's "prompt is
+#: too long", vLLM's "maximum context length"): read to classify, never shown.
+CONTEXT_MARKERS = ("context length", "context window", "context size", "prompt is too long")
+#: Token counts a provider's error body may give are read up to this (anything larger is not
+#: a count).
+MAX_COUNTED_TOKENS = 1 << 40
+
 MALFORMED_STREAM = "the provider sent a malformed stream"
 BROKEN_STREAM = "the provider's stream broke off before the answer ended"
 STREAM_ERROR = "the provider reported an error inside its stream"
@@ -66,6 +76,12 @@ class ProviderFault(Exception):
         self.retry_after = retry_after
         #: A rate limit or an overload: a reset past the retry bound may be waited out.
         self.rate_limited = rate_limited
+        #: The provider said the request is longer than the model's context window.
+        self.beyond_window = False
+        #: The provider's own counts, when it gave them: the request's tokens, its window.
+        self.counted: tuple[int | None, int | None] = (None, None)
+        #: The HTTP status that said so, when one did.
+        self.status: int | None = None
 
     def resets_late(self) -> bool:
         """A rate limit whose provider-given reset is past the retry bound."""
@@ -85,6 +101,9 @@ def status_fault(
         return ProviderFault(
             f"the provider does not know the model {model[:200]!r} (HTTP {status})"
         )
+    if code in CONTEXT_CODES or (status < 500 and _says_too_long(body)):
+        # Before the server-error rules: a request that cannot fit is never sent again.
+        return window_fault(*_counts(body), status=status)
     if status == 429:
         return ProviderFault(
             "the provider is limiting the rate of requests (HTTP 429)",
@@ -105,13 +124,71 @@ def status_fault(
             retryable=True,
             retry_after=retry_after_seconds(headers, now=now),
         )
-    if code == "context_length_exceeded":
-        return ProviderFault(
-            f"the conversation is longer than the model's context window (HTTP {status})"
-        )
     if 300 <= status < 400:
         return ProviderFault(f"the provider answered with a redirect (HTTP {status}), not followed")
     return ProviderFault(f"the provider rejected the request (HTTP {status})")
+
+
+def window_fault(
+    tokens: int | None, window: int | None, *, status: int | None = None
+) -> ProviderFault:
+    """A request longer than the model's context window, with what is known of both sizes
+    (``tokens`` an estimate unless the provider counted): never retried, since the same
+    request cannot fit the next time either."""
+    size = f" (~{tokens:,} tokens)" if tokens is not None else ""
+    of = f" of {window:,} tokens" if window is not None else ""
+    said = f" (HTTP {status})" if status is not None else ""
+    fault = ProviderFault(f"the request{size} does not fit the model's context window{of}{said}")
+    fault.beyond_window = True
+    fault.counted = (tokens, window)
+    fault.status = status
+    return fault
+
+
+def beyond_window(fault: ProviderFault, tokens: int | None, window: int | None) -> ProviderFault:
+    """What ``fault`` of a request estimated at ``tokens`` for a model whose configured window
+    is ``window`` means: a context-window fault naming both (the provider's counts when it
+    gave them) when the provider said so or the estimate does not fit; else ``fault`` itself.
+    A local server may only break its stream off at such a request: retrying it was three
+    more failures and no word on why."""
+    too_long = tokens is not None and window is not None and tokens >= window
+    if fault.beyond_window:
+        counted_tokens, counted_window = fault.counted
+        # The provider's counts are its tokenizer's and its server's: truer than ours. An
+        # estimate that fits the window is not shown beside the provider's word that it does
+        # not: one of them would look wrong.
+        return window_fault(
+            counted_tokens if counted_tokens is not None else (tokens if too_long else None),
+            counted_window if counted_window is not None else window,
+            status=fault.status,
+        )
+    if too_long:
+        return window_fault(tokens, window)
+    return fault
+
+
+def _says_too_long(body: object) -> bool:
+    message = _error_field(body, "message")
+    return isinstance(message, str) and any(marker in message.lower() for marker in CONTEXT_MARKERS)
+
+
+def _counts(body: object) -> tuple[int | None, int | None]:
+    """The request's tokens and the window, as a provider's error body counts them
+    (llama.cpp's server: ``n_prompt_tokens``, ``n_ctx``)."""
+    return _count(_error_field(body, "n_prompt_tokens")), _count(_error_field(body, "n_ctx"))
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < MAX_COUNTED_TOKENS:
+        return value
+    return None
+
+
+def _error_field(body: object, name: str) -> object:
+    if not isinstance(body, Mapping):
+        return None
+    inner = body.get("error", body)
+    return inner.get(name) if isinstance(inner, Mapping) else None
 
 
 def stream_error(code: object = None) -> ProviderFault:

@@ -15,7 +15,7 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from functools import partial
-from typing import Any, ClassVar, NoReturn, Protocol, Self, TypeVar
+from typing import Any, ClassVar, NoReturn, Protocol, Self, TypeVar, runtime_checkable
 
 import trio
 
@@ -38,6 +38,7 @@ from maple_acp.backends.provider._faults import (
     BROKEN_STREAM,
     MALFORMED_STREAM,
     ProviderFault,
+    beyond_window,
     retrying,
 )
 from maple_acp.backends.provider._history import (
@@ -144,6 +145,20 @@ class Exchange(Protocol[AnswerT]):
         ...
 
 
+@runtime_checkable
+class Measured(Protocol):
+    """What an exchange adds so that a request too long for its model's window fails with
+    one line naming both sizes, and is not sent again."""
+
+    #: The model's context window when known.
+    window: int | None
+
+    def request_estimate(self) -> int:
+        """The estimated tokens of the request :meth:`Exchange.request` built last (after any
+        trim): its system prompt and messages."""
+        ...
+
+
 class ProviderEngine:
     """The shell of an ``AgentBackend`` over one kind of provider (``kind``): the turn's
     target, the model settings it reads, the system prompt, the retried request, the end of
@@ -217,12 +232,16 @@ class ProviderEngine:
         answer, and why the turn stops. A ``Compacting`` exchange is compacted before a
         request that would fill most of its window (once a turn)."""
         compacting = exchange if isinstance(exchange, Compacting) else None
+        measured = exchange if isinstance(exchange, Measured) else None
         for number in itertools.count(1):
             exchange.steer(turn.steering())
             if compacting is not None:
                 await compact_if_full(turn, compacting)
             request = await exchange.request()
-            answer = await self.retried(turn, entry, exchange.fresh, request)
+            size: tuple[int | None, int | None] = (None, None)
+            if measured is not None:
+                size = (measured.request_estimate(), measured.window)
+            answer = await self.retried(turn, entry, exchange.fresh, request, size=size)
             outcome = await exchange.outcome(answer, number)
             if isinstance(outcome, StopReason):
                 return answer, outcome
@@ -388,10 +407,12 @@ class ProviderEngine:
         stream: Request[AnswerT],
         *,
         loggable: bool = True,
+        size: tuple[int | None, int | None] = (None, None),
     ) -> AnswerT:
         """One streamed answer (``stream`` fills the fresh ``answer()``), retried within the
         fault rules while none of it was forwarded; ``TurnFailed`` with one line when it
-        fails."""
+        fails. ``size`` is the request's estimated tokens and the model's window, when known:
+        a request that does not fit fails naming both, without a retry."""
 
         async def attempt() -> AnswerT:
             response = answer()
@@ -399,7 +420,10 @@ class ProviderEngine:
                 await telling_if_slow(turn, entry, lambda: response.started, stream(response))
             except ProviderFault as fault:
                 if not response.forwarded:
-                    raise
+                    judged = beyond_window(fault, *size)
+                    if judged is fault:
+                        raise
+                    raise judged from None
                 # Part of the answer is already with the caller: a retry would repeat it.
                 line = MALFORMED_STREAM if fault.line == MALFORMED_STREAM else BROKEN_STREAM
                 raise ProviderFault(line) from None
