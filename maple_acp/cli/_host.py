@@ -70,6 +70,9 @@ class JsonLogFormatter(logging.Formatter):
 #: Libraries whose INFO lines (one per HTTP request, say) are detail, not events of this host:
 #: they are shown only at ``debug``.
 THIRD_PARTY_LOGGERS: Final = ("httpx2", "httpcore2", "openai", "mcp")
+#: The HTTP protocol libraries under the network listener: at DEBUG they log every header
+#: they parse (``Authorization``, ``Cookie``), so no ``--log-level`` lets them below WARNING.
+PROTOCOL_LOGGERS: Final = ("h2", "hpack", "hypercorn", "wsproto", "h11")
 
 
 def configure_logging(level: str, log_format: str = "text") -> None:
@@ -84,6 +87,8 @@ def configure_logging(level: str, log_format: str = "text") -> None:
         logging.getLogger(name).setLevel(
             chosen if chosen <= logging.DEBUG else max(chosen, logging.WARNING)
         )
+    for name in PROTOCOL_LOGGERS:
+        logging.getLogger(name).setLevel(max(chosen, logging.WARNING))
 
 
 # -- the default host ---------------------------------------------------------------------------
