@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from functools import partial
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import attrs
 import trio
@@ -30,7 +29,9 @@ logger = logging.getLogger(__name__)
 
 #: What to install when hypercorn is missing (it is the ``http`` extra).
 INSTALL_HINT: Final = "install the network extra: pip install 'maple-acp[http]'"
-#: An idle HTTP/1.1 keep-alive connection is closed after this (clients pool them).
+#: An idle keep-alive connection (one that has sent a request) is closed after this: longer
+#: than clients keep theirs pooled (httpx: 5 s, Node: 4 s), so a client never sends on a
+#: connection the listener is closing. A first request has 5 s (``_tcp.FIRST_REQUEST_S``).
 KEEP_ALIVE_S: Final = 30.0
 
 
@@ -144,7 +145,7 @@ async def serve_network(
     """
     settings.check()
     config = _hypercorn_config(settings)
-    from hypercorn.trio import serve
+    from maple_acp.net._tcp import TcpWorker, open_file_limit
 
     token = TokenFile(settings.data_dir)
     guard = RequestGuard(
@@ -159,7 +160,8 @@ async def serve_network(
     )
     async with trio.open_nursery() as nursery:
         app = AcpNetworkApp(host, guard, nursery, limits)
-        binds = await nursery.start(partial(serve, cast(Any, app), config, mode="asgi"))
+        worker = TcpWorker(app, config, fd_limit=open_file_limit())
+        binds = await nursery.start(worker.serve)
         port = settings.port
         if binds:
             port = int(str(binds[0]).rsplit(":", 1)[1])
