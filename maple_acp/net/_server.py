@@ -1,5 +1,7 @@
-"""The network listener: hypercorn's Trio worker serving :class:`AcpNetworkApp`, inside the
-caller's nursery (it starts and stops with the host's ACP service).
+"""The network listener: hypercorn's connection handling serving :class:`AcpNetworkApp`
+behind our own accept loop (:mod:`maple_acp.net._tcp`: the connection cap, the first-request
+deadline, calm accept errors), inside the caller's nursery (it starts and stops with the host's
+ACP service).
 
 Streamable HTTP over HTTP/1.1 and HTTP/2 (h2c with prior knowledge or an upgrade on a plain
 socket, ALPN with TLS), WebSocket over HTTP/1.1 (an HTTP/2 WebSocket, RFC 8441, is hypercorn's
@@ -137,7 +139,9 @@ async def serve_network(
 
     Resource handling: the listening socket and every network connection live in a nursery
     this function owns; cancelling it ends them all (the host's own stop ends the ACP
-    connections first). The token file is created on first use (0600).
+    connections first). The token file is created on first use (0600). At most
+    ``_tcp.MAX_TCP_CONNECTIONS`` TCP connections are open at once, each closed unless it sends
+    a complete request within ``_tcp.FIRST_REQUEST_S`` of its accept.
 
     Error handling: :class:`HttpSetupError` before anything listens for a setting that must
     not start (see :meth:`NetworkSettings.check`), a missing hypercorn or an unusable token

@@ -9,11 +9,14 @@ fails when hypercorn changes what that subclass relies on."""
 
 from __future__ import annotations
 
+import datetime
 import inspect
+import ipaddress
 import logging
 import os
 import resource
 import socket
+import ssl
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -25,6 +28,10 @@ import h2.events
 import pytest
 import trio
 import trio.testing
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from hypercorn.events import Updated
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import TrioSingleTask
@@ -55,9 +62,14 @@ async def answer_ok(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 
 @asynccontextmanager
-async def tcp_worker(app: Any = answer_ok, **options: Any) -> AsyncIterator[tuple[TcpWorker, int]]:
+async def tcp_worker(
+    app: Any = answer_ok, tls: tuple[Path, Path] | None = None, **options: Any
+) -> AsyncIterator[tuple[TcpWorker, int]]:
     """A ``TcpWorker`` with the listener's real hypercorn settings on a free loopback port."""
-    settings = NetworkSettings(host="127.0.0.1", port=0, data_dir=Path("/nonexistent"))
+    cert, key = tls or (None, None)
+    settings = NetworkSettings(
+        host="127.0.0.1", port=0, data_dir=Path("/nonexistent"), tls_cert=cert, tls_key=key
+    )
     worker = TcpWorker(app, _hypercorn_config(settings), **options)
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(worker.serve)
@@ -65,13 +77,45 @@ async def tcp_worker(app: Any = answer_ok, **options: Any) -> AsyncIterator[tupl
         nursery.cancel_scope.cancel()
 
 
-async def read_until_closed(stream: trio.SocketStream) -> bytes:
+def certificate(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    key_path.chmod(0o600)
+    return cert_path, key_path
+
+
+async def read_until_closed(stream: trio.abc.ReceiveStream) -> bytes:
     received = bytearray()
     try:
         while data := await stream.receive_some(65536):
             received.extend(data)
     except trio.BrokenResourceError:
-        pass
+        pass  # a TLS peer that closes without close_notify
     return bytes(received)
 
 
@@ -132,6 +176,29 @@ async def test_a_silent_connection_is_closed_five_seconds_after_accept(
         assert await read_until_closed(silent) == b""
         assert await read_until_closed(slow) == b""
         assert trio.current_time() - started == pytest.approx(FIRST_REQUEST_S, abs=0.01)
+        await trio.testing.wait_all_tasks_blocked()
+        assert worker.admission.active == 0
+
+
+async def test_over_tls_the_handshake_counts_within_the_five_seconds(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    cert, key = certificate(tmp_path)
+    client_context = ssl.create_default_context(cafile=str(cert))
+    async with tcp_worker(tls=(cert, key)) as (worker, port):
+        started = trio.current_time()
+        silent = await trio.open_tcp_stream("127.0.0.1", port)
+        tls = trio.SSLStream(
+            await trio.open_tcp_stream("127.0.0.1", port),
+            client_context,
+            server_hostname="127.0.0.1",
+        )
+        await trio.sleep(FIRST_REQUEST_S / 2)
+        await tls.do_handshake()
+        # Handshaken, then silent: closed five seconds after accept, not after the handshake.
+        assert await read_until_closed(tls) == b""
+        assert trio.current_time() - started == pytest.approx(FIRST_REQUEST_S, abs=0.01)
+        assert await read_until_closed(silent) == b""
         await trio.testing.wait_all_tasks_blocked()
         assert worker.admission.active == 0
 
