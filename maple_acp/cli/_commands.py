@@ -55,6 +55,7 @@ from maple_acp.cli._host import (
     configure_logging,
     log_entry,
     open_default_host,
+    raise_open_file_limit,
 )
 from maple_acp.config import (
     DATA_DIR_ENV,
@@ -373,6 +374,7 @@ def serve(
     except SettingError as exc:
         raise CliError(str(exc)) from None
     configure_logging(settings.log_level, settings.log_format)
+    raise_open_file_limit()
     if hardened:
         # DEBUG: a refusal below must stay the one line on stderr.
         logger.debug("the host process is not dumpable: the processes it starts cannot read it")

@@ -70,6 +70,9 @@ class JsonLogFormatter(logging.Formatter):
 #: Libraries whose INFO lines (one per HTTP request, say) are detail, not events of this host:
 #: they are shown only at ``debug``.
 THIRD_PARTY_LOGGERS: Final = ("httpx2", "httpcore2", "openai", "mcp")
+#: The HTTP protocol libraries under the network listener: at DEBUG they log every header
+#: they parse (``Authorization``, ``Cookie``), so no ``--log-level`` lets them below WARNING.
+PROTOCOL_LOGGERS: Final = ("h2", "hpack", "hypercorn", "wsproto", "h11")
 
 
 def configure_logging(level: str, log_format: str = "text") -> None:
@@ -84,6 +87,29 @@ def configure_logging(level: str, log_format: str = "text") -> None:
         logging.getLogger(name).setLevel(
             chosen if chosen <= logging.DEBUG else max(chosen, logging.WARNING)
         )
+    for name in PROTOCOL_LOGGERS:
+        logging.getLogger(name).setLevel(max(chosen, logging.WARNING))
+
+
+# -- process limits -----------------------------------------------------------------------------
+
+
+def raise_open_file_limit() -> None:
+    """Raise the soft open-file limit to the hard one (logged at DEBUG): a host serving the
+    network must not run out of descriptors at a default soft limit of 1,024 while the system
+    allows more. A limit that cannot be raised is kept."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:
+        logger.debug("the open-file limit stays at %d: %s", soft, exc)
+        return
+    shown = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
+    logger.debug("raised the open-file limit from %d to %s", soft, shown)
 
 
 # -- the default host ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import math
 import os
 import socket
 import stat
@@ -35,6 +36,9 @@ _TRANSIENT_ACCEPT_ERRNOS: Final = frozenset(
 )
 #: How long to pause after a transient accept failure before trying again.
 ACCEPT_RETRY_SECONDS: Final = 0.1
+#: A repeated trouble (accept failing, connections refused) is logged at most once in this:
+#: a flood must not flood the log too.
+REPORT_WINDOW_SECONDS: Final = 60.0
 #: How long a probe of an existing socket may take before it is judged not to answer.
 PROBE_TIMEOUT_SECONDS: Final = 1.0
 
@@ -135,6 +139,26 @@ def remove_endpoint(path: Path, identity: _SocketIdentity) -> None:
 ConnectionHandler = Callable[[trio.SocketStream], Awaitable[None]]
 
 
+class RepeatReport:
+    """When to log a trouble that repeats (sans-I/O): its first time, then at most once a
+    window, with how many times it happened since it was last logged."""
+
+    def __init__(self, clock: Callable[[], float], window_s: float = REPORT_WINDOW_SECONDS) -> None:
+        self._clock = clock
+        self._window_s = window_s
+        self._told_at = -math.inf
+        self._count = 0
+
+    def note(self) -> int:
+        """Count one; the count to log now (this one included), or 0 to stay quiet."""
+        self._count += 1
+        now = self._clock()
+        if now - self._told_at < self._window_s:
+            return 0
+        count, self._count, self._told_at = self._count, 0, now
+        return count
+
+
 class ConnectionGate:
     """Counts live connections against the configured maximum (sans-I/O)."""
 
@@ -166,12 +190,15 @@ async def serve_endpoint(
     nursery this function owns, so cancelling it ends every connection.
 
     Error handling: endpoint rule violations raise :class:`ListenerError` before
-    ``task_status.started``. A connection beyond the gate's maximum is closed at once and
-    logged. ``accept`` failing with EMFILE/ENFILE/ENOMEM/ENOBUFS is logged and retried after a
-    short pause; any other accept error propagates.
+    ``task_status.started``. A connection beyond the gate's maximum is closed at once.
+    ``accept`` failing with EMFILE/ENFILE/ENOMEM/ENOBUFS is retried after a short pause; any
+    other accept error propagates. Refusals and accept failures are each logged in one line
+    at most once a minute, with a count.
     """
     sock, identity = await trio.to_thread.run_sync(bind_endpoint, path)
     listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+    accept_failures = RepeatReport(trio.current_time)
+    refusals = RepeatReport(trio.current_time)
     try:
         async with trio.open_nursery() as nursery:
             task_status.started(path)
@@ -179,19 +206,30 @@ async def serve_endpoint(
                 try:
                     stream = await listener.accept()
                 except OSError as exc:
-                    if exc.errno in _TRANSIENT_ACCEPT_ERRNOS:
-                        logger.error(
-                            "accept failed (%s); retrying", errno.errorcode.get(exc.errno or 0)
+                    if exc.errno not in _TRANSIENT_ACCEPT_ERRNOS:
+                        raise
+                    if count := accept_failures.note():
+                        code = exc.errno or 0
+                        logger.warning(
+                            "accept failed on the socket (%s: %s) %d time%s in the last "
+                            "minute; retrying every %.1f s",
+                            errno.errorcode.get(code, code),
+                            os.strerror(code),
+                            count,
+                            "" if count == 1 else "s",
+                            ACCEPT_RETRY_SECONDS,
                         )
-                        await trio.sleep(ACCEPT_RETRY_SECONDS)
-                        continue
-                    raise
+                    await trio.sleep(ACCEPT_RETRY_SECONDS)
+                    continue
                 if not gate.try_admit():
-                    logger.warning(
-                        "refusing an ACP connection: %d of %d connections in use",
-                        gate.active,
-                        gate.maximum,
-                    )
+                    if count := refusals.note():
+                        logger.warning(
+                            "refusing an ACP connection: %d of %d connections in use "
+                            "(%d refused in the last minute)",
+                            gate.active,
+                            gate.maximum,
+                            count,
+                        )
                     await stream.aclose()
                     continue
                 nursery.start_soon(_run_connection, handler, stream, gate)

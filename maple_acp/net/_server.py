@@ -1,5 +1,7 @@
-"""The network listener: hypercorn's Trio worker serving :class:`AcpNetworkApp`, inside the
-caller's nursery (it starts and stops with the host's ACP service).
+"""The network listener: hypercorn's connection handling serving :class:`AcpNetworkApp`
+behind our own accept loop (:mod:`maple_acp.net._tcp`: the connection cap, the first-request
+deadline, calm accept errors), inside the caller's nursery (it starts and stops with the host's
+ACP service).
 
 Streamable HTTP over HTTP/1.1 and HTTP/2 (h2c with prior knowledge or an upgrade on a plain
 socket, ALPN with TLS), WebSocket over HTTP/1.1 (an HTTP/2 WebSocket, RFC 8441, is hypercorn's
@@ -13,9 +15,8 @@ from __future__ import annotations
 import ipaddress
 import logging
 import stat
-from functools import partial
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import attrs
 import trio
@@ -36,7 +37,9 @@ INSTALL_HINT: Final = (
 )
 #: Permission bits of a TLS key that let another account read or change it (0600 is right).
 SHARED_KEY_BITS: Final = 0o077
-#: An idle HTTP/1.1 keep-alive connection is closed after this (clients pool them).
+#: An idle keep-alive connection (one that has sent a request) is closed after this: longer
+#: than clients keep theirs pooled (httpx: 5 s, Node: 4 s), so a client never sends on a
+#: connection the listener is closing. A first request has 5 s (``_tcp.FIRST_REQUEST_S``).
 KEEP_ALIVE_S: Final = 30.0
 
 
@@ -160,7 +163,9 @@ async def serve_network(
 
     Resource handling: the listening socket and every network connection live in a nursery
     this function owns; cancelling it ends them all (the host's own stop ends the ACP
-    connections first). The token file is created on first use (0600).
+    connections first). The token file is created on first use (0600). At most
+    ``_tcp.MAX_TCP_CONNECTIONS`` TCP connections are open at once, each closed unless it sends
+    a complete request within ``_tcp.FIRST_REQUEST_S`` of its accept.
 
     Error handling: :class:`HttpSetupError` before anything listens for a setting that must
     not start (see :meth:`NetworkSettings.check`), a missing hypercorn or an unusable token
@@ -168,7 +173,7 @@ async def serve_network(
     """
     settings.check()
     config = _hypercorn_config(settings)
-    from hypercorn.trio import serve
+    from maple_acp.net._tcp import TcpWorker, open_file_limit
 
     token = TokenFile(settings.data_dir)
     guard = RequestGuard(
@@ -183,7 +188,8 @@ async def serve_network(
     )
     async with trio.open_nursery() as nursery:
         app = AcpNetworkApp(host, guard, nursery, limits)
-        binds = await nursery.start(partial(serve, cast(Any, app), config, mode="asgi"))
+        worker = TcpWorker(app, config, fd_limit=open_file_limit())
+        binds = await nursery.start(worker.serve)
         port = settings.port
         if binds:
             port = int(str(binds[0]).rsplit(":", 1)[1])
