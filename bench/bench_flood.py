@@ -50,10 +50,19 @@ CHUNKS, CHUNK_BYTES = 20, 200
 #: Log lines the flood may add per minute (the first refusal of a kind, the minute's counts,
 #: the accept-limit line).
 MAX_LOG_LINES_PER_MINUTE = 12
+#: Lines the owner's own work and the status probes write (each prompt and connection logs at
+#: INFO): not the flood's.
+OWN_ACTIVITY = (b"prompt run ", b"ACP connection opened", b"ACP connection closed")
 #: Open files and RSS "after" may exceed "before" by this much.
 FD_SLACK, RSS_SLACK_KB = 16, 32 * 1024
 #: Bounds every wait on the host.
 TIMEOUT_S = 30.0
+
+
+def _flood_lines(log_path: Path) -> int:
+    """The log's lines that are not the owner's own activity."""
+    lines = log_path.read_bytes().splitlines()
+    return sum(1 for line in lines if not any(mark in line for mark in OWN_ACTIVITY))
 
 
 def _fds(pid: int) -> int:
@@ -322,7 +331,7 @@ async def judge(args: argparse.Namespace) -> int:
                     await trio.sleep(0.05)
             await trio.sleep(1)
             fds_before, rss_before = _fds(host.pid), _rss_kb(host.pid)
-            log_before = len(log_path.read_bytes().splitlines())
+            log_before = _flood_lines(log_path)
             prompts_before = [owner.prompts for owner in owners]
             status_done = trio.Event()
             nursery.start_soon(probe_status, status_done)
@@ -338,7 +347,7 @@ async def judge(args: argparse.Namespace) -> int:
                     flooders.start_soon(partial(trio.run_process, command, check=True))
             flood_took = time.monotonic() - flood_started
             fds_right_after, rss_right_after = _fds(host.pid), _rss_kb(host.pid)
-            log_added = len(log_path.read_bytes().splitlines()) - log_before
+            log_added = _flood_lines(log_path) - log_before
             prompts_during = [o.prompts - b for o, b in zip(owners, prompts_before, strict=True)]
             await trio.sleep(args.settle)
             status_done.set()
@@ -351,7 +360,8 @@ async def judge(args: argparse.Namespace) -> int:
             f"owner prompts during the flood: WebSocket {prompts_during[0]}, "
             f"Streamable HTTP {prompts_during[1]} ({CHUNKS} chunks each, every character checked)\n"
             f"slowest status over the Unix socket: {slowest[0] * 1000:.0f} ms\n"
-            f"log lines added by the flood: {log_added} in {flood_took:.0f} s "
+            f"log lines added by the flood (not counting the owner's prompts and connections): "
+            f"{log_added} in {flood_took:.0f} s "
             f"({per_minute:.1f} a minute)\n"
             f"host open files: {fds_before} before, {fds_right_after} right after, "
             f"{fds_after} {args.settle:.0f} s after\n"
