@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import pytest
 import trio
 import trio.testing
 from h2c_client import H2cClient
 from net_support import DEADLINE, INITIALIZE, NetHost, SseReader, net_host, rpc, sse_events
 
-from maple_acp.net import NetworkSettings, serve_network
+from maple_acp.net import HttpSetupError, NetworkSettings, serve_network
 from maple_acp.net._channel import NetworkChannel
 from maple_acp.rpc import MAX_OUTBOUND_BYTES, MAX_OUTBOUND_LINES
 
@@ -209,3 +210,17 @@ def test_the_listener_puts_the_window_bound_buffer_in_hypercorns_place(tmp_path:
     assert "StreamBuffer(self.context.event_class)" in inspect.getsource(
         hypercorn_h2.H2Protocol._create_stream
     )
+
+
+def test_a_hypercorn_whose_buffer_is_unknown_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hypercorn.protocol import h2 as hypercorn_h2
+
+    from maple_acp.net import _h2_flow
+
+    class Unknown:
+        pass
+
+    monkeypatch.setattr(hypercorn_h2, "StreamBuffer", Unknown)
+    with pytest.raises(HttpSetupError, match="HTTP/2 send buffer"):
+        _h2_flow.install()
+    assert hypercorn_h2.StreamBuffer is Unknown
