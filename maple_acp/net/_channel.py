@@ -17,7 +17,8 @@ peer gives their credit back. Lines for a stream with no receiver (a session str
 went away and may come back with ``Last-Event-ID``, or the connection stream before its GET) are
 *parked* instead: ``send_all`` does not wait for them, so one session's absent client never holds
 up another session's traffic. What all streams of a connection park together stays within the
-credit window; past it ``send_all`` waits for room (the client comes back, or the janitor
+credit window (a client that leaves while its stream is being written parks that write too, one
+batch at most); past it ``send_all`` waits for room (the client comes back, or the janitor
 expires the stream into the connection stream).
 """
 
@@ -214,7 +215,9 @@ class NetworkChannel(trio.abc.Stream):
             else:
                 entry[1].append(line)
         waits = [await self._hand_over(stream, group) for stream, group in by_stream.values()]
-        # Until every line is written, except those parked on a stream with no receiver.
+        # Until every line is written, except those parked on a stream with no receiver. (A
+        # stream that loses its receiver meanwhile parks what it holds, past the window by at
+        # most this batch; its next lines wait for room in _hand_over.)
         while not self.closed:
             if all(
                 stream.receiver is None or stream.closed or stream.written_id >= last
