@@ -13,7 +13,13 @@ writes through :class:`~maple_acp.net._streams.EventStream` objects:
   the credit window, for the client to open one.
 
 :meth:`send_all` returns once its lines are written to the client's streams: that is when the
-peer gives their credit back.
+peer gives their credit back. Lines for a stream with no receiver (a session stream whose client
+went away and may come back with ``Last-Event-ID``, or the connection stream before its GET) are
+*parked* instead: ``send_all`` does not wait for them, so one session's absent client never holds
+up another session's traffic. What all streams of a connection park together stays within the
+credit window (a client that leaves while its stream is being written parks that write too, one
+batch at most); past it ``send_all`` waits for room (the client comes back, or the janitor
+expires the stream into the connection stream).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import orjson
 import trio
 
 from maple_acp.net._streams import EventStream
+from maple_acp.rpc import FRAME_OVERHEAD_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -89,9 +96,19 @@ class NetworkChannel(trio.abc.Stream):
         self._closed_event = trio.Event()
         #: Set whenever a stream is attached or detached (the janitor watches it).
         self.streams_changed = trio.Event()
+        #: Set whenever any stream wrote or dropped lines, or gained or lost its receiver.
+        self._progress = trio.Event()
 
     def _new_stream(self) -> EventStream:
-        return EventStream(keep_lines=self._keep_lines, keep_bytes=self._keep_bytes)
+        return EventStream(
+            keep_lines=self._keep_lines,
+            keep_bytes=self._keep_bytes,
+            on_progress=self._note_progress,
+        )
+
+    def _note_progress(self) -> None:
+        progress, self._progress = self._progress, trio.Event()
+        progress.set()
 
     # -- the client's side (the HTTP layer) ----------------------------------------------------
 
@@ -197,9 +214,63 @@ class NetworkChannel(trio.abc.Stream):
                 by_stream[id(stream)] = (stream, [line])
             else:
                 entry[1].append(line)
-        waits = [(stream, stream.put(group)) for stream, group in by_stream.values()]
-        for stream, last in waits:
-            await stream.wait_written(last)
+        waits = [await self._hand_over(stream, group) for stream, group in by_stream.values()]
+        # Until every line is written, except those parked on a stream with no receiver. (A
+        # stream that loses its receiver meanwhile parks what it holds, past the window by at
+        # most this batch; its next lines wait for room in _hand_over.)
+        while not self.closed:
+            if all(
+                stream.receiver is None or stream.closed or stream.written_id >= last
+                for stream, last in waits
+            ):
+                return
+            await self._progress.wait()
+
+    async def _hand_over(self, stream: EventStream, group: list[bytes]) -> tuple[EventStream, int]:
+        """Put ``group`` on ``stream``, as much as the credit window lets park at a time when
+        it has no receiver; the stream that took the last line, and that line's id."""
+        start = last = 0
+        while start < len(group) and not self.closed:
+            if stream.closed:
+                # It expired: its lines went to the connection stream, and so do these.
+                stream = self.main
+                continue
+            count = len(group) - start if stream.receiver is not None else self._room(group, start)
+            if not count:
+                await self._progress.wait()
+                continue
+            last = stream.put(group[start : start + count])
+            start += count
+        return stream, last
+
+    def _room(self, group: list[bytes], start: int) -> int:
+        """How many lines of ``group`` from ``start`` on may park now: what fits in the credit
+        window beside what is parked already (one line always fits an empty parking: it
+        holds the peer's credit)."""
+        lines, size = self.parked()
+        if not lines:
+            lines, size = 1, len(group[start]) + FRAME_OVERHEAD_BYTES
+            start += 1
+            count = 1
+        else:
+            count = 0
+        for line in group[start:]:
+            charge = len(line) + FRAME_OVERHEAD_BYTES
+            if lines + 1 > self._keep_lines or size + charge > self._keep_bytes:
+                break
+            lines += 1
+            size += charge
+            count += 1
+        return count
+
+    def parked(self) -> tuple[int, int]:
+        """The lines, and their charge in bytes, held by streams with no receiver."""
+        lines = size = 0
+        for stream in (self.main, *self.sessions.values()):
+            if stream.receiver is None:
+                lines += len(stream.pending)
+                size += stream.pending_bytes
+        return lines, size
 
     def _route(self, line: bytes) -> EventStream | None:
         try:

@@ -55,6 +55,9 @@ SESSION_HEADER_METHODS: Final = frozenset(
         "session/set_config_option",
     }
 )
+#: Written as soon as an event stream opens: a proxy that holds the response headers until the
+#: first body byte (nginx over HTTP/2 does) passes the stream on at once, not at the keepalive.
+STREAM_OPENED: Final = b": open\n\n"
 #: A CORS preflight answer may be cached this long by the browser.
 PREFLIGHT_MAX_AGE_S: Final = 600
 
@@ -292,6 +295,7 @@ class StreamableHttpProfile:
     async def _pump_sse(self, attachment: Attachment, receive: Receive, send: Send) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(until_disconnect, receive, nursery.cancel_scope)
+            await send({"type": "http.response.body", "body": STREAM_OPENED, "more_body": True})
             keepalive = self._limits.keepalive_s
             while True:
                 try:

@@ -135,6 +135,9 @@ def _hypercorn_config(settings: NetworkSettings) -> Any:
         from hypercorn.config import Config
     except ImportError:
         raise HttpSetupError(f"serving ACP over HTTP needs hypercorn: {INSTALL_HINT}") from None
+    from maple_acp.net import _h2_flow
+
+    _h2_flow.install()
     config = Config()
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     config.bind = [f"{host}:{settings.port}"]

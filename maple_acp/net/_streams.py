@@ -10,14 +10,16 @@ pending, writes it and says so.
 Every line gets an event id, counting from 1. Written lines are kept, within the credit window,
 for a client that comes back with ``Last-Event-ID``: it gets exactly the lines after that id,
 then what is pending. An id older than what is kept cannot be served (:class:`StreamGone`, the
-HTTP layer's ``410``). A stream without a receiver holds its pending lines (and so its senders)
-until one attaches, or until the connection's janitor expires it.
+HTTP layer's ``410``). A stream without a receiver holds its pending lines until one attaches,
+or until the connection's janitor expires it; its senders need not wait for it (the channel
+bounds what such streams hold together and lets its writer go on, see
+:class:`~maple_acp.net._channel.NetworkChannel`).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 import trio
@@ -83,18 +85,29 @@ class Attachment:
             self.stream.receiver = None
             self.stream.detached_at = trio.current_time()
             self.stream.wake()
+            self.stream.on_progress()
+
+
+def _nothing() -> None:
+    pass
 
 
 class EventStream:
     """See the module docstring. ``keep_lines`` / ``keep_bytes`` bound what is kept for a
-    resume (the connection's credit window)."""
+    resume (the connection's credit window). ``on_progress`` is called whenever lines are
+    written or dropped, and whenever a receiver comes or goes."""
 
-    def __init__(self, *, keep_lines: int, keep_bytes: int) -> None:
+    def __init__(
+        self, *, keep_lines: int, keep_bytes: int, on_progress: Callable[[], None] = _nothing
+    ) -> None:
         self._keep_lines = keep_lines
         self._keep_bytes = keep_bytes
+        self.on_progress = on_progress
         self._next_id = 1
         #: (event id, line without its newline) not yet written.
         self.pending: deque[tuple[int, bytes]] = deque()
+        #: What ``pending`` holds, charged as the outbound credit charges a line.
+        self.pending_bytes = 0
         #: Written events kept for a resume, oldest first, and their charged size.
         self._kept: deque[tuple[int, bytes]] = deque()
         self._kept_bytes = 0
@@ -117,6 +130,7 @@ class EventStream:
             last = self._next_id
             self._next_id += 1
             self.pending.append((last, line))
+            self.pending_bytes += len(line) + FRAME_OVERHEAD_BYTES
         if last:
             self.wake()
         return last
@@ -145,6 +159,7 @@ class EventStream:
         self.receiver = attachment
         self.detached_at = None
         self.wake()
+        self.on_progress()
         return attachment
 
     def peek_batch(self) -> list[tuple[int, bytes]]:
@@ -163,18 +178,22 @@ class EventStream:
         while pending and pending[0][0] <= through_id:
             event = pending.popleft()
             kept.append(event)
-            self._kept_bytes += len(event[1]) + FRAME_OVERHEAD_BYTES
+            charge = len(event[1]) + FRAME_OVERHEAD_BYTES
+            self.pending_bytes -= charge
+            self._kept_bytes += charge
         while kept and (len(kept) > self._keep_lines or self._kept_bytes > self._keep_bytes):
             self._kept_bytes -= len(kept.popleft()[1]) + FRAME_OVERHEAD_BYTES
         self.written_id = max(self.written_id, through_id)
         progress, self._progress = self._progress, trio.Event()
         progress.set()
+        self.on_progress()
 
     def take_pending(self) -> list[bytes]:
         """Empty the stream of what it never wrote (it expires): the lines, for another
         stream. Its senders are released."""
         lines = [line for _, line in self.pending]
         self.pending.clear()
+        self.pending_bytes = 0
         self.close()
         return lines
 
@@ -184,6 +203,7 @@ class EventStream:
         self.wake()
         progress, self._progress = self._progress, trio.Event()
         progress.set()
+        self.on_progress()
 
     # -- wake-ups ------------------------------------------------------------------------------
 
