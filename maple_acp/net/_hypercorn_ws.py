@@ -14,6 +14,9 @@ it did not mark: another hypercorn server in the same process keeps hypercorn's 
   after keeping them): past the cap a close frame with 1009 goes out at once, nothing more the
   peer sends is kept, and the transport ends when the peer answers the close or
   :data:`CLOSE_ANSWER_S` later.
+- **Liveness.** A ping goes out every :data:`PING_INTERVAL_S`; a peer that leaves one
+  unanswered for :data:`PONG_TIMEOUT_S` has vanished (a dropped network sends no FIN): its
+  stream ends as if it had disconnected, so the application releases what it held.
 
 ``tests/net/test_websocket_bounds.py`` fails when hypercorn changes what this relies on.
 """
@@ -35,6 +38,7 @@ from wsproto.events import (
     BytesMessage,
     CloseConnection,
     Ping,
+    Pong,
     TextMessage,
 )
 from wsproto.frame_protocol import CloseReason
@@ -43,6 +47,10 @@ from maple_acp.net._errors import HttpSetupError
 
 logger = logging.getLogger(__name__)
 
+#: A ping goes out this often: it proves the peer is there, and keeps proxies' idle timers off.
+PING_INTERVAL_S: Final = 15.0
+#: A ping unanswered this long means the peer vanished without a FIN: end like a disconnect.
+PONG_TIMEOUT_S: Final = 30.0
 #: A peer sent a close frame (a message past the cap) has this long to answer it.
 CLOSE_ANSWER_S: Final = 5.0
 #: The config attribute that marks a hypercorn server as this listener's.
@@ -55,6 +63,8 @@ class WebSocketPolicy:
 
     #: The largest message, in bytes after UTF-8 encoding.
     max_message_bytes: int
+    ping_interval_s: float = PING_INTERVAL_S
+    pong_timeout_s: float = PONG_TIMEOUT_S
 
 
 def configure_websocket(config: Any, max_message_bytes: int) -> None:
@@ -62,6 +72,8 @@ def configure_websocket(config: Any, max_message_bytes: int) -> None:
     :class:`WebSocketPolicy`, and install :class:`BoundedWebSocketStream` as the stream class
     hypercorn builds for a WebSocket (once per process; harmless to repeat)."""
     config.websocket_max_message_size = max_message_bytes
+    # hypercorn's own pings never look for a pong; ours do.
+    config.websocket_ping_interval = None
     setattr(config, _POLICY_ATTRIBUTE, WebSocketPolicy(max_message_bytes))
     for module in (_h11_protocol, _h2_protocol):
         if not issubclass(getattr(module, "WSStream", object), WSStream):
@@ -115,6 +127,25 @@ class ByteBoundedMessage:
         self._size = 0
 
 
+class PongWatch:
+    """Whether the peer owes a pong, and since when (the oldest ping it has not answered)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self._timeout_s = timeout_s
+        self.unanswered_since: float | None = None
+
+    def pinged(self, now: float) -> None:
+        if self.unanswered_since is None:
+            self.unanswered_since = now
+
+    def answered(self) -> None:
+        self.unanswered_since = None
+
+    def overdue(self, now: float) -> bool:
+        since = self.unanswered_since
+        return since is not None and now - since >= self._timeout_s
+
+
 class BoundedWebSocketStream(WSStream):
     """hypercorn's WebSocket stream with the rules in the module docstring, for a server
     whose config :func:`configure_websocket` marked."""
@@ -124,9 +155,12 @@ class BoundedWebSocketStream(WSStream):
         self._policy: WebSocketPolicy | None = getattr(self.config, _POLICY_ATTRIBUTE, None)
         if self._policy is not None:
             self._message = ByteBoundedMessage(self._policy.max_message_bytes)
-        # Waits in a task of hypercorn's connection, which waits for it: a closed stream
-        # cancels it so that its transport is not held open.
+            self._pongs = PongWatch(self._policy.pong_timeout_s)
+        # Both wait in tasks of hypercorn's connection, which waits for them: a closed stream
+        # cancels them so that its transport is not held open.
+        self._keep_alive_scope = trio.CancelScope()
         self._close_wait_scope = trio.CancelScope()
+        self._pinging = False
 
     async def handle(self, event: Event) -> None:
         if self._policy is not None:
@@ -139,8 +173,14 @@ class BoundedWebSocketStream(WSStream):
                 ]
                 event = dataclasses.replace(event, headers=headers)
             elif isinstance(event, StreamClosed):
+                self._keep_alive_scope.cancel()
                 self._close_wait_scope.cancel()
         await super().handle(event)
+
+    async def _accept(self, message: Any) -> None:
+        await super()._accept(message)
+        if self._policy is not None:
+            self.task_group.spawn(self._keep_alive, self._policy)
 
     async def _handle_events(self) -> None:
         if self._policy is None:
@@ -167,6 +207,8 @@ class BoundedWebSocketStream(WSStream):
                     await self.app_put(self._message.take())
             elif isinstance(event, Ping):
                 await self._send_wsproto_event(event.response())
+            elif isinstance(event, Pong):
+                self._pongs.answered()
             elif isinstance(event, CloseConnection):
                 if self.connection.state is ConnectionState.REMOTE_CLOSING:
                     await self._send_wsproto_event(event.response())
@@ -185,3 +227,34 @@ class BoundedWebSocketStream(WSStream):
             await trio.sleep(CLOSE_ANSWER_S)
         if not self._close_wait_scope.cancelled_caught and not self.closed:
             await self.send(StreamClosed(stream_id=self.stream_id))
+
+    async def _keep_alive(self, policy: WebSocketPolicy) -> None:
+        """Ping every ``policy.ping_interval_s``; end the stream once a ping is overdue.
+
+        A ping is written in a task of hypercorn's connection, never awaited here: a write to
+        a vanished peer waits (shielded) for as long as TCP retries, and the deadline must not
+        wait with it. Ending the stream closes the transport, which ends that write."""
+        with self._keep_alive_scope:
+            while True:
+                await trio.sleep(policy.ping_interval_s)
+                now = trio.current_time()
+                if self._pongs.overdue(now):
+                    break
+                self._pongs.pinged(now)
+                if not self._pinging:
+                    self._pinging = True
+                    self.task_group.spawn(self._ping)
+        if self._keep_alive_scope.cancelled_caught or self.closed:
+            return
+        logger.info(
+            "ending a WebSocket whose peer answered no ping for %.0f s", policy.pong_timeout_s
+        )
+        # Outside the keep-alive scope: ending the stream cancels that scope, and must not
+        # cancel its own ending. No close frame: it would only wait on a vanished socket.
+        await self.send(StreamClosed(stream_id=self.stream_id))
+
+    async def _ping(self) -> None:
+        try:
+            await self._send_wsproto_event(Ping())
+        finally:
+            self._pinging = False

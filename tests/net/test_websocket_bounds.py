@@ -1,6 +1,7 @@
 """The WebSocket's bounds on a real socket, through hypercorn as the listener runs it:
 permessage-deflate is never accepted (a frame compressed anyway is a protocol error that ends
-only its own connection), and a message is capped in bytes.
+only its own connection), a message is capped in bytes, and a peer that stops answering pings
+is ended like a disconnect.
 
 These tests also hold what ``maple_acp/net/_hypercorn_ws.py`` relies on in hypercorn: each one
 fails if a hypercorn release builds or answers WebSockets another way."""
@@ -222,6 +223,53 @@ async def listener(
         port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
         yield host, ("127.0.0.1", port), read_or_create_token(data)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_peer_that_stops_answering_pings_is_ended_after_30_s(
+    mock_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    mock_clock.autojump_threshold = 0
+    async with listener(tmp_path) as (host, address, token):
+        with trio.fail_after(600):
+            async with RawWebSocket.connect(address, token) as silent:
+                opened = trio.current_time()
+                pings: list[float] = []
+                while True:
+                    found = await silent.events()
+                    if not found:
+                        break  # the server closed the transport
+                    for event in found:
+                        assert isinstance(event, wsproto.events.Ping), event
+                        pings.append(trio.current_time() - opened)
+                ended = trio.current_time() - opened
+            # A ping at 15 s and at 30 s; the first one unanswered for 30 s ends it at 45 s.
+            assert pings == [15.0, 30.0]
+            assert ended == 45.0
+            # The connection ended like a disconnect: its slot came back.
+            await host.released.wait()
+            assert (host.active, host.ended) == (0, 1)
+
+
+async def test_a_peer_that_answers_pings_stays(
+    mock_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    mock_clock.autojump_threshold = 0
+    async with listener(tmp_path) as (host, address, token):
+        with trio.fail_after(600):
+            async with RawWebSocket.connect(address, token) as ws:
+                opened = trio.current_time()
+                answered = 0
+                while trio.current_time() - opened < 300:
+                    for event in await ws.events():
+                        assert isinstance(event, wsproto.events.Ping), event
+                        await ws.stream.send_all(client_frame(event.payload, opcode=0xA))
+                        answered += 1
+                assert answered == 20
+                await ws.stream.send_all(client_frame(rpc("initialize", {}, 0)))
+                found = await ws.events()
+                message = next(e for e in found if isinstance(e, wsproto.events.TextMessage))
+                assert orjson.loads(message.data) == {"jsonrpc": "2.0", "id": 0, "result": {}}
+                assert host.ended == 0
 
 
 async def test_a_peer_that_leaves_the_1009_close_unanswered_is_ended_after_5_s(
