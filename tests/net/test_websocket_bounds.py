@@ -33,7 +33,7 @@ from maple_acp.net import (
     read_or_create_token,
     serve_network,
 )
-from maple_acp.rpc import JsonRpcPeer
+from maple_acp.rpc import EOF_GRACE_S, JsonRpcPeer
 
 DEFLATE_OFFER = "permessage-deflate; client_max_window_bits"
 
@@ -180,7 +180,8 @@ async def test_the_message_cap_counts_bytes_not_characters() -> None:
 
 
 class PeerHost:
-    """A host whose connections are plain JSON-RPC peers answering every request ``{}``."""
+    """A host whose connections are plain JSON-RPC peers answering every request ``{}``
+    (``flood`` first sends ``count`` notifications of 60 KB each)."""
 
     def __init__(self) -> None:
         self.active = 0
@@ -199,11 +200,17 @@ class PeerHost:
         return False
 
     async def serve_stream(self, stream: trio.abc.Stream) -> None:
+        peer: JsonRpcPeer
+
         async def on_request(method: str, params: Any) -> Any:
+            if method == "flood":  # more than any socket buffer holds
+                for n in range(params["count"]):
+                    await peer.notify("flooded", {"n": n, "pad": "x" * 60_000})
             return {}
 
+        peer = JsonRpcPeer(stream, on_request=on_request)
         try:
-            await JsonRpcPeer(stream, on_request=on_request).serve()
+            await peer.serve()
         finally:
             self.ended += 1
 
@@ -247,6 +254,27 @@ async def test_a_peer_that_stops_answering_pings_is_ended_after_30_s(
             assert ended == 45.0
             # The connection ended like a disconnect: its slot came back.
             await host.released.wait()
+            assert (host.active, host.ended) == (0, 1)
+
+
+async def test_a_peer_that_stopped_reading_is_ended_although_our_writes_wait(
+    mock_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    # The host's output fills every socket buffer between it and a peer that reads nothing
+    # (as a vanished one does): the ping waits behind it, and so does any write; the deadline
+    # must not.
+    mock_clock.autojump_threshold = 0
+    async with listener(tmp_path) as (host, address, token):
+        with trio.fail_after(600):
+            async with RawWebSocket.connect(address, token) as ws:
+                opened = trio.current_time()
+                await ws.stream.send_all(client_frame(rpc("flood", {"count": 500}, 1)))
+                await host.released.wait()
+                # Ended at 45 s; the peer then gave its running request its grace after EOF.
+                assert trio.current_time() - opened == 45.0 + EOF_GRACE_S
+                # The transport is closed: what was buffered for the peer ends in EOF.
+                while await ws.stream.receive_some(1 << 20):
+                    pass
             assert (host.active, host.ended) == (0, 1)
 
 
