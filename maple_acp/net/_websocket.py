@@ -85,6 +85,7 @@ class WebSocketProfile:
         logger.info("network ACP connection opened (WebSocket)")
         attachment = channel.main.attach()
         limit = self._connections.limits.max_message_bytes
+        too_big = False
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_send_websocket, attachment, send, nursery.cancel_scope)
@@ -96,17 +97,20 @@ class WebSocketProfile:
                     if text is None:
                         continue  # binary messages carry nothing in this protocol
                     data = text.encode()
-                    if len(data) > limit:
-                        # Our server refuses such a message before keeping it; an ASGI
-                        # server that counts characters lets up to four times the cap by.
-                        logger.info("closing a WebSocket whose message passed %d bytes", limit)
-                        await send({"type": "websocket.close", "code": MESSAGE_TOO_BIG})
+                    # Our server refuses such a message before keeping it; an ASGI server
+                    # that counts characters lets up to four times the cap by.
+                    too_big = len(data) > limit
+                    if too_big:
                         break
                     try:
                         await channel.deliver(data)
                     except trio.ClosedResourceError:
                         break
                 nursery.cancel_scope.cancel()
+            if too_big:
+                # Once the writer has stopped: a message sent after the close is an error.
+                logger.info("closing a WebSocket whose message passed %d bytes", limit)
+                await send({"type": "websocket.close", "code": MESSAGE_TOO_BIG})
         finally:
             attachment.detach()
             channel.finish_input()
