@@ -215,7 +215,11 @@ class BoundedWebSocketStream(WSStream):
                 elif self.connection.state is ConnectionState.OPEN:
                     # wsproto reports a frame it could not read (a compressed one among them)
                     # as a close the peer did not send, and reads nothing after it: answer
-                    # with its code and end now.
+                    # with its code and end now. The reason is wsproto's words, never the
+                    # peer's bytes.
+                    logger.info(
+                        "closing a WebSocket that sent a frame out of protocol: %s", event.reason
+                    )
                     await self._send_wsproto_event(CloseConnection(event.code))
                 await self.send(StreamClosed(stream_id=self.stream_id))
                 return

@@ -9,6 +9,7 @@ fails if a hypercorn release builds or answers WebSockets another way."""
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import zlib
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import trio
 import trio.testing
 import wsproto.connection
@@ -141,7 +143,10 @@ async def test_a_permessage_deflate_offer_is_not_accepted() -> None:
                 assert orjson.loads(message.data)["id"] == 0
 
 
-async def test_a_frame_compressed_anyway_ends_its_connection_with_a_protocol_error() -> None:
+async def test_a_frame_compressed_anyway_ends_its_connection_with_a_protocol_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="maple_acp.net")
     # Sent as it would be had the extension been accepted: 8 MiB of JSON in about 8 KB.
     text = rpc("session/list", {"pad": " " * (8 << 20)}, 1)
     squeezer = zlib.compressobj(wbits=-15)
@@ -160,6 +165,11 @@ async def test_a_frame_compressed_anyway_ends_its_connection_with_a_protocol_err
                 await other.send(rpc("initialize", {"protocolVersion": 1}, 0))
                 assert (await other.until(lambda m: m.get("id") == 0))["result"]
             await assert_usable(host)
+    # One calm line says why, without a traceback.
+    said = [r for r in caplog.records if "out of protocol" in r.getMessage()]
+    assert len(said) == 1
+    assert said[0].levelno == logging.INFO
+    assert said[0].exc_info is None
 
 
 async def test_the_message_cap_counts_bytes_not_characters() -> None:
