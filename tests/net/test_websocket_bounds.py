@@ -40,9 +40,11 @@ from maple_acp.rpc import EOF_GRACE_S, JsonRpcPeer
 DEFLATE_OFFER = "permessage-deflate; client_max_window_bits"
 
 
-def client_frame(payload: bytes, *, opcode: int = 0x1, compressed: bool = False) -> bytes:
-    """One masked, final client frame (RSV1 set when ``compressed``)."""
-    first = 0x80 | (0x40 if compressed else 0) | opcode
+def client_frame(
+    payload: bytes, *, opcode: int = 0x1, compressed: bool = False, final: bool = True
+) -> bytes:
+    """One masked client frame (RSV1 set when ``compressed``)."""
+    first = (0x80 if final else 0) | (0x40 if compressed else 0) | opcode
     size = len(payload)
     if size < 126:
         header = bytes([first, 0x80 | size])
@@ -186,6 +188,34 @@ async def test_the_message_cap_counts_bytes_not_characters() -> None:
                 assert ws.closed_code == 1009
                 await other.send(rpc("initialize", {"protocolVersion": 1}, 0))
                 assert (await other.until(lambda m: m.get("id") == 0))["result"]
+            await assert_usable(host)
+
+
+async def test_a_fragmented_message_is_capped_on_its_whole_size() -> None:
+    cap = 64 * 1024
+
+    def fragments(text: bytes, size: int) -> bytes:
+        parts = [text[i : i + size] for i in range(0, len(text), size)]
+        frames = [
+            client_frame(part, opcode=0x1 if n == 0 else 0x0, final=n == len(parts) - 1)
+            for n, part in enumerate(parts)
+        ]
+        return b"".join(frames)
+
+    async with net_host(max_message_bytes=cap) as host:
+        with trio.fail_after(DEADLINE):
+            async with RawWebSocket.connect(host.address, host.token) as ws:
+                # Three fragments under the cap together (a character split between two of
+                # them included): one message, answered.
+                whole = rpc("session/list", {"pad": "é" * 20_000}, 1)
+                await ws.stream.send_all(fragments(whole, 15_001))
+                found = await ws.events()
+                message = next(e for e in found if isinstance(e, wsproto.events.TextMessage))
+                assert orjson.loads(message.data)["id"] == 1
+                # Each fragment under the cap, together past it (in bytes, not in characters).
+                past = rpc("session/list", {"pad": "é" * 40_000}, 2)
+                await ws.stream.send_all(fragments(past, 30_000))
+                assert await ws.close_code() == 1009
             await assert_usable(host)
 
 
