@@ -147,7 +147,9 @@ def _hypercorn_config(settings: NetworkSettings) -> Any:
     config.accesslog = None
     config.errorlog = logging.getLogger("maple_acp.net.server")
     config.include_server_header = False
-    config.websocket_max_message_size = settings.max_message_bytes
+    from maple_acp.net._hypercorn_ws import configure_websocket
+
+    configure_websocket(config, settings.max_message_bytes)
     config.keep_alive_timeout = KEEP_ALIVE_S
     # Long-lived streams end with their connections, which the host ends first; nothing is
     # left to wait for by the time the listener stops.

@@ -4,11 +4,16 @@ Every upgrade passes :class:`~maple_acp.net._guard.RequestGuard` first (the toke
 ``Authorization`` or, for browsers, a subprotocol). An accepted socket is a new ACP
 connection: each text message is one JSON-RPC message (or a v2 batch) each way; binary
 messages are ignored. The upgrade answer carries ``Acp-Connection-Id``.
+
+A message is capped in bytes (``NetworkLimits.max_message_bytes``; past it the socket closes
+with 1009). The server under this profile (:mod:`maple_acp.net._hypercorn_ws`) applies the
+same cap before it keeps a message, refuses permessage-deflate and pings the peer.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Final
 
 import trio
 
@@ -33,6 +38,9 @@ from maple_acp.net._guard import (
 from maple_acp.net._streams import Attachment, StreamEnded
 
 logger = logging.getLogger(__name__)
+
+#: The close code of a message past the cap (RFC 6455's "message too big").
+MESSAGE_TOO_BIG: Final = 1009
 
 
 class WebSocketProfile:
@@ -76,6 +84,8 @@ class WebSocketProfile:
         )
         logger.info("network ACP connection opened (WebSocket)")
         attachment = channel.main.attach()
+        limit = self._connections.limits.max_message_bytes
+        too_big = False
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_send_websocket, attachment, send, nursery.cancel_scope)
@@ -86,11 +96,21 @@ class WebSocketProfile:
                     text = message.get("text")
                     if text is None:
                         continue  # binary messages carry nothing in this protocol
+                    data = text.encode()
+                    # Our server refuses such a message before keeping it; an ASGI server
+                    # that counts characters lets up to four times the cap by.
+                    too_big = len(data) > limit
+                    if too_big:
+                        break
                     try:
-                        await channel.deliver(text.encode())
+                        await channel.deliver(data)
                     except trio.ClosedResourceError:
                         break
                 nursery.cancel_scope.cancel()
+            if too_big:
+                # Once the writer has stopped: a message sent after the close is an error.
+                logger.info("closing a WebSocket whose message passed %d bytes", limit)
+                await send({"type": "websocket.close", "code": MESSAGE_TOO_BIG})
         finally:
             attachment.detach()
             channel.finish_input()
