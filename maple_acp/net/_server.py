@@ -135,7 +135,9 @@ def _hypercorn_config(settings: NetworkSettings) -> Any:
         from hypercorn.config import Config
     except ImportError:
         raise HttpSetupError(f"serving ACP over HTTP needs hypercorn: {INSTALL_HINT}") from None
+    # Both reach into hypercorn's protocol modules, so they load only once it is there.
     from maple_acp.net import _h2_flow
+    from maple_acp.net._hypercorn_ws import configure_websocket
 
     _h2_flow.install()
     config = Config()
@@ -147,8 +149,6 @@ def _hypercorn_config(settings: NetworkSettings) -> Any:
     config.accesslog = None
     config.errorlog = logging.getLogger("maple_acp.net.server")
     config.include_server_header = False
-    from maple_acp.net._hypercorn_ws import configure_websocket
-
     configure_websocket(config, settings.max_message_bytes)
     config.keep_alive_timeout = KEEP_ALIVE_S
     # Long-lived streams end with their connections, which the host ends first; nothing is
