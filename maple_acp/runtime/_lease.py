@@ -17,8 +17,8 @@ the hooks the lease hands them here:
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 
 import trio
 
@@ -221,12 +221,10 @@ class SessionLease:
 
     # -- the operation barrier ---------------------------------------------------------------
 
-    @contextmanager
-    def operation(self) -> Iterator[None]:
+    def operation(self) -> AbstractContextManager[None]:
         """Mark caller work on this lease as in flight (``drain`` and ``release`` wait for it).
         Raises ``LEASE_REVOKED`` and the admission kinds when the lease cannot be used."""
-        with self._life.operation():
-            yield
+        return self._life.operation()
 
     async def drain(self) -> None:
         """The operation barrier: wait until no operation of this lease is in flight and no
