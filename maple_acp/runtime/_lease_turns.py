@@ -4,7 +4,6 @@ with the hooks that run may use."""
 
 from __future__ import annotations
 
-import logging
 import secrets
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -33,8 +32,6 @@ from maple_acp.runtime._tools import ToolContext
 from maple_acp.runtime._trust import SkillInfo
 from maple_acp.runtime._turn import Turn
 from maple_acp.store import TaskStore
-
-logger = logging.getLogger(__name__)
 
 #: A model id quoted in a notice is cut to this many characters.
 MAX_SHOWN_MODEL_CHARS = 200
