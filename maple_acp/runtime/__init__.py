@@ -173,6 +173,7 @@ from maple_acp.model import (
     ToolStatus,
     Usage,
 )
+from maple_acp.runtime._account_tasks import MAX_LIST_PAGE
 from maple_acp.runtime._admission import (
     MAX_ADDITIONAL_DIRECTORIES,
     canonical_directory,
@@ -288,8 +289,6 @@ from maple_acp.runtime._run import RUN_EVENT_QUEUE, Run
 from maple_acp.runtime._service import (
     DEFAULT_PROVISIONAL_GRACE_S,
     DRAIN_BOUND_S,
-    MAX_LIST_PAGE,
-    PROVISIONAL_SWEEP_INTERVAL_S,
     AgentService,
 )
 from maple_acp.runtime._session_events import (
@@ -302,6 +301,7 @@ from maple_acp.runtime._session_events import (
     SessionEvents,
 )
 from maple_acp.runtime._steering import MAX_WAITING_STEERS, SteeringOutcome
+from maple_acp.runtime._sweep import PROVISIONAL_SWEEP_INTERVAL_S
 from maple_acp.runtime._tools import (
     ExternalToolDefinition,
     ExternalToolRouter,

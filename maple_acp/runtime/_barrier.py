@@ -1,6 +1,6 @@
 """The operation barrier of one lease: a count of operations in flight and whether a run is
-active, with an event that is set exactly when both are zero; and the token of its one prompt
-slot."""
+active, with an event that is set exactly when both are zero; and its one prompt slot (who holds
+it, the lock every write to the task's row takes, and the pulse its waiters wait on)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import trio
+
+from maple_acp.runtime._steering import SlotWatch
 
 
 class OperationBarrier:
@@ -60,3 +62,35 @@ class PromptClaim:
     ``SessionLease.claim_prompt``). Opaque."""
 
     __slots__ = ()
+
+
+class PromptSlot:
+    """The task's one prompt slot, shared by the lease's parts: the claim that holds it (at
+    most one), the lock every admission to the task's row takes (a prompt's message, a model,
+    a mode, a thinking level), and the pulse that wakes whoever waits for the slot or the
+    active run to change. Plain state: the rules about it are the turns' and the settings'."""
+
+    def __init__(self) -> None:
+        self.claim: PromptClaim | None = None
+        self.admission = trio.Lock()
+        self._watch = SlotWatch()
+
+    @property
+    def held(self) -> bool:
+        return self.claim is not None
+
+    @contextmanager
+    def hold(self) -> Iterator[PromptClaim]:
+        claim = self.claim = PromptClaim()
+        try:
+            yield claim
+        finally:
+            self.claim = None
+            self._watch.changed()
+
+    def changed(self) -> None:
+        self._watch.changed()
+
+    async def wait(self) -> None:
+        """Until the slot, the active run or the lease's life changes next."""
+        await self._watch.wait()

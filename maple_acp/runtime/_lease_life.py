@@ -1,18 +1,21 @@
 """A lease's lifetime: the task that serves it, synchronous revocation, release with bounded
-cleanup, and what happens to a provisional task when its lease ends."""
+cleanup, and the guard every part of the lease passes (``LeaseGuard``: live, and counted by the
+operation barrier)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol
 
 import trio
 
-from maple_acp.model import TaskRecord, TaskSurface
 from maple_acp.runtime._barrier import OperationBarrier
 from maple_acp.runtime._context import LeaseContext
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
 from maple_acp.runtime._session_events import LeaseRevoked, SessionEvents
+from maple_acp.runtime._task_row import ProvisionalRow
 from maple_acp.runtime._tools import ExternalToolRouter, ToolContext
 
 logger = logging.getLogger(__name__)
@@ -26,48 +29,15 @@ LEASE_CLEANUP_BOUND_S = 5.0
 RouterFactory = Callable[[trio.Nursery], Awaitable[ExternalToolRouter | None]]
 
 
-class ProvisionalRow:
-    """What decides the fate of a task's row when its lease ends: a close deletes a task the
-    lease created and never prompted, if the row is exactly as the lease last wrote it; a
-    disconnect starts the grace period of a task that is still provisional."""
+class LeaseGuard(Protocol):
+    """What each part of a lease asks of its life: is the lease still usable, and mark work
+    on it as in flight (``drain`` and ``release`` wait for that work)."""
 
-    def __init__(self, task: TaskRecord, *, created_here: bool) -> None:
-        self.task_id = task.id
-        self.surface = task.surface
-        self.created_here = created_here
-        # The row as this lease last wrote it; deletion needs it to be unchanged.
-        self._snapshot: TaskRecord | None = task if created_here and task.provisional else None
-        self._prompted = not task.provisional
+    def check_live(self) -> None:
+        """Raises ``LEASE_REVOKED`` and the admission kinds when the lease cannot be used."""
 
-    @property
-    def prompted(self) -> bool:
-        return self._prompted
-
-    def rewritten(self, record: TaskRecord) -> None:
-        """The lease wrote the row (e.g. its model) before the first prompt."""
-        if self._snapshot is not None:
-            self._snapshot = record
-
-    def admitted(self) -> None:
-        """The first user message was admitted: the task is no longer provisional."""
-        self._prompted = True
-        self._snapshot = None
-
-    async def settle(self, context: LeaseContext, *, close: bool) -> None:
-        # Only this lease's first admitted message ends the row's provisional state while it
-        # holds the task, so a durable task costs no store call (a connection's end settles
-        # hundreds of rows at once). The writes below re-check the row themselves: a missing
-        # or durable row is left exactly as it is.
-        if self._prompted or self.surface is not TaskSurface.EXTERNAL:
-            return
-        store = context.store
-        grace = context.provisional_grace_ms
-        snapshot = self._snapshot
-        deletable = close or grace == 0
-        if snapshot is not None and deletable and await store.delete_task_if_unchanged(snapshot):
-            logger.debug("deleted untouched provisional task %s", self.task_id)
-            return
-        await store.set_provisional_expiry(self.task_id, context.now_ms() + grace)
+    def operation(self) -> AbstractContextManager[None]:
+        """``check_live``, then the work inside is counted by the operation barrier."""
 
 
 class LeaseLifetime:
@@ -126,6 +96,12 @@ class LeaseLifetime:
 
     def live(self) -> bool:
         return not self._revoked and self._context.admits(self._generation)
+
+    @contextmanager
+    def operation(self) -> Iterator[None]:
+        self.check_live()
+        with self._barrier.operation():
+            yield
 
     def revoke(self, reason: str) -> None:
         if self._revoked:

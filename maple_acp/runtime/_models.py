@@ -9,6 +9,7 @@ from typing import Protocol
 import attrs
 import trio
 
+from maple_acp.runtime._admission import AdmissionFence
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
 
 logger = logging.getLogger(__name__)
@@ -146,3 +147,33 @@ class ModelCatalogCache:
         choices = _choices(default, listed, refreshed=True)
         self._cached = _Cached(account, generation, choices, trio.current_time())
         return choices
+
+
+class AccountModels:
+    """The catalog as the signed-in account sees it: each listing is for the account of one
+    generation of the fence, so a listing that ends after an account change is never
+    offered to the next account."""
+
+    def __init__(self, cache: ModelCatalogCache, fence: AdmissionFence) -> None:
+        self._cache = cache
+        self._fence = fence
+
+    async def choices(self, generation: int, refresh: bool) -> ModelChoices:
+        account = self._fence.account_of(generation)
+        return await self._cache.choices(
+            account, generation, lambda: self._fence.generation, refresh=refresh
+        )
+
+    def cached(self) -> ModelChoices:
+        """The last listing for the signed-in account, or only the host default."""
+        generation = self._fence.admit()
+        account = self._fence.account_of(generation)
+        cached = self._cache.cached(account, generation)
+        return cached if cached is not None else self._cache.default_choices(account)
+
+    def known(self, generation: int) -> ModelChoices | None:
+        """The last refreshed listing for a generation's account, without waiting."""
+        if not self._fence.admits(generation):
+            return None
+        cached = self._cache.cached(self._fence.account_of(generation), generation)
+        return cached if cached is not None and cached.refreshed else None

@@ -2,8 +2,14 @@
 
 This module is the service's public face: every method a host or the edge calls on it
 (opening, attaching, forking, listing and deleting tasks, models, trust, relay values,
-status), each checking its rules and handing the work on. How a lease lives is in
-``_lease`` and ``_lease_life``, admission in ``_admission``, the model cache in ``_models``.
+status), each saying its rules and handing the work to the part that owns it:
+
+- ``_opener``: opening a lease on a new, a stored or a forked task;
+- ``_account_tasks``: the account's stored tasks without a lease (list, history, delete);
+- ``_sweep``: the provisional sweep and the ids it deleted;
+- ``_project_trust``: trust decisions and when they are refused;
+- ``_models``: the catalog behind the fence; ``_admission``: the fence and the project roots;
+- ``_registry``: which lease holds which task; ``_lease``: a lease itself.
 """
 
 from __future__ import annotations
@@ -11,28 +17,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-import uuid
 from collections.abc import Collection, Mapping, Sequence
 
 import trio
 
 from maple_acp._tool_env import check_tool_env_allow
-from maple_acp.model import (
-    GoalRecord,
-    ItemKind,
-    TaskPolicy,
-    TaskQuery,
-    TaskRecord,
-    TaskSurface,
-    TimelineItem,
-)
-from maple_acp.runtime._admission import (
-    AdmissionFence,
-    ProjectRoots,
-    canonical_directory,
-    check_attachable,
-    check_directories,
-)
+from maple_acp.model import TaskSurface, TimelineItem
+from maple_acp.runtime._account_tasks import MAX_LIST_PAGE, AccountTasks
+from maple_acp.runtime._admission import AdmissionFence, ProjectRoots
 from maple_acp.runtime._attachments import PromptCapabilities
 from maple_acp.runtime._backend import (
     AgentBackend,
@@ -41,20 +33,20 @@ from maple_acp.runtime._backend import (
     backend_thought_levels,
 )
 from maple_acp.runtime._context import LeaseContext
-from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
-from maple_acp.runtime._history import replay_view
 from maple_acp.runtime._lease import SessionLease
 from maple_acp.runtime._lease_life import RouterFactory
-from maple_acp.runtime._models import ModelCatalog, ModelCatalogCache, ModelChoices
+from maple_acp.runtime._models import AccountModels, ModelCatalog, ModelCatalogCache, ModelChoices
 from maple_acp.runtime._modes import BUILTIN_MODES, ModeSet
 from maple_acp.runtime._offer import CommandBounds
+from maple_acp.runtime._opener import LeaseOpener
 from maple_acp.runtime._permissions import PermissionPolicy
+from maple_acp.runtime._project_trust import ProjectTrust
 from maple_acp.runtime._registry import LeaseRegistry
-from maple_acp.runtime._relay import RelayValues, validate_relay_values
+from maple_acp.runtime._relay import RelayValues
 from maple_acp.runtime._replies import HeldTask, HeldTaskState, ServiceStatus, TaskListing
 from maple_acp.runtime._self_serving import ServedInOwnNursery
-from maple_acp.runtime._tools import ToolContext
-from maple_acp.store import ForkSourceMissing, InvalidCursor, TaskStore
+from maple_acp.runtime._sweep import ProvisionalSweep
+from maple_acp.store import TaskStore
 
 logger = logging.getLogger(__name__)
 
@@ -63,15 +55,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_PROVISIONAL_GRACE_S = 600.0
 #: The longest grace period accepted (ten years): its milliseconds must fit the store.
 MAX_PROVISIONAL_GRACE_S = 10 * 365 * 24 * 3600.0
-#: How often expired, untouched provisional tasks are swept.
-PROVISIONAL_SWEEP_INTERVAL_S = 60.0
-#: Swept never-prompted session ids remembered to say "expired" rather than "unknown": a
-#: client comes back for a handful, and 1,024 ids are a few tens of KiB.
-MAX_REMEMBERED_EXPIRED = 1024
 #: ``drain`` waits this long for cancelled runs to end.
 DRAIN_BOUND_S = 5.0
-#: A task list page, at most.
-MAX_LIST_PAGE = 100
 
 
 class AgentService(ServedInOwnNursery):
@@ -121,16 +106,29 @@ class AgentService(ServedInOwnNursery):
         #: The session modes offered (the built-in four unless the host declared its own).
         self.modes = modes
         self._roots = ProjectRoots(allowed_roots)
+        #: The catalog's cache (kept by name: a test swaps its catalog).
         self._models = ModelCatalogCache(catalog)
         self._fence = AdmissionFence()
+        self._account_models = AccountModels(self._models, self._fence)
         self._leases = LeaseRegistry()
         self._command_bounds = CommandBounds()
-        self._sweep_lock = trio.Lock()
-        #: Never-prompted tasks the sweeps deleted, oldest first (see ``_remember_expired``).
-        self._expired: dict[str, None] = {}
+        self._sweep = ProvisionalSweep(
+            store=store, now_ms=self.now_ms, grace_ms=self.provisional_grace_ms
+        )
         self._wall_anchor_ms = 0
         self._trio_anchor = 0.0
-        self._lease_context = LeaseContext(
+        self._trust = ProjectTrust(
+            store=store, fence=self._fence, leases=self._leases, now_ms=self.now_ms
+        )
+        self._tasks = AccountTasks(
+            store=store,
+            fence=self._fence,
+            roots=self._roots,
+            leases=self._leases,
+            sweep=self._sweep,
+        )
+        models = self._account_models
+        lease_context = LeaseContext(
             store=store,
             backend=backend,
             policy=policy,
@@ -138,15 +136,29 @@ class AgentService(ServedInOwnNursery):
             provisional_grace_ms=self.provisional_grace_ms,
             check_admitted=self._fence.check,
             admits=self._fence.admits,
-            model_choices=self._model_choices,
-            known_models=self._known_models,
-            set_trust=lambda generation, root, trusted: self._set_trust(
+            model_choices=models.choices,
+            known_models=models.known,
+            set_trust=lambda generation, root, trusted: self._trust.save(
                 generation, root, trusted, from_lease=True
             ),
             unregister=self._leases.remove,
             declared_commands=lambda: self._command_bounds.of(backend_commands(backend)),
             modes=modes,
             thought_levels=lambda model: backend_thought_levels(backend, model),
+        )
+        self._opener = LeaseOpener(
+            store=store,
+            fence=self._fence,
+            roots=self._roots,
+            models=models,
+            tasks=self._tasks,
+            sweep=self._sweep,
+            leases=self._leases,
+            lease_context=lease_context,
+            installation_id=installation_id,
+            relay_allow_list=self.relay_allow_list,
+            tool_env_allow=self.tool_env_allow,
+            now_ms=self.now_ms,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -167,19 +179,11 @@ class AgentService(ServedInOwnNursery):
         self._wall_anchor_ms = time.time_ns() // 1_000_000
         self._trio_anchor = trio.current_time()
         await self._roots.canonicalise_policy()
-        deleted = await self.store.sweep_provisional(now_ms=self.now_ms(), stranded=True)
-        if deleted:
-            logger.info("start-up sweep deleted %d stranded provisional tasks", len(deleted))
-            self._remember_expired(deleted)
+        await self._sweep.at_start()
         self._fence.ready = True
         task_status.started()
         try:
-            while True:
-                await trio.sleep(PROVISIONAL_SWEEP_INTERVAL_S)
-                try:
-                    await self.sweep_provisional()
-                except Exception:
-                    logger.warning("provisional sweep failed", exc_info=True)
+            await self._sweep.sweep_periodically()
         finally:
             self._fence.ready = False
 
@@ -252,26 +256,11 @@ class AgentService(ServedInOwnNursery):
         recent listing unless ``refresh``; a listing takes at most 30 s, and when it fails or
         times out the previous listing (or only the default) is offered with
         ``refreshed=False``. ``ACCOUNT_CHANGED`` if the account changed meanwhile."""
-        return await self._model_choices(self._fence.admit(), refresh)
+        return await self._account_models.choices(self._fence.admit(), refresh)
 
     def cached_model_choices(self) -> ModelChoices:
         """The last listing for this account, or only the host default: never waits."""
-        generation = self._fence.admit()
-        account = self._fence.account_of(generation)
-        cached = self._models.cached(account, generation)
-        return cached if cached is not None else self._models.default_choices(account)
-
-    def _known_models(self, generation: int) -> ModelChoices | None:
-        if not self._fence.admits(generation):
-            return None
-        cached = self._models.cached(self._fence.account_of(generation), generation)
-        return cached if cached is not None and cached.refreshed else None
-
-    async def _model_choices(self, generation: int, refresh: bool) -> ModelChoices:
-        account = self._fence.account_of(generation)
-        return await self._models.choices(
-            account, generation, lambda: self._fence.generation, refresh=refresh
-        )
+        return self._account_models.cached()
 
     # -- leases ------------------------------------------------------------------------------
 
@@ -281,47 +270,6 @@ class AgentService(ServedInOwnNursery):
         ``INVALID_RELAY`` otherwise; the message names a variable, never a value. Pass the
         result as ``relay=`` to ``serve_new_task``/``serve_task``."""
         return RelayValues.accept(offered, self.relay_allow_list)
-
-    def _tool_context(self, relay: Mapping[str, str] | None) -> ToolContext:
-        if isinstance(relay, RelayValues):
-            # Checked by accept_relay; the allow-list cannot have changed since.
-            return ToolContext(relay, env_allow=self.tool_env_allow)
-        checked = validate_relay_values(relay or {}, self.relay_allow_list)
-        return ToolContext(checked, env_allow=self.tool_env_allow)
-
-    async def _holds_user_message(self, task: TaskRecord) -> bool:
-        """Whether a provisional task's history holds a user message (only a fork's can: a
-        durable task's model lock is its first admitted message)."""
-        if not task.provisional:
-            return False
-        items = await self.store.history(task.id)
-        return any(item.kind is ItemKind.USER for item in items)
-
-    def _open_lease(
-        self,
-        task: TaskRecord,
-        generation: int,
-        *,
-        created_here: bool,
-        tools: ToolContext,
-        goal: GoalRecord | None,
-        history_locked: bool = False,
-    ) -> SessionLease:
-        """The one place a lease is made and registered. ``history_locked``: the task is
-        provisional but its history holds a user message (a fork's copy of a prompted
-        session), so its model is locked as its source's is."""
-        lease = SessionLease(
-            self._lease_context,
-            task=task,
-            generation=generation,
-            installation_id=self.installation_id,
-            created_here=created_here,
-            tools=tools,
-            goal=goal,
-            history_locked=history_locked,
-        )
-        self._leases.add(lease)
-        return lease
 
     async def serve_new_task(
         self,
@@ -348,32 +296,16 @@ class AgentService(ServedInOwnNursery):
         ``turn.roots`` and its file tools reach inside them. Raises ``INVALID_CWD``,
         ``INVALID_RELAY``, ``UNKNOWN_MODEL`` and the admission kinds before anything is created.
         """
-        generation = self._fence.admit()
-        tools = self._tool_context(relay)
-        root = await self._roots.admit(cwd, allowed_roots)
-        additional = await self._roots.admit_additional(additional_directories, allowed_roots)
-        if model is None:
-            model = self.cached_model_choices().default
-        elif model not in await self._model_choices(generation, False):
-            raise RuntimeRejection(RejectionKind.UNKNOWN_MODEL, "the model is not in the catalog")
-        account = self._fence.account_of(generation)
-        now = self.now_ms()
-        record = TaskRecord(
-            id=uuid.uuid4().hex,
-            account=account,
-            root=root,
-            created_ms=now,
-            updated_ms=now,
-            policy=TaskPolicy.CALLER_MEDIATED,
-            surface=surface,
+        await self._opener.serve_new_task(
+            cwd,
+            relay=relay,
+            router_factory=router_factory,
             model=model,
-            provisional=surface is TaskSurface.EXTERNAL,
-            additional_directories=additional,
+            surface=surface,
+            allowed_roots=allowed_roots,
+            additional_directories=additional_directories,
+            task_status=task_status,
         )
-        await self.store.create_task(record)
-        lease = self._open_lease(record, generation, created_here=True, tools=tools, goal=None)
-        # serve() cleans up (and deletes the untouched row) if the lease is never handed out.
-        await lease.serve(router_factory, task_status=task_status)
 
     async def serve_task(
         self,
@@ -402,56 +334,16 @@ class AgentService(ServedInOwnNursery):
         the lease's nursery after the checks and before the lease is returned; if it raises,
         the lease is cleaned up and its exception propagates.
         """
-        generation = self._fence.admit()
-        tools = self._tool_context(relay)
-        root = await self._roots.admit(cwd, allowed_roots)
-        additional = await self._roots.admit_additional(additional_directories, allowed_roots)
-        async with self._sweep_lock:
-            found = await self.store.get_task(task_id)
-            if found is None and task_id in self._expired:
-                raise self._expired_rejection(task_id)
-            account = self._fence.account_of(generation)
-            named = additional
-            if replace_directories and found is not None:
-                named = found.additional_directories
-            task = check_attachable(found, account=account, root=root, additional=named)
-            self._leases.reserve(task_id)
-            try:
-                if task.provisional and task.provisional_expires_ms is not None:
-                    # Held now: the grace sweep must not take it.
-                    task = await self.store.set_provisional_expiry(task_id, None) or task
-            except BaseException:
-                self._leases.unreserve(task_id)
-                raise
-        try:
-            if task.model is not None:
-                choices = await self._model_choices(generation, False)
-                if task.model not in choices:
-                    raise RuntimeRejection(
-                        RejectionKind.MODEL_RETIRED, "the session's model is no longer offered"
-                    )
-            goal = await self.store.get_goal(task_id)
-            history_locked = await self._holds_user_message(task)
-            if frozenset(additional) != frozenset(task.additional_directories):
-                task = await self.store.set_task_directories(task_id, additional) or task
-            self._fence.check(generation)
-        except BaseException:
-            tools.revoke()
-            with trio.CancelScope(shield=True):
-                expiry = found.provisional_expires_ms if found is not None else None
-                if task.provisional and expiry is not None:
-                    await self.store.set_provisional_expiry(task_id, expiry)
-            self._leases.unreserve(task_id)
-            raise
-        lease = self._open_lease(
-            task,
-            generation,
-            created_here=False,
-            tools=tools,
-            goal=goal,
-            history_locked=history_locked,
+        await self._opener.serve_task(
+            task_id,
+            cwd,
+            relay=relay,
+            router_factory=router_factory,
+            allowed_roots=allowed_roots,
+            additional_directories=additional_directories,
+            replace_directories=replace_directories,
+            task_status=task_status,
         )
-        await lease.serve(router_factory, task_status=task_status)
 
     async def fork_task(
         self,
@@ -480,58 +372,16 @@ class AgentService(ServedInOwnNursery):
         holds half a turn whose tool rows would stay unfinished in it. ``UNKNOWN_MESSAGE`` for
         an ``up_to`` the source does not have. Nothing is created when any of these is raised.
         """
-        generation = self._fence.admit()
-        tools = self._tool_context(relay)
-        root = await self._roots.admit(cwd, allowed_roots)
-        source = await self._own_task(generation, task_id)
-        named = source.additional_directories
-        additional = await self._roots.admit_additional(
-            named if additional_directories is None else additional_directories, allowed_roots
+        await self._opener.fork_task(
+            task_id,
+            cwd=cwd,
+            up_to=up_to,
+            relay=relay,
+            router_factory=router_factory,
+            allowed_roots=allowed_roots,
+            additional_directories=additional_directories,
+            task_status=task_status,
         )
-        check_directories(source, root, additional)
-        if source.policy is not TaskPolicy.CALLER_MEDIATED:
-            raise RuntimeRejection(RejectionKind.WRONG_POLICY, "the session is not the caller's")
-        now = self.now_ms()
-        record = TaskRecord(
-            id=uuid.uuid4().hex,
-            account=source.account,
-            root=source.root,
-            created_ms=now,
-            updated_ms=now,
-            policy=TaskPolicy.CALLER_MEDIATED,
-            surface=TaskSurface.EXTERNAL,
-            model=source.model,
-            provisional=True,
-            mode=source.mode,
-            thought_level=source.thought_level,
-            additional_directories=source.additional_directories,
-        )
-        # Checked right before the copy with no await between, and the store runs its work
-        # one call at a time in arrival order: a run that starts after this check writes its
-        # journal after the copy, so the fork holds whole turns only.
-        self._leases.check_idle(task_id)
-        try:
-            await self.store.fork_task(task_id, record, up_to=up_to)
-        except ForkSourceMissing as exc:
-            if exc.message:
-                raise RuntimeRejection(
-                    RejectionKind.UNKNOWN_MESSAGE, "the session has no such message"
-                ) from None
-            raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such session") from None
-        # Shielded: a cancellation between the copy and the lease would strand the copy (no
-        # lease to settle its grace period).
-        with trio.CancelScope(shield=True):
-            history_locked = await self._holds_user_message(record)
-        lease = self._open_lease(
-            record,
-            generation,
-            created_here=True,
-            tools=tools,
-            goal=None,
-            history_locked=history_locked,
-        )
-        # serve() cleans up (and deletes the untouched row) if the lease is never handed out.
-        await lease.serve(router_factory, task_status=task_status)
 
     async def check_root(
         self,
@@ -547,14 +397,13 @@ class AgentService(ServedInOwnNursery):
         must be the task's root (``ROOT_MISMATCH``) and, unless ``replace_directories`` (a
         resume, which names the session's new set), its set of additional directories.
         Returns the admitted directories, for ``lease.replace_router(..., directories=)``."""
-        root = await self._roots.admit(cwd, allowed_roots)
-        additional = await self._roots.admit_additional(additional_directories, allowed_roots)
-        check_directories(
-            lease.task,
-            root,
-            lease.task.additional_directories if replace_directories else additional,
+        return await self._opener.check_root(
+            lease,
+            cwd,
+            allowed_roots=allowed_roots,
+            additional_directories=additional_directories,
+            replace_directories=replace_directories,
         )
-        return additional
 
     # -- tasks -------------------------------------------------------------------------------
 
@@ -571,47 +420,14 @@ class AgentService(ServedInOwnNursery):
         exist lists nothing, one outside the allowed roots (or a relative path) is
         ``INVALID_CWD``. ``INVALID_CURSOR`` for a cursor this service did not issue (for this
         query)."""
-        generation = self._fence.admit()
-        root = None
-        if cwd is not None:
-            root = await self._roots.admit_filter(cwd, allowed_roots)
-            if root is None:
-                self._fence.check(generation)
-                return TaskListing(tasks=(), next_cursor=None)
-        account = self._fence.account_of(generation)
-        query = TaskQuery(
-            account=account,
-            root=root,
-            policy=TaskPolicy.CALLER_MEDIATED,
-            cursor=cursor,
-            limit=max(1, min(limit, MAX_LIST_PAGE)),
+        return await self._tasks.listing(
+            cwd=cwd, cursor=cursor, limit=limit, allowed_roots=allowed_roots
         )
-        try:
-            page = await self.store.list_tasks(query)
-        except InvalidCursor as exc:
-            raise RuntimeRejection(RejectionKind.INVALID_CURSOR, "the cursor is not valid") from exc
-        self._fence.check(generation)
-        tasks = tuple(t for t in page.tasks if self._roots.admits(t.root, allowed_roots))
-        return TaskListing(tasks=tasks, next_cursor=page.next_cursor)
-
-    async def _own_task(self, generation: int, task_id: str) -> TaskRecord:
-        task = await self.store.get_task(task_id)
-        account = self._fence.account_of(generation)
-        if task is None:
-            raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such session")
-        if task.account != account:
-            raise RuntimeRejection(RejectionKind.WRONG_ACCOUNT, "no such session")
-        return task
 
     async def has_task(self, task_id: str) -> bool:
         """Whether the signed-in account has a task by this id (provisional ones included):
         a network client may open a session's stream before it loads the session."""
-        try:
-            generation = self._fence.admit()
-            await self._own_task(generation, task_id)
-        except RuntimeRejection:
-            return False
-        return True
+        return await self._tasks.has(task_id)
 
     async def task_history(
         self, task_id: str, *, allowed_roots: Sequence[str] | None = None
@@ -621,16 +437,7 @@ class AgentService(ServedInOwnNursery):
         model retired or not, its task held or not. With ``allowed_roots`` (a listing
         surface's own roots), only a task that surface may list: caller-mediated, its root
         inside both sets of roots (else ``TASK_NOT_FOUND``, as for an unknown id)."""
-        generation = self._fence.admit()
-        task = await self._own_task(generation, task_id)
-        if allowed_roots is not None and (
-            task.policy is not TaskPolicy.CALLER_MEDIATED
-            or not self._roots.admits(task.root, allowed_roots)
-        ):
-            raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such session")
-        items = await self.store.history(task_id)
-        self._fence.check(generation)
-        return replay_view(items)
+        return await self._tasks.history(task_id, allowed_roots)
 
     def check_idle(self, task_id: str) -> None:
         """``RUN_ACTIVE`` while the task's holder runs a prompt or a goal cycle. A caller that
@@ -644,77 +451,21 @@ class AgentService(ServedInOwnNursery):
         task; ``RUN_ACTIVE`` while a run (a goal cycle included) is active; ``TASK_LEASED``
         while any lease holds it (a caller holding it releases its own lease first). Every
         later operation on the id is ``TASK_NOT_FOUND``."""
-        generation = self._fence.admit()
-        async with self._sweep_lock:
-            task = await self.store.get_task(task_id)
-            account = self._fence.account_of(generation)
-            if task is None or task.account != account:
-                raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such session")
-            self._leases.check_free(task_id)
-            await self.store.delete_task(task_id)
-        logger.info("task %s deleted", task_id)
+        await self._tasks.delete(task_id)
 
     async def sweep_provisional(self) -> list[str]:
         """Delete provisional tasks whose grace expired and that are still untouched."""
-        async with self._sweep_lock:
-            deleted = await self.store.sweep_provisional(now_ms=self.now_ms(), stranded=False)
-        self._remember_expired(deleted)
-        return deleted
-
-    def _remember_expired(self, task_ids: list[str]) -> None:
-        """Keep the ids of swept never-prompted tasks (the newest ones), so a client coming
-        back for one learns that it expired rather than that it never existed."""
-        for task_id in task_ids:
-            self._expired[task_id] = None
-        while len(self._expired) > MAX_REMEMBERED_EXPIRED:
-            del self._expired[next(iter(self._expired))]
-
-    def _expired_rejection(self, task_id: str) -> RuntimeRejection:
-        grace = self.provisional_grace_ms / 1000
-        return RuntimeRejection(
-            RejectionKind.TASK_NOT_FOUND,
-            f"session {task_id} expired before its first prompt",
-            detail=(
-                f"a session that was never prompted is kept {grace:.0f} s after its client "
-                "disconnects, then deleted; the host's grace setting (serve --grace) sets how long"
-            ),
-        )
+        return await self._sweep.sweep()
 
     # -- trust -------------------------------------------------------------------------------
 
     async def project_trust(self, cwd: str) -> bool | None:
-        generation = self._fence.admit()
-        root = await canonical_directory(cwd)
-        account = self._fence.account_of(generation)
-        return await self.store.get_trust(account, root)
+        return await self._trust.decision(cwd)
 
     async def set_project_trust(self, cwd: str, trusted: bool | None) -> None:
         """Save (or, with ``None``, forget) the account's decision for a project.
         ``TRUST_BUSY`` while a task of that project is leased or running."""
-        generation = self._fence.admit()
-        root = await canonical_directory(cwd)
-        await self._set_trust(generation, root, trusted, from_lease=False)
-
-    async def _set_trust(
-        self,
-        generation: int,
-        root: str,
-        trusted: bool | None,
-        *,
-        from_lease: bool,
-    ) -> None:
-        """Save the decision unless a task of the project is running, or, when a host asks
-        (not a lease), leased at all."""
-        account = self._fence.account_of(generation)
-        for lease in self._leases.leases():
-            if lease.task.root != root:
-                continue
-            if lease.active_run is not None or (not from_lease and not lease.revoked):
-                raise RuntimeRejection(
-                    RejectionKind.TRUST_BUSY, "a session of this project is running or in use"
-                )
-        await self.store.set_trust(account, root, trusted, now_ms=self.now_ms())
-        self._fence.check(generation)
+        await self._trust.decide(cwd, trusted)
 
 
 def _held(lease: SessionLease) -> HeldTask:
