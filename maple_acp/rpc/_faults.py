@@ -37,3 +37,11 @@ class PeerFaults:
         if len(line) > MAX_PEER_FAULT_CHARS:
             line = line[: MAX_PEER_FAULT_CHARS - 1] + "…"
         logger.log(logging.INFO if first else logging.DEBUG, "%s", line)
+
+
+def went_away(doing: str, exc: BaseException) -> str:
+    """The close reason for a transport that failed under us while ``doing`` (reading or
+    writing): the other side reset or closed its end. That is how a client quits, so the
+    reason reads as one calm event; what the transport said is detail, kept at DEBUG."""
+    logger.debug("the transport failed while %s: %r", doing, exc)
+    return "the other side went away"

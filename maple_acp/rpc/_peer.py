@@ -35,7 +35,7 @@ from ._envelope import (
     split_batch,
 )
 from ._exceptions import ConnectionClosed, FrameTooLong
-from ._faults import PeerFaults
+from ._faults import PeerFaults, went_away
 from ._framing import MAX_LINE_BYTES, LineFramer
 from ._handling import NotificationHandler, OrderKey, RequestHandler
 from ._inbound import CANCEL_REQUEST_METHOD, MAX_CONCURRENT_REQUESTS, InboundRequests
@@ -424,7 +424,7 @@ class JsonRpcPeer:
                 while drain_waiters and drain_waiters[0][0] <= self._written:
                     drain_waiters.popleft()[1].set()
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self._end(_went_away("writing", exc))
+            self._end(went_away("writing", exc))
 
     # --- receiving --------------------------------------------------------------------------
 
@@ -435,7 +435,7 @@ class JsonRpcPeer:
                 try:
                     data = await self._stream.receive_some(READ_CHUNK_BYTES)
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                    reason = _went_away("reading", exc)
+                    reason = went_away("reading", exc)
                     break
                 if not data:
                     last = self._framer.feed_eof()
@@ -596,11 +596,3 @@ class JsonRpcPeer:
         held action is kept until then: the caller bounds how many it holds (one per key,
         say, as a later action can stand for an earlier one)."""
         self._requests.admission.in_order(self._frames_received, key, callback)
-
-
-def _went_away(doing: str, exc: BaseException) -> str:
-    """The close reason for a transport that failed under us: the other side reset or closed
-    its end. That is how a client quits, so the reason reads as one calm event; what the
-    transport said is detail, kept at DEBUG."""
-    logger.debug("the transport failed while %s: %r", doing, exc)
-    return "the other side went away"
