@@ -195,12 +195,14 @@ from maple_acp.runtime._attachments import (
 )
 from maple_acp.runtime._backend import (
     AgentBackend,
+    Backend,
     CommandSource,
     GoalProgress,
     PromptContentSource,
     ThoughtLevelSource,
     TurnFailed,
     TurnResult,
+    declared_backend,
 )
 from maple_acp.runtime._barrier import PromptClaim
 from maple_acp.runtime._errors import (
@@ -348,6 +350,7 @@ __all__ = [
     "AgentBackend",
     "AgentService",
     "AskForTools",
+    "Backend",
     "CommandInfo",
     "CommandSource",
     "CommandsChanged",
@@ -444,6 +447,7 @@ __all__ = [
     "check_embedded_text",
     "check_image",
     "check_image_count",
+    "declared_backend",
     "describe_image",
     "edit_text_async",
     "external_mcp_spec",
