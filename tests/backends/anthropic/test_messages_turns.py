@@ -165,7 +165,9 @@ def test_the_kind_defaults_to_openai_and_a_bad_kind_is_one_line() -> None:
         assert str(caught.value) == (
             "f: providers[0].kind: must be the name of an engine kind, such as 'openai'"
         )
-    with pytest.raises(ProviderConfigError, match=r"^the command line: --provider-kind: 'nope' is not an installed"):
+    with pytest.raises(
+        ProviderConfigError, match=r"^the command line: --provider-kind: 'nope' is not an installed"
+    ):
         provider_config_from_flags("http://127.0.0.1:9/v1", "m", kind="nope")
 
 
