@@ -9,7 +9,15 @@ from collections.abc import Mapping, Sequence
 import trio
 
 from maple_acp.backends.provider import ProviderConfig, split_model_id
-from maple_acp.runtime import Backend, CommandInfo, PromptCapabilities, Turn, TurnFailed, TurnResult
+from maple_acp.runtime import (
+    Backend,
+    CommandInfo,
+    PromptCapabilities,
+    Turn,
+    TurnFailed,
+    TurnResult,
+    warm_up_quietly,
+)
 
 
 class ProviderRouter(Backend):
@@ -32,10 +40,10 @@ class ProviderRouter(Backend):
         return None if entry is None else self._backends.get(entry.kind)
 
     async def warm_up(self) -> None:
-        """Every backend's warm-up at once (each never raises)."""
+        """Every backend's warm-up at once; one failing leaves the others warming."""
         async with trio.open_nursery() as nursery:
             for backend in self._backends.values():
-                nursery.start_soon(backend.warm_up)
+                nursery.start_soon(warm_up_quietly, backend)
 
     async def aclose(self) -> None:
         """Close every backend (their HTTP clients)."""

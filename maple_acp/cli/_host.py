@@ -181,7 +181,12 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
 
     from maple_acp.backends import ProviderCatalog
     from maple_acp.edge import AcpService, HostLifecycle
-    from maple_acp.runtime import DEFAULT_PROVISIONAL_GRACE_S, AgentService, declared_backend
+    from maple_acp.runtime import (
+        DEFAULT_PROVISIONAL_GRACE_S,
+        AgentService,
+        declared_backend,
+        warm_up_quietly,
+    )
     from maple_acp.store import SqliteTaskStore
 
     config = _service_config(options)
@@ -220,7 +225,7 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
                     from maple_acp.net import serve_network
 
                     engine.http = await nursery.start(serve_network, acp, options.network)
-                nursery.start_soon(backend.warm_up)
+                nursery.start_soon(warm_up_quietly, backend)
                 if probing:
                     # After the socket is up: a provider that is down never delays serving.
                     nursery.start_soon(check_engine, catalog, engine)

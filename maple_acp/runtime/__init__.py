@@ -203,6 +203,7 @@ from maple_acp.runtime._backend import (
     TurnFailed,
     TurnResult,
     declared_backend,
+    warm_up_quietly,
 )
 from maple_acp.runtime._barrier import PromptClaim
 from maple_acp.runtime._errors import (
@@ -456,6 +457,7 @@ __all__ = [
     "resolve_in_root",
     "sniff_image",
     "validate_relay_values",
+    "warm_up_quietly",
     "within_roots",
     "write_text_async",
 ]

@@ -234,6 +234,16 @@ def declared_backend(backend: AgentBackend) -> Backend:
     return backend if isinstance(backend, Backend) else _StructuralBackend(backend)
 
 
+async def warm_up_quietly(backend: Backend) -> None:
+    """``backend.warm_up()``, its failure logged instead of raised: a host starts it in its
+    own nursery, which an engine's failure to prepare must not bring down (its first turn
+    meets the same failure and says it)."""
+    try:
+        await backend.warm_up()
+    except Exception as exc:
+        logger.warning("the agent backend could not warm up (%s)", type(exc).__name__)
+
+
 def backend_commands(backend: AgentBackend) -> Sequence[CommandInfo]:
     """The backend's commands, or none if it declares none (or fails to list them)."""
     try:

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+import trio.lowlevel
 
 import maple_acp
 from maple_acp.backends import ProviderUnavailable, build_backend, load_provider_config
@@ -31,7 +33,7 @@ from maple_acp.backends.provider import (
     installed_kinds,
 )
 from maple_acp.backends.provider._kinds import checkout_registrations, installed_registrations
-from maple_acp.runtime import Backend, Turn
+from maple_acp.runtime import Backend, Turn, warm_up_quietly
 
 CHECKOUT = Path(maple_acp.__file__).resolve().parents[1]
 
@@ -299,3 +301,67 @@ async def test_check_provider_alone_finds_its_kinds_listing() -> None:
     config = load_provider_config(raw(base_url="http://127.0.0.1:9/v1"), "f")
     check = await check_provider(config, config.providers[0], None, bound_s=2.0)
     assert check.state == "unreachable"
+
+
+class SleepyBackend(RegionBackend):
+    async def warm_up(self) -> None:
+        raise RuntimeError("asleep")
+
+
+class SleepyKind(RegionKind):
+    name = "sleepy"
+
+    def build(
+        self, config: ProviderConfig, keys: ProviderKeys, options: EngineOptions
+    ) -> BuiltEngine:
+        return BuiltEngine(SleepyBackend(config))
+
+
+class WarmBackend(RegionBackend):
+    warmed = False
+
+    async def warm_up(self) -> None:
+        await trio.lowlevel.checkpoint()
+        self.warmed = True
+
+    def thought_levels(self, model_id: str | None) -> tuple[str, ...]:
+        return ("hot",) if self.warmed else ()
+
+
+class WarmKind(RegionKind):
+    name = "warm"
+
+    def build(
+        self, config: ProviderConfig, keys: ProviderKeys, options: EngineOptions
+    ) -> BuiltEngine:
+        return BuiltEngine(WarmBackend(config))
+
+
+async def test_a_kind_failing_to_warm_up_leaves_the_others_warming(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kinds = registry(
+        Registration("sleepy", f"{__name__}:SleepyKind", "sleepy-engine"),
+        Registration("warm", f"{__name__}:WarmKind", "warm-engine"),
+    )
+    mixed = {
+        "providers": [
+            {
+                "name": name,
+                "kind": name,
+                "base_url": "http://127.0.0.1:9/v1",
+                "models": ["m"],
+                "region": "north",
+            }
+            for name in ("sleepy", "warm")
+        ]
+    }
+    backend, _ = build_backend(load_provider_config(mixed, "f", kinds=kinds), {}, kinds=kinds)
+    async with backend:
+        await warm_up_quietly(backend)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "the agent backend could not warm up (RuntimeError)"
+    ]
+    # The router asks the model's own backend, which did warm up.
+    assert tuple(backend.thought_levels("warm/m")) == ("hot",)
+    assert tuple(backend.thought_levels("sleepy/m")) == ()

@@ -57,6 +57,10 @@ class EchoBackend(Backend):
     def thought_levels(self, model_id: str | None) -> tuple[str, ...]:
         return ("quiet", "loud")
 
+    async def warm_up(self) -> None:
+        # An engine that fails to prepare: the host logs it and serves on.
+        raise RuntimeError("the parrot is asleep")
+
     async def run_turn(self, turn: Turn) -> None:
         provider, model = split_model_id(turn.model or self._config.default_model)
         entry = self._config.provider(provider)

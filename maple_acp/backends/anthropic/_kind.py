@@ -30,8 +30,13 @@ INSTALL_HINT = "pip install 'maple-acp[anthropic]'"
 class MessagesModels(ModelListing):
     """``GET /v1/models`` with the SDK's key header and ``anthropic-version``."""
 
+    def __init__(self) -> None:
+        self._imported = False
+
     async def ready(self) -> None:
-        await trio.to_thread.run_sync(import_sdk, abandon_on_cancel=True)
+        if not self._imported:
+            await trio.to_thread.run_sync(import_sdk, abandon_on_cancel=True)
+            self._imported = True
 
     @asynccontextmanager
     async def open_models(
