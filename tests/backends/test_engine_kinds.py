@@ -5,6 +5,7 @@ broken registration is refused in one line, the built-in kinds come from this pr
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -365,3 +366,23 @@ async def test_a_kind_failing_to_warm_up_leaves_the_others_warming(
     # The router asks the model's own backend, which did warm up.
     assert tuple(backend.thought_levels("warm/m")) == ("hot",)
     assert tuple(backend.thought_levels("sleepy/m")) == ()
+
+
+def test_entry_points_on_the_path_are_found_and_a_bad_name_is_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    info = tmp_path / "parrot_engine-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: parrot-engine\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        f"[{ENTRY_POINT_GROUP}]\nparrot = {__name__}:REGIONAL\nParrot Two = {__name__}:REGIONAL\n"
+    )
+    monkeypatch.syspath_prepend(os.fspath(tmp_path))
+    found = {(each.name, each.distribution) for each in installed_registrations()}
+    assert ("parrot", "parrot-engine") in found
+    assert {"openai", "anthropic"} <= {name for name, _ in found}
+    assert not [name for name, _ in found if name.startswith("Parrot")]
+    assert [r.getMessage() for r in caplog.records] == [
+        "ignoring the engine kind 'Parrot Two' of parrot-engine: a kind's name is lower-case "
+        "letters, digits, '.', '_' or '-'"
+    ]

@@ -17,7 +17,6 @@ stands in for its distribution's entry points.
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
 import re
 import tomllib
@@ -199,12 +198,14 @@ class EngineKinds:
 
     @staticmethod
     def _load(registration: Registration) -> EngineKind:
+        import importlib.metadata
+
         named = f"{registration.name!r} ({registration.distribution}: {registration.value})"
-        module_name, _, attribute = registration.value.partition(":")
+        point = importlib.metadata.EntryPoint(
+            registration.name, registration.value, ENTRY_POINT_GROUP
+        )
         try:
-            target: Any = importlib.import_module(module_name.strip())
-            for part in attribute.strip().split(".") if attribute.strip() else ():
-                target = vars(target)[part]
+            target: Any = point.load()
         except Exception as exc:
             raise KindUnavailable(
                 f"the engine kind {named} could not be loaded: {type(exc).__name__}: {exc}"
@@ -236,7 +237,18 @@ def installed_registrations() -> list[Registration]:
         if checkout is not None and _normalized(distribution) == _OWN_DISTRIBUTION:
             continue
         found.append(Registration(point.name, point.value, distribution))
-    return [each for each in found if _KIND_NAME.match(each.name) or _refused(each)]
+    kept = []
+    for each in found:
+        if _KIND_NAME.match(each.name):
+            kept.append(each)
+        else:
+            logger.warning(
+                "ignoring the engine kind %r of %s: a kind's name is lower-case letters, "
+                "digits, '.', '_' or '-'",
+                each.name[:80],
+                each.distribution,
+            )
+    return kept
 
 
 def checkout_registrations(root: Path) -> list[Registration] | None:
@@ -257,13 +269,3 @@ def checkout_registrations(root: Path) -> list[Registration] | None:
 
 def _normalized(distribution: str) -> str:
     return re.sub(r"[-_.]+", "-", distribution).lower()
-
-
-def _refused(registration: Registration) -> bool:
-    logger.warning(
-        "ignoring the engine kind %r of %s: a kind's name is lower-case letters, digits, "
-        "'.', '_' or '-'",
-        registration.name[:80],
-        registration.distribution,
-    )
-    return False
