@@ -7,7 +7,7 @@ and overrides what it has; the runtime and the host call those members directly.
 
 A backend written before ``Backend`` existed declared its optional members by their
 structure (the small protocols below); :func:`declared_backend` gives it the same whole
-protocol, asking each of those protocols once per call, through ``isinstance``.
+protocol, asking each of those protocols once (``isinstance``) when it makes the view.
 """
 
 from __future__ import annotations
@@ -178,51 +178,55 @@ class _Closes(Protocol):
 
 class _StructuralBackend(Backend):
     """A backend that does not subclass :class:`Backend`, seen through the whole protocol: a
-    member it defines (by the old structural protocols) is its own, any other the default."""
+    member it defines (by the old structural protocols, asked once, when the view is made) is
+    its own, any other the default."""
 
     def __init__(self, backend: AgentBackend) -> None:
         self._backend = backend
+        self._commands = backend if isinstance(backend, CommandSource) else None
+        self._levels = backend if isinstance(backend, ThoughtLevelSource) else None
+        self._content = backend if isinstance(backend, _DeclaresContent) else None
+        self._images = backend if isinstance(backend, _JudgesImages) else None
+        self._warms = backend if isinstance(backend, _WarmsUp) else None
+        self._closes = backend if isinstance(backend, _Closes) else None
+        self._context = backend if isinstance(backend, AbstractAsyncContextManager) else None
 
     async def run_turn(self, turn: Turn) -> TurnResult | None:
         return await self._backend.run_turn(turn)
 
     def available_commands(self) -> Sequence[CommandInfo]:
-        if isinstance(self._backend, CommandSource):
-            return self._backend.available_commands()
-        return ()
+        return () if self._commands is None else self._commands.available_commands()
 
     def thought_levels(self, model_id: str | None) -> Sequence[str]:
-        if isinstance(self._backend, ThoughtLevelSource):
-            return self._backend.thought_levels(model_id)
-        return ()
+        return () if self._levels is None else self._levels.thought_levels(model_id)
 
     @property
     def prompt_capabilities(self) -> PromptCapabilities:
-        if isinstance(self._backend, _DeclaresContent):
-            return self._backend.prompt_capabilities
-        return PromptCapabilities()
+        if self._content is None:
+            return PromptCapabilities()
+        return self._content.prompt_capabilities
 
     def accepts_images(self, model_id: str | None) -> bool:
-        if isinstance(self._backend, _JudgesImages):
-            return self._backend.accepts_images(model_id)
-        return super().accepts_images(model_id)
+        if self._images is None:
+            return super().accepts_images(model_id)
+        return self._images.accepts_images(model_id)
 
     async def warm_up(self) -> None:
-        if isinstance(self._backend, _WarmsUp):
-            await self._backend.warm_up()
+        if self._warms is not None:
+            await self._warms.warm_up()
 
     async def aclose(self) -> None:
-        if isinstance(self._backend, _Closes):
-            await self._backend.aclose()
+        if self._closes is not None:
+            await self._closes.aclose()
 
     async def __aenter__(self) -> Self:
-        if isinstance(self._backend, AbstractAsyncContextManager):
-            await self._backend.__aenter__()
+        if self._context is not None:
+            await self._context.__aenter__()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        if isinstance(self._backend, AbstractAsyncContextManager):
-            await self._backend.__aexit__(*exc_info)  # type: ignore[arg-type]
+        if self._context is not None:
+            await self._context.__aexit__(*exc_info)  # type: ignore[arg-type]
         else:
             await self.aclose()
 
