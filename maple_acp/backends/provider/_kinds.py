@@ -41,7 +41,8 @@ ENTRY_POINT_GROUP: Final = "maple_acp.engines"
 #: This project's distribution, whose registrations a checkout's ``pyproject.toml`` replaces.
 _OWN_DISTRIBUTION: Final = "maple-acp"
 #: A kind's name is what a user types in ``kind = "..."``: short and plain.
-_KIND_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}\Z")
+MAX_KIND_NAME_CHARS: Final = 64
+_KIND_NAME = re.compile(rf"[a-z0-9][a-z0-9_.-]{{0,{MAX_KIND_NAME_CHARS - 1}}}\Z")
 
 
 class SettingError(MapleAcpError):
