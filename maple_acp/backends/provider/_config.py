@@ -1,6 +1,7 @@
 """The provider configuration: ``[[providers]]``, ``default_model``, ``system_prompt`` and
 ``max_rate_limit_wait`` as read from ``config.toml`` (or built from ``serve --provider-url``),
-checked once, into plain values.
+checked once, into plain values. This module reads the foundation's keys; each provider's kind
+and the kind's own settings are read by ``_reading``, through the registry (``_kinds``).
 
 No SDK import here: a host may validate its configuration without the ``openai`` extra.
 """
