@@ -1,8 +1,10 @@
-"""Implementations of the runtime's ``AgentBackend`` protocol (the host injects one): the
-scripted demo, and the provider layer: :func:`build_backend` over the engines
-(``openai``, ``anthropic``), which stand on ``maple_acp.backends.provider``."""
+"""Implementations of the runtime's backend protocol (the host injects one): the scripted
+demo, and the provider layer: :func:`build_backend` over the engine kinds registered under
+the ``maple_acp.engines`` entry points (the built-in ones stand on
+``maple_acp.backends.provider``, as any other kind may)."""
 
 from maple_acp.backends._build import ProviderUnavailable, build_backend, provider_policy
+from maple_acp.backends._catalog import ProviderCatalog
 from maple_acp.backends.demo import DemoBackend, demo_catalog, demo_policy
 from maple_acp.backends.provider import (
     FLAG_PROVIDER_NAME,
@@ -21,6 +23,7 @@ __all__ = [
     "DemoBackend",
     "ModelPrices",
     "ModelSettings",
+    "ProviderCatalog",
     "ProviderConfig",
     "ProviderConfigError",
     "ProviderEntry",

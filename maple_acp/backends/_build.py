@@ -1,38 +1,32 @@
 """The provider layer's top: :func:`build_backend` makes the engine (or the router over
 several) and the model catalog for a configuration, with the permission policy for their
-tools. The engines are imported here only for the kinds a configuration uses."""
+tools. Each provider's kind comes from the registry of engine kinds (``maple_acp.engines``
+entry points); only the kinds a configuration names are imported, and no SDK."""
 
 from __future__ import annotations
 
 import importlib.util
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from maple_acp._exceptions import MapleAcpError
 from maple_acp.backends._catalog import ProviderCatalog
-from maple_acp.backends._routing import KindBackend, ProviderRouter
+from maple_acp.backends._routing import ProviderRouter
 from maple_acp.backends.provider import (
-    ANTHROPIC_KIND,
+    BACKOFF_S,
     FLAG_SOURCE,
     MAX_TURN_REQUESTS,
-    OPENAI_KIND,
+    EngineKind,
+    EngineKinds,
+    EngineOptions,
+    ModelListing,
     ProviderConfig,
     ProviderConfigError,
     ProviderKeys,
     RequestTimeouts,
+    installed_kinds,
+    kind_of,
 )
-from maple_acp.runtime import AskForTools
-
-#: What each kind's engine needs installed, and the install that brings it.
-_SDK_PACKAGES = {OPENAI_KIND: ("openai", "httpx2"), ANTHROPIC_KIND: ("anthropic", "httpx2")}
-_MISSING = {
-    OPENAI_KIND: "the OpenAI-compatible provider needs the openai package: "
-    "pip install -e '.[openai]' in a checkout of maple-acp, "
-    "or pip install 'maple-acp[openai]' from a package index",
-    ANTHROPIC_KIND: "the Anthropic provider needs the anthropic package: "
-    "pip install -e '.[anthropic]' in a checkout of maple-acp, "
-    "or pip install 'maple-acp[anthropic]' from a package index",
-}
+from maple_acp.runtime import AskForTools, Backend, declared_backend
 
 
 class ProviderUnavailable(MapleAcpError):
@@ -52,23 +46,29 @@ def build_backend(
     timeouts: RequestTimeouts | None = None,
     max_turn_requests: int | None = None,
     backoff: Sequence[float] | None = None,
-) -> tuple[KindBackend, ProviderCatalog]:
+    kinds: EngineKinds | None = None,
+) -> tuple[Backend, ProviderCatalog]:
     """The backend and the model catalog for ``config``. Each provider's key is read from
-    ``env`` (usually ``os.environ``) here, once, and kept only in memory. Providers of
-    ``kind = "anthropic"`` get the Anthropic Messages engine; a configuration mixing kinds
-    gets one backend routing each turn by its model's provider.
+    ``env`` (usually ``os.environ``) here, once, and kept only in memory. Each provider's
+    ``kind`` names its engine in ``kinds`` (the installed kinds by default); a configuration
+    mixing kinds gets one backend routing each turn by its model's provider.
 
-    Raises ``ProviderUnavailable`` without the extra of a configured kind (``openai`` or
-    ``anthropic``: an Anthropic-only configuration needs no ``openai`` package), and
-    ``ProviderConfigError`` when a named key variable is unset or empty (naming the variable,
-    never a value)."""
-    kinds = {entry.kind for entry in config.providers}
+    Raises ``ProviderUnavailable`` when a configured kind's package is missing (an
+    Anthropic-only configuration needs no ``openai`` package), and ``ProviderConfigError``
+    for a kind that is not installed, a named key variable that is unset or empty (naming the
+    variable, never a value), or a provider without ``models`` whose kind cannot list them."""
+    registry = installed_kinds() if kinds is None else kinds
+    used: dict[str, EngineKind] = {}
+    for index, entry in enumerate(config.providers):
+        used[entry.kind] = kind_of(entry, registry, config.source, f"providers[{index}]")
     # Only whether each SDK is there: importing one takes longer than the host's whole start,
     # so a backend imports it in the background once the host serves (``warm_up``).
-    for kind in sorted(kinds):
-        for package in _SDK_PACKAGES[kind]:
+    for _name, kind in sorted(used.items()):
+        for package in kind.requires:
             if importlib.util.find_spec(package) is None:
-                raise ProviderUnavailable(_MISSING[kind])
+                raise ProviderUnavailable(
+                    f"the {kind.display_name} provider needs the {package} package: {kind.install}"
+                )
 
     keys: dict[str, str | None] = {}
     for index, entry in enumerate(config.providers):
@@ -87,24 +87,25 @@ def build_backend(
             )
         keys[entry.name] = value
     held = ProviderKeys(keys)
-    options: dict[str, Any] = {
-        "timeouts": timeouts,
-        "max_turn_requests": max_turn_requests or MAX_TURN_REQUESTS,
-        **({"backoff": backoff} if backoff is not None else {}),
-    }
-    backends: dict[str, KindBackend] = {}
-    sdk = None
-    if OPENAI_KIND in kinds:
-        from maple_acp.backends.openai import ProviderBackend, SdkLoader
-
-        # One import of the SDK, in a worker thread, for the backend and the catalog alike.
-        sdk = SdkLoader()
-        backends[OPENAI_KIND] = ProviderBackend(config, held, sdk=sdk, **options)
-    if ANTHROPIC_KIND in kinds:
-        from maple_acp.backends.anthropic import AnthropicBackend
-
-        backends[ANTHROPIC_KIND] = AnthropicBackend(config, held, **options)
-    catalog = ProviderCatalog(config, held, sdk=sdk)
+    options = EngineOptions(
+        timeouts=timeouts,
+        max_turn_requests=max_turn_requests or MAX_TURN_REQUESTS,
+        backoff=BACKOFF_S if backoff is None else tuple(backoff),
+    )
+    backends: dict[str, Backend] = {}
+    listings: dict[str, ModelListing] = {}
+    for name, kind in used.items():
+        built = kind.build(config, held, options)
+        backends[name] = declared_backend(built.backend)
+        if built.listing is not None:
+            listings[name] = built.listing
+    for index, entry in enumerate(config.providers):
+        if entry.models is None and entry.kind not in listings:
+            raise ProviderConfigError(
+                f"{config.source}: providers[{index}].models: is required: the "
+                f"{used[entry.kind].display_name} engine does not list its models"
+            )
+    catalog = ProviderCatalog(config, held, listings=listings)
     if len(backends) == 1:
         (backend,) = backends.values()
         return backend, catalog

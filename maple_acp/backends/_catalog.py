@@ -1,19 +1,19 @@
 """The model catalog of the configured providers (:class:`ProviderCatalog`): ``provider/model``
 ids read from the configuration, or discovered from each provider's model listing within the
-discovery bound, in the shape of each provider's own API (``_listing``).
+discovery bound, in the shape of each provider's own API (its kind's ``ModelListing``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import trio
 
 from maple_acp._groups import single_exception
-from maple_acp.backends._listing import open_model_lister, ready_for
 from maple_acp.backends.provider import (
+    ModelListing,
     ProviderConfig,
     ProviderEntry,
     ProviderKeys,
@@ -25,7 +25,6 @@ from maple_acp.runtime import MODEL_DISCOVERY_BOUND_S, ModelInfo
 
 if TYPE_CHECKING:
     from maple_acp.backends._probe import ProviderCheck
-    from maple_acp.backends.openai import SdkLoader
 
 logger = logging.getLogger(__name__)
 
@@ -53,15 +52,16 @@ class ProviderCatalog:
         keys: ProviderKeys,
         *,
         timeouts: RequestTimeouts | None = None,
-        sdk: SdkLoader | None = None,
+        listings: Mapping[str, ModelListing] | None = None,
     ) -> None:
         self._config = config
         self._keys = keys
         self._timeouts = timeouts or RequestTimeouts(read=MODEL_DISCOVERY_BOUND_S)
         self._tls = TlsContext()
-        #: The OpenAI-compatible engine's SDK loader, shared with its backend
-        #: (``build_backend``): one import for both. ``None`` without such a provider.
-        self._sdk = sdk
+        #: How each kind's providers list their models, by kind, as the kind built them with
+        #: its backend (``build_backend``): one SDK import serves both. A kind missing here
+        #: lists none.
+        self._listings = dict(listings or {})
 
     def default_model(self, account: str) -> ModelInfo:
         return self._info(self._config.default_model)
@@ -71,8 +71,11 @@ class ProviderCatalog:
         from maple_acp.backends._probe import check_providers
 
         # Before the checks' own bound starts: an import is not a slow provider.
-        await ready_for(self._config.providers, self._sdk)
-        return await check_providers(self._config, self._keys)
+        for kind in {entry.kind for entry in self._config.providers}:
+            listing = self._listings.get(kind)
+            if listing is not None:
+                await listing.ready()
+        return await check_providers(self._config, self._keys, self._listings)
 
     def pending_checks(self) -> Sequence[ProviderCheck]:
         from maple_acp.backends._probe import pending_checks
@@ -90,16 +93,19 @@ class ProviderCatalog:
         return models
 
     async def _discover(self, entry: ProviderEntry) -> list[str]:
-        await ready_for([entry], self._sdk)
+        listing = self._listings.get(entry.kind)
+        if listing is None:
+            return []
+        await listing.ready()
         names: list[str] = []
         with trio.move_on_after(MODEL_DISCOVERY_BOUND_S) as scope:
             try:
-                async with open_model_lister(
+                async with listing.open_models(
                     entry, self._keys.key_for(entry.name), self._timeouts, self._tls
-                ) as client:
-                    async for model in client.models.list():
-                        if isinstance(model.id, str) and model.id.strip():
-                            names.append(model.id)
+                ) as models:
+                    async for model in models:
+                        if isinstance(model, str) and model.strip():
+                            names.append(model)
                         if len(names) >= MAX_DISCOVERED_MODELS:
                             break
             except Exception as exc:

@@ -13,21 +13,22 @@ laptop goes offline; the provider may be back by the first prompt).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import attrs
 import trio
 
 from maple_acp._groups import single_exception
-from maple_acp.backends._listing import open_model_lister
 from maple_acp.backends.provider import (
     FLAG_SOURCE,
+    ModelListing,
     ProviderConfig,
     ProviderEntry,
     ProviderKeys,
     RequestTimeouts,
     TlsContext,
+    installed_kinds,
     split_model_id,
     where,
 )
@@ -47,6 +48,8 @@ UNREACHABLE: Final = "unreachable"
 UNAUTHORIZED: Final = "unauthorized"
 MODEL_UNKNOWN: Final = "model unknown"
 FAILING: Final = "failing"
+#: The provider's kind lists no models, so there is nothing to ask it at start.
+NOT_CHECKED: Final = "not checked"
 
 
 @attrs.frozen(kw_only=True)
@@ -64,7 +67,7 @@ class ProviderCheck:
 
     @property
     def ok(self) -> bool:
-        return self.state == REACHABLE
+        return self.state in (REACHABLE, NOT_CHECKED)
 
     def line(self) -> str:
         """One log line: ``provider "NAME" at ADDRESS: STATE...`` (quoted: the provider of
@@ -113,6 +116,15 @@ def _expected_models(config: ProviderConfig, entry: ProviderEntry) -> list[str]:
     return [model] if provider == entry.name else []
 
 
+def _not_listed(entry: ProviderEntry) -> ProviderCheck:
+    return ProviderCheck(
+        name=entry.name,
+        address=where(entry),
+        state=NOT_CHECKED,
+        detail=f"the {entry.kind} engine does not list its models",
+    )
+
+
 async def check_provider(
     config: ProviderConfig,
     entry: ProviderEntry,
@@ -120,17 +132,23 @@ async def check_provider(
     *,
     bound_s: float = PROBE_BOUND_S,
     tls: TlsContext | None = None,
+    listing: ModelListing | None = None,
 ) -> ProviderCheck:
-    """Ask ``entry`` for ``GET /models`` within ``bound_s`` and say what that shows."""
+    """Ask ``entry`` for its models (``GET /models``, in its kind's shape: ``listing``, by
+    default its kind's own) within ``bound_s`` and say what that shows."""
     address = where(entry)
+    if listing is None:
+        listing = installed_kinds().get(entry.kind).listing()
+    if listing is None:
+        return _not_listed(entry)
     timeouts = RequestTimeouts(connect=bound_s, read=bound_s, write=bound_s, pool=bound_s)
     names: list[str] = []
     with trio.move_on_after(bound_s) as scope:
         try:
-            async with open_model_lister(entry, key, timeouts, tls) as client:
-                async for model in client.models.list():
-                    if isinstance(model.id, str) and model.id.strip():
-                        names.append(model.id)
+            async with listing.open_models(entry, key, timeouts, tls or TlsContext()) as models:
+                async for model in models:
+                    if isinstance(model, str) and model.strip():
+                        names.append(model)
                     if len(names) >= MAX_PROBED_MODELS:
                         break
         except Exception as exc:
@@ -175,15 +193,25 @@ async def check_provider(
 
 
 async def check_providers(
-    config: ProviderConfig, keys: ProviderKeys, *, bound_s: float = PROBE_BOUND_S
+    config: ProviderConfig,
+    keys: ProviderKeys,
+    listings: Mapping[str, ModelListing],
+    *,
+    bound_s: float = PROBE_BOUND_S,
 ) -> Sequence[ProviderCheck]:
-    """Check every provider at once (in configuration order), each within ``bound_s``."""
+    """Check every provider at once (in configuration order), each within ``bound_s``, with
+    its kind's listing in ``listings`` (a kind missing there lists no models)."""
     results: list[ProviderCheck | None] = [None] * len(config.providers)
     tls = TlsContext()
 
     async def one(index: int, entry: ProviderEntry) -> None:
-        results[index] = await check_provider(
-            config, entry, keys.key_for(entry.name), bound_s=bound_s, tls=tls
+        listing = listings.get(entry.kind)
+        results[index] = (
+            await check_provider(
+                config, entry, keys.key_for(entry.name), bound_s=bound_s, tls=tls, listing=listing
+            )
+            if listing is not None
+            else _not_listed(entry)
         )
 
     async with trio.open_nursery() as nursery:

@@ -1,38 +1,37 @@
-"""One ``AgentBackend`` over several: each turn goes to the backend of its model's provider
-kind (``openai`` or ``anthropic``), so one configuration may mix engines. The router offers
-the commands its backends offer (``/compact``: every engine's), none of its own."""
+"""One backend over several: each turn goes to the backend of its model's provider kind, so
+one configuration may mix engines. The router offers the commands its backends offer
+(``/compact``: every engine's), none of its own."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Mapping, Sequence
 
 import trio
 
 from maple_acp.backends.provider import ProviderConfig, split_model_id
-from maple_acp.runtime import CommandInfo, PromptCapabilities, Turn, TurnFailed, TurnResult
+from maple_acp.runtime import (
+    Backend,
+    CommandInfo,
+    PromptCapabilities,
+    Turn,
+    TurnFailed,
+    TurnResult,
+    warm_up_quietly,
+)
 
 
-class KindBackend(Protocol):
-    """What a provider backend offers: turns and thinking levels."""
-
-    def thought_levels(self, model_id: str | None) -> tuple[str, ...]: ...
-
-    async def run_turn(self, turn: Turn) -> TurnResult: ...
-
-
-class ProviderRouter:
-    """Sends each turn, and each thinking-level question, to the backend of the model's
+class ProviderRouter(Backend):
+    """Sends each turn, and each question about a model, to the backend of the model's
     provider kind.
 
     Error handling: a model whose provider left the configuration fails the turn as the
     backends themselves would (one line naming the model)."""
 
-    def __init__(self, config: ProviderConfig, backends: Mapping[str, KindBackend]) -> None:
+    def __init__(self, config: ProviderConfig, backends: Mapping[str, Backend]) -> None:
         self._config = config
         self._backends = dict(backends)
 
-    def _backend(self, model_id: str | None) -> KindBackend | None:
+    def _backend(self, model_id: str | None) -> Backend | None:
         try:
             provider, _model = split_model_id(model_id or self._config.default_model)
         except ValueError:
@@ -41,56 +40,43 @@ class ProviderRouter:
         return None if entry is None else self._backends.get(entry.kind)
 
     async def warm_up(self) -> None:
-        """Every backend's warm-up at once (each never raises)."""
+        """Every backend's warm-up at once; one failing leaves the others warming."""
         async with trio.open_nursery() as nursery:
             for backend in self._backends.values():
-                warm_up = getattr(backend, "warm_up", None)
-                if warm_up is not None:
-                    nursery.start_soon(warm_up)
+                nursery.start_soon(warm_up_quietly, backend)
 
     async def aclose(self) -> None:
-        """Close every backend that holds resources (its HTTP clients)."""
+        """Close every backend (their HTTP clients)."""
         for backend in self._backends.values():
-            aclose = getattr(backend, "aclose", None)
-            if aclose is not None:
-                await aclose()
-
-    async def __aenter__(self) -> ProviderRouter:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+            await backend.aclose()
 
     def accepts_images(self, model_id: str | None) -> bool:
         """Whether the model's backend says it sees images."""
-        accepts = getattr(self._backend(model_id), "accepts_images", None)
-        return bool(accepts(model_id)) if accepts is not None else False
+        backend = self._backend(model_id)
+        return backend is not None and backend.accepts_images(model_id)
 
     @property
     def prompt_capabilities(self) -> PromptCapabilities:
         """What the backends take, together (``accepts_images`` then says which model)."""
-        image = embedded = False
-        for backend in self._backends.values():
-            declared = getattr(backend, "prompt_capabilities", None)
-            if isinstance(declared, PromptCapabilities):
-                image = image or declared.image
-                embedded = embedded or declared.embedded_context
-        return PromptCapabilities(image=image, embedded_context=embedded)
+        declared = [backend.prompt_capabilities for backend in self._backends.values()]
+        return PromptCapabilities(
+            image=any(each.image for each in declared),
+            embedded_context=any(each.embedded_context for each in declared),
+        )
 
-    def available_commands(self) -> tuple[CommandInfo, ...]:
+    def available_commands(self) -> Sequence[CommandInfo]:
         """The commands the backends offer, each name once."""
         found: dict[str, CommandInfo] = {}
         for backend in self._backends.values():
-            offered = getattr(backend, "available_commands", None)
-            for command in offered() if offered is not None else ():
+            for command in backend.available_commands():
                 found.setdefault(command.name, command)
         return tuple(found.values())
 
-    def thought_levels(self, model_id: str | None) -> tuple[str, ...]:
+    def thought_levels(self, model_id: str | None) -> Sequence[str]:
         backend = self._backend(model_id)
         return () if backend is None else backend.thought_levels(model_id)
 
-    async def run_turn(self, turn: Turn) -> TurnResult:
+    async def run_turn(self, turn: Turn) -> TurnResult | None:
         backend = self._backend(turn.model)
         if backend is None:
             model_id = turn.model or self._config.default_model

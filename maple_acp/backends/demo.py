@@ -96,6 +96,7 @@ from maple_acp.runtime import (
     EXTERNAL_MCP_TOOL,
     MAX_PLAN_ENTRIES,
     AskForTools,
+    Backend,
     CommandInfo,
     FileChange,
     FileDiff,
@@ -232,7 +233,7 @@ _Directive = Callable[["DemoBackend", Turn, str], Awaitable[None]]
 _DIRECTIVE_LINE = re.compile(r"/[A-Za-z0-9_-]+(?: |$)")
 
 
-class DemoBackend:
+class DemoBackend(Backend):
     """A deterministic ``AgentBackend``; see the module docstring for its script grammar."""
 
     #: Every demo model takes images and embedded text resources, and describes them.

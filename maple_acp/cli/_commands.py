@@ -276,10 +276,11 @@ _config_option = click.option(
 )
 @click.option(
     "--provider-kind",
-    type=click.Choice(("openai", "anthropic")),
+    metavar="KIND",
     default=None,
-    help="What --provider-url speaks: openai (Chat Completions) or anthropic (the Messages "
-    "API, e.g. https://api.anthropic.com/v1).  [default: openai]",
+    help="The engine kind --provider-url speaks: openai (Chat Completions), anthropic (the "
+    "Messages API, e.g. https://api.anthropic.com/v1), or an installed engine's kind.  "
+    "[default: openai]",
 )
 @click.option(
     "--http",

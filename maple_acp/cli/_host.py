@@ -201,7 +201,8 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
     (``HostLifecycle.shutdown``), then the backend's resources (a provider's HTTP clients) and
     the store are closed; the socket file is removed. A backend that can warm up (import its
     SDK, open its clients) does so in the background once the service listens, so that
-    neither the start nor the first prompt waits for it.
+    neither the start nor the first prompt waits for it (``Backend.warm_up``: nothing for an
+    engine that needs no warm-up).
 
     Error handling: :class:`~maple_acp.edge.ListenerError` (the endpoint is refused or
     another service answers on it) and ``maple_acp.edge.ConfigError`` propagate before
@@ -209,13 +210,20 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
     """
     import trio
 
+    from maple_acp.backends import ProviderCatalog
     from maple_acp.edge import AcpService, HostLifecycle
-    from maple_acp.runtime import DEFAULT_PROVISIONAL_GRACE_S, AgentService
+    from maple_acp.runtime import (
+        DEFAULT_PROVISIONAL_GRACE_S,
+        AgentService,
+        declared_backend,
+        warm_up_quietly,
+    )
     from maple_acp.store import SqliteTaskStore
 
     config = _service_config(options)
-    backend, catalog, policy = (options.engine or _demo_engine)()
-    probing = hasattr(catalog, "check_providers")
+    made, catalog, policy = (options.engine or _demo_engine)()
+    backend = declared_backend(made)
+    probing = isinstance(catalog, ProviderCatalog)
     engine = EngineReport(
         backend="provider" if probing else "demo",
         default_model=catalog.default_model(options.account).id,
@@ -224,9 +232,8 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
     grace = options.provisional_grace_s
     store = await SqliteTaskStore.open(options.data_dir / STORE_FILE_NAME)
     async with store, contextlib.AsyncExitStack() as resources:
-        if hasattr(backend, "__aenter__"):
-            # Closed after the runtime has drained every run that used it.
-            await resources.enter_async_context(backend)
+        # Closed after the runtime has drained every run that used it.
+        await resources.enter_async_context(backend)
         runtime = AgentService(
             store=store,
             backend=backend,
@@ -250,9 +257,7 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
 
                     engine.http = await nursery.start(serve_network, acp, options.network)
                     engine.http_token_file = os.fspath(token_path(options.network.data_dir))
-                warm_up = getattr(backend, "warm_up", None)
-                if warm_up is not None:
-                    nursery.start_soon(warm_up)
+                nursery.start_soon(warm_up_quietly, backend)
                 if probing:
                     # After the socket is up: a provider that is down never delays serving.
                     nursery.start_soon(check_engine, catalog, engine)

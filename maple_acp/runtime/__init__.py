@@ -196,12 +196,15 @@ from maple_acp.runtime._attachments import (
 )
 from maple_acp.runtime._backend import (
     AgentBackend,
+    Backend,
     CommandSource,
     GoalProgress,
     PromptContentSource,
     ThoughtLevelSource,
     TurnFailed,
     TurnResult,
+    declared_backend,
+    warm_up_quietly,
 )
 from maple_acp.runtime._barrier import PromptClaim
 from maple_acp.runtime._errors import (
@@ -348,6 +351,7 @@ __all__ = [
     "AgentBackend",
     "AgentService",
     "AskForTools",
+    "Backend",
     "CommandInfo",
     "CommandSource",
     "CommandsChanged",
@@ -444,6 +448,7 @@ __all__ = [
     "check_embedded_text",
     "check_image",
     "check_image_count",
+    "declared_backend",
     "describe_image",
     "edit_text_async",
     "external_mcp_spec",
@@ -452,6 +457,7 @@ __all__ = [
     "resolve_in_root",
     "sniff_image",
     "validate_relay_values",
+    "warm_up_quietly",
     "within_roots",
     "write_text_async",
 ]

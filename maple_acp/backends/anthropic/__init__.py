@@ -23,13 +23,14 @@ once a host serves) or its first turn, never at start.
 
 from maple_acp.backends.anthropic._backend import THINKING_BUDGETS, AnthropicBackend
 from maple_acp.backends.anthropic._client import import_sdk, open_messages_client
+from maple_acp.backends.anthropic._kind import ENGINE_KIND, INSTALL_HINT
 
-INSTALL_HINT = "pip install -e '.[anthropic]' in a checkout, or pip install 'maple-acp[anthropic]'"
 #: The package of the ``anthropic`` extra (imported in the background once a host serves).
 ANTHROPIC_SDK = "anthropic"
 
 __all__ = [
     "ANTHROPIC_SDK",
+    "ENGINE_KIND",
     "INSTALL_HINT",
     "THINKING_BUDGETS",
     "AnthropicBackend",

@@ -28,10 +28,10 @@ The backend keeps one HTTP client per provider for its life: use it as ``async w
 
 from maple_acp.backends.openai._backend import REASONING_EFFORTS, ProviderBackend
 from maple_acp.backends.openai._client import SdkLoader, open_provider_client
-
-INSTALL_HINT = "pip install -e '.[openai]' in a checkout, or pip install 'maple-acp[openai]'"
+from maple_acp.backends.openai._kind import ENGINE_KIND, INSTALL_HINT
 
 __all__ = [
+    "ENGINE_KIND",
     "INSTALL_HINT",
     "REASONING_EFFORTS",
     "ProviderBackend",

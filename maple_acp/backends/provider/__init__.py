@@ -1,7 +1,8 @@
 """The foundation every provider engine stands on: the configuration, what a provider's fault
 means and its one wording, the HTTP clients and their bounds, the tools and their permission
-rules, the history and the transcripts of what was sent, rate-limit waits, and the turn shell
-(:class:`ProviderEngine`) with its compaction of a long conversation. The engines
+rules, the history and the transcripts of what was sent, rate-limit waits, the turn shell
+(:class:`ProviderEngine`) with its compaction of a long conversation, and the registry of
+engine kinds (:class:`EngineKind`, fed by the ``maple_acp.engines`` entry points). The engines
 (``maple_acp.backends.openai``, ``maple_acp.backends.anthropic``) import this package and never
 each other; ``build_backend``, the model catalog and the start-up check sit above them
 (``maple_acp.backends``).
@@ -24,14 +25,11 @@ from maple_acp.backends.provider._config import (
     FLAG_PROVIDER_NAME,
     FLAG_SOURCE,
     OPENAI_KIND,
-    PROVIDER_KINDS,
     ModelPrices,
     ModelSettings,
     ProviderConfig,
     ProviderConfigError,
     ProviderEntry,
-    load_provider_config,
-    provider_config_from_flags,
     split_model_id,
 )
 from maple_acp.backends.provider._faults import (
@@ -79,6 +77,23 @@ from maple_acp.backends.provider._http import (
     where,
     without_ambient_headers,
 )
+from maple_acp.backends.provider._kinds import (
+    ENTRY_POINT_GROUP,
+    BuiltEngine,
+    EngineKind,
+    EngineKinds,
+    EngineOptions,
+    KindUnavailable,
+    ModelListing,
+    Registration,
+    SettingError,
+    installed_kinds,
+)
+from maple_acp.backends.provider._reading import (
+    kind_of,
+    load_provider_config,
+    provider_config_from_flags,
+)
 from maple_acp.backends.provider._shell import (
     MAX_TURN_REQUESTS,
     SLOW_ANSWER_NOTICE_S,
@@ -106,6 +121,7 @@ __all__ = [
     "COMPACT_AT_FRACTION",
     "COMPACT_COMMAND",
     "COMPACT_INFO",
+    "ENTRY_POINT_GROUP",
     "FLAG_PROVIDER_NAME",
     "FLAG_SOURCE",
     "MALFORMED_STREAM",
@@ -119,7 +135,6 @@ __all__ = [
     "OPENAI_KIND",
     "OVERLOADED_CODES",
     "OVERLOADED_STATUS",
-    "PROVIDER_KINDS",
     "RETRY_BUDGET_S",
     "SLOW_ANSWER_NOTICE_S",
     "STREAM_CLOSE_BOUND_S",
@@ -127,9 +142,15 @@ __all__ = [
     "SUMMARY_MAX_TOKENS",
     "SUMMARY_PREFIX",
     "SUMMARY_REQUEST",
+    "BuiltEngine",
     "Clients",
     "Compacting",
+    "EngineKind",
+    "EngineKinds",
+    "EngineOptions",
+    "KindUnavailable",
     "Measured",
+    "ModelListing",
     "ModelPrices",
     "ModelSettings",
     "ProviderConfig",
@@ -138,7 +159,9 @@ __all__ = [
     "ProviderEntry",
     "ProviderFault",
     "ProviderKeys",
+    "Registration",
     "RequestTimeouts",
+    "SettingError",
     "TlsContext",
     "ToolCall",
     "ToolResult",
@@ -154,7 +177,9 @@ __all__ = [
     "error_code",
     "goal_progress",
     "http_client",
+    "installed_kinds",
     "kept_transcripts",
+    "kind_of",
     "load_provider_config",
     "offered_tools",
     "provider_config_from_flags",

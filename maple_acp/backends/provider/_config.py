@@ -1,6 +1,7 @@
 """The provider configuration: ``[[providers]]``, ``default_model``, ``system_prompt`` and
 ``max_rate_limit_wait`` as read from ``config.toml`` (or built from ``serve --provider-url``),
-checked once, into plain values.
+checked once, into plain values. This module reads the foundation's keys; each provider's kind
+and the kind's own settings are read by ``_reading``, through the registry (``_kinds``).
 
 No SDK import here: a host may validate its configuration without the ``openai`` extra.
 """
@@ -34,13 +35,14 @@ FLAG_SOURCE = "the command line"
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: The keys of a provider's table the foundation reads; the others are its kind's settings.
 _KNOWN_PROVIDER_KEYS = frozenset(
     {"name", "kind", "base_url", "api_key_env", "models", "context_window"}
 )
-#: The wire protocol a provider speaks: Chat Completions, or Anthropic's Messages.
+#: The built-in kinds' names (the kinds themselves are in the registry, ``_kinds``): a
+#: provider without ``kind`` speaks Chat Completions.
 OPENAI_KIND = "openai"
 ANTHROPIC_KIND = "anthropic"
-PROVIDER_KINDS = (OPENAI_KIND, ANTHROPIC_KIND)
 _KNOWN_MODEL_KEYS = frozenset({"id", "reasoning", "vision", "context_window", "prices"})
 _KNOWN_PRICE_KEYS = ("input", "output", "cache_read", "cache_write")
 #: Bound on the text of a configuration error (one line).
@@ -94,8 +96,10 @@ class ProviderEntry:
     context_window: int | None = None
     #: The settings of each listed model, in the order of ``models``.
     model_settings: tuple[ModelSettings, ...] = ()
-    #: ``OPENAI_KIND`` or ``ANTHROPIC_KIND``.
+    #: The engine kind serving it (a name in the registry of kinds, ``_kinds``).
     kind: str = OPENAI_KIND
+    #: Its kind's own settings, as the kind read them from the table's other keys.
+    kind_settings: Any = None
 
     def settings_for(self, model: str) -> ModelSettings | None:
         """The configured settings of ``model`` (an id without the provider's name), ``None``
@@ -132,14 +136,18 @@ def split_model_id(model_id: str) -> tuple[str, str]:
     return provider, model
 
 
-def load_provider_config(raw: Mapping[str, Any], source: str) -> ProviderConfig:
-    """Check the provider part of a configuration file.
+def read_provider_tables(
+    raw: Mapping[str, Any], source: str
+) -> tuple[ProviderConfig, tuple[Mapping[str, Any], ...]]:
+    """Check the foundation's part of a configuration file: the configuration, and for each
+    provider the keys of its table the foundation does not know (its kind's settings, which
+    ``load_provider_config`` hands to the kind; ``kind_settings`` is ``None`` until then).
 
     ``raw`` is the parsed TOML table (other keys are ignored: they belong to other readers);
     ``source`` names the file in errors. Raises ``ProviderConfigError``."""
 
     def fail(key: str, what: str) -> ProviderConfigError:
-        return _error(source, key, what)
+        return provider_error(source, key, what)
 
     providers_raw = raw.get("providers")
     if providers_raw is None:
@@ -151,11 +159,13 @@ def load_provider_config(raw: Mapping[str, Any], source: str) -> ProviderConfig:
     if len(providers_raw) > MAX_PROVIDERS:
         raise fail("providers", f"at most {MAX_PROVIDERS} providers are supported")
     providers: list[ProviderEntry] = []
+    extras: list[Mapping[str, Any]] = []
     for index, table in enumerate(providers_raw):
-        entry = _provider(table, f"providers[{index}]", fail)
+        entry, extra = _provider(table, f"providers[{index}]", fail)
         if any(other.name == entry.name for other in providers):
             raise fail(f"providers[{index}].name", f"{entry.name!r} is used by another provider")
         providers.append(entry)
+        extras.append(extra)
     system_prompt = raw.get("system_prompt")
     if system_prompt is not None:
         if not isinstance(system_prompt, str):
@@ -170,67 +180,20 @@ def load_provider_config(raw: Mapping[str, Any], source: str) -> ProviderConfig:
         max_wait = check_rate_limit_wait(max_wait)
     except ValueError as exc:
         raise fail("max_rate_limit_wait", str(exc)) from None
-    return ProviderConfig(
+    config = ProviderConfig(
         providers=tuple(providers),
         default_model=default,
         system_prompt=system_prompt,
         max_rate_limit_wait=max_wait,
         source=source,
     )
+    return config, tuple(extras)
 
 
-def provider_config_from_flags(
-    base_url: str,
-    model: str,
-    *,
-    api_key_env: str | None = None,
-    context_window: int | None = None,
-    system_prompt: str | None = None,
-    max_rate_limit_wait: float | None = None,
-    kind: str = OPENAI_KIND,
-) -> ProviderConfig:
-    """The configuration of ``serve --provider-url URL --model ID [--api-key-env NAME]
-    [--provider-kind KIND]``: one provider named ``provider`` offering exactly ``ID`` (clients
-    see ``provider/ID``)."""
-    raw: dict[str, Any] = {
-        "providers": [
-            {
-                "name": FLAG_PROVIDER_NAME,
-                "kind": kind,
-                "base_url": base_url,
-                "models": [model],
-                **({"api_key_env": api_key_env} if api_key_env is not None else {}),
-                **({"context_window": context_window} if context_window is not None else {}),
-            }
-        ],
-        "default_model": f"{FLAG_PROVIDER_NAME}/{model}",
-    }
-    if system_prompt is not None:
-        raw["system_prompt"] = system_prompt
-    if max_rate_limit_wait is not None:
-        raw["max_rate_limit_wait"] = max_rate_limit_wait
-    try:
-        return load_provider_config(raw, FLAG_SOURCE)
-    except ProviderConfigError as exc:
-        # Say which flag, not which key of a table the user never wrote.
-        text = str(exc)
-        for key, flag in (
-            ("providers[0].base_url", "--provider-url"),
-            ("providers[0].models[0]", "--model"),
-            ("providers[0].api_key_env", "--api-key-env"),
-            ("providers[0].context_window", "--context-window"),
-            ("providers[0].kind", "--provider-kind"),
-        ):
-            text = text.replace(key, flag)
-        raise ProviderConfigError(text) from None
-
-
-def _provider(table: object, where: str, fail: Any) -> ProviderEntry:
+def _provider(table: object, where: str, fail: Any) -> tuple[ProviderEntry, Mapping[str, Any]]:
     if not isinstance(table, Mapping):
         raise fail(where, "must be a table")
-    unknown = sorted(str(key) for key in table if key not in _KNOWN_PROVIDER_KEYS)
-    if unknown:
-        raise fail(f"{where}.{unknown[0][:64]}", "is not a provider setting")
+    extra = {str(key): value for key, value in table.items() if key not in _KNOWN_PROVIDER_KEYS}
     name = table.get("name")
     if not isinstance(name, str) or not name:
         raise fail(f"{where}.name", "is required (a short name such as 'ollama')")
@@ -240,8 +203,8 @@ def _provider(table: object, where: str, fail: Any) -> ProviderEntry:
             f"must be 1-{MAX_PROVIDER_NAME_CHARS} letters, digits, '.', '_' or '-' (no '/')",
         )
     kind = table.get("kind", OPENAI_KIND)
-    if kind not in PROVIDER_KINDS:
-        raise fail(f"{where}.kind", f"must be one of {', '.join(map(repr, PROVIDER_KINDS))}")
+    if not isinstance(kind, str):
+        raise fail(f"{where}.kind", "must be the name of an engine kind, such as 'openai'")
     base_url = _base_url(table.get("base_url"), f"{where}.base_url", fail)
     api_key_env = table.get("api_key_env")
     if api_key_env is not None and (
@@ -271,7 +234,7 @@ def _provider(table: object, where: str, fail: Any) -> ProviderEntry:
             seen.add(listed_model.id)
         listed = tuple(model.id for model in settings)
     window = _positive_tokens(table.get("context_window"), f"{where}.context_window", fail)
-    return ProviderEntry(
+    entry = ProviderEntry(
         name=name,
         base_url=base_url,
         api_key_env=api_key_env,
@@ -280,6 +243,7 @@ def _provider(table: object, where: str, fail: Any) -> ProviderEntry:
         model_settings=settings,
         kind=kind,
     )
+    return entry, extra
 
 
 def _model(value: object, key: str, fail: Any) -> ModelSettings:
@@ -395,7 +359,8 @@ def _default_model(value: object, providers: list[ProviderEntry], fail: Any) -> 
     return value
 
 
-def _error(source: str, key: str, what: str) -> ProviderConfigError:
+def provider_error(source: str, key: str, what: str) -> ProviderConfigError:
+    """One line naming ``source`` and ``key``, bounded."""
     text = f"{source}: {key}: {what}".replace("\n", " ").replace("\r", " ")
     if len(text) > _MAX_ERROR_CHARS:
         text = text[: _MAX_ERROR_CHARS - 3] + "..."

@@ -51,6 +51,7 @@ from maple_acp.backends.provider._http import ProviderKeys, RequestTimeouts, whe
 from maple_acp.backends.provider._tools import ToolCall, run_tool_call
 from maple_acp.model import ImageRef, ItemKind, TimelineItem
 from maple_acp.runtime import (
+    Backend,
     CommandInfo,
     GoalProgress,
     GoalStatus,
@@ -159,7 +160,7 @@ class Measured(Protocol):
         ...
 
 
-class ProviderEngine:
+class ProviderEngine(Backend):
     """The shell of an ``AgentBackend`` over one kind of provider (``kind``): the turn's
     target, the model settings it reads, the system prompt, the retried request, the end of
     the turn, and the rounds between (``run_turn``, ``converse``). Subclasses give their

@@ -153,11 +153,21 @@ def test_the_kind_defaults_to_openai_and_a_bad_kind_is_one_line() -> None:
     assert load_provider_config(anthropic_raw(kind="anthropic"), "f").providers[0].kind == (
         "anthropic"
     )
-    for bad in ("Anthropic", 3, ["anthropic"]):
+    with pytest.raises(ProviderConfigError) as caught:
+        load_provider_config(anthropic_raw(kind="Anthropic"), "f")
+    assert str(caught.value) == (
+        "f: providers[0].kind: 'Anthropic' is not an installed engine kind (installed: "
+        "'anthropic', 'openai'); install the package that provides it"
+    )
+    for bad in (3, ["anthropic"]):
         with pytest.raises(ProviderConfigError) as caught:
             load_provider_config(anthropic_raw(kind=bad), "f")
-        assert str(caught.value) == "f: providers[0].kind: must be one of 'openai', 'anthropic'"
-    with pytest.raises(ProviderConfigError, match=r"^the command line: --provider-kind: must"):
+        assert str(caught.value) == (
+            "f: providers[0].kind: must be the name of an engine kind, such as 'openai'"
+        )
+    with pytest.raises(
+        ProviderConfigError, match=r"^the command line: --provider-kind: 'nope' is not an installed"
+    ):
         provider_config_from_flags("http://127.0.0.1:9/v1", "m", kind="nope")
 
 
