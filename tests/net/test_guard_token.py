@@ -21,7 +21,13 @@ from maple_acp.net import (
     rotate_token,
     token_path,
 )
-from maple_acp.net._guard import bearer_from_header, chosen_subprotocol, host_name
+from maple_acp.net._guard import (
+    Refusal,
+    TokenUnavailable,
+    bearer_from_header,
+    chosen_subprotocol,
+    host_name,
+)
 
 
 class FakeClock:
@@ -35,8 +41,39 @@ class FakeClock:
 def test_host_names_lose_their_port_and_case() -> None:
     assert host_name("LocalHost:8765") == "localhost"
     assert host_name("[::1]:8765") == "::1"
+    assert host_name("[::1]") == "::1"
+    assert host_name("[::1]:") == "::1"
+    assert host_name("[0:0:0:0:0:0:0:1]:8765") == "::1"
     assert host_name("acp.example.") == "acp.example"
+    assert host_name("acp.example:") == "acp.example"
     assert host_name("::1") == "::1"
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "[::1]evil.example",
+        "[::1]@evil.example",
+        "[::1].evil.example:8765",
+        "[::1]:8765evil",
+        "[::1]:80:80",
+        "[::1",
+        "[127.0.0.1]",
+        "[127.0.0.1]:8765",
+        "[localhost]",
+        "[]",
+        "localhost:http",
+        "localhost:8765@evil.example",
+        "",
+        ":8765",
+    ],
+)
+def test_a_host_header_with_anything_after_its_name_and_port_names_nothing(header: str) -> None:
+    assert host_name(header) is None
+    guard = RequestGuard(GuardPolicy.for_bind("::1"), lambda token: token == "t", FakeClock())
+    assert guard.check_host(header) == Refusal(
+        421, "a Host header that does not name this listener"
+    )
 
 
 def test_a_loopback_bind_admits_its_loopback_names_only() -> None:
@@ -55,13 +92,49 @@ def test_failures_are_counted_per_address_in_a_one_second_window() -> None:
         refusal = guard.check_token("10.0.0.1", "wrong")
         assert refusal is not None
         assert refusal.status == 401
-    throttled = guard.check_token("10.0.0.1", "t")
-    assert throttled is not None
-    assert throttled.status == 429
+    for token in ("wrong", None):
+        throttled = guard.check_token("10.0.0.1", token)
+        assert throttled is not None
+        assert throttled.status == 429
     # Another address is not affected.
-    assert guard.check_token("10.0.0.2", "t") is None
+    assert guard.check_token("10.0.0.2", "wrong") == Refusal(401, "a missing or wrong bearer token")
+    # A throttled address keeps failing while its flood goes on...
+    clock.now += 0.9
+    assert guard.check_token("10.0.0.1", "wrong") == Refusal(
+        429, "too many failed authentications from one address"
+    )
+    # ...and gets a 401 again a second after it stopped.
     clock.now += 1.01
-    assert guard.check_token("10.0.0.1", "t") is None
+    assert guard.check_token("10.0.0.1", "wrong") == Refusal(401, "a missing or wrong bearer token")
+
+
+def test_the_right_token_is_admitted_from_a_throttled_address() -> None:
+    clock = FakeClock()
+    guard = RequestGuard(GuardPolicy.for_bind("127.0.0.1"), lambda token: token == "t", clock)
+    for _ in range(100):
+        clock.now += 0.001
+        assert guard.check_token("127.0.0.1", "wrong") is not None
+    assert guard.check_token("127.0.0.1", "wrong") == Refusal(
+        429, "too many failed authentications from one address"
+    )
+    for _ in range(20):
+        assert guard.check_token("127.0.0.1", "t") is None
+        assert guard.check_token("127.0.0.1", "wrong") is not None
+    assert guard.admit(address="127.0.0.1", host="127.0.0.1:1", origin=None, token="t") is None
+
+
+def test_an_untrusted_token_file_admits_nobody_and_counts_as_a_failure() -> None:
+    def unavailable(token: str) -> bool:
+        raise TokenUnavailable("the token file is readable by others")
+
+    guard = RequestGuard(GuardPolicy.for_bind("127.0.0.1"), unavailable, FakeClock())
+    for _ in range(10):
+        assert guard.check_token("127.0.0.1", "t") == Refusal(
+            503, "the host's token file cannot be trusted now"
+        )
+    refused = guard.check_token("127.0.0.1", "t")
+    assert refused is not None
+    assert refused.status == 429
 
 
 def test_bearer_parsing_and_the_subprotocol_answer() -> None:
