@@ -94,6 +94,9 @@ class StreamableHttpProfile:
         if refusal is None:
             token = bearer_from_header(headers.get("authorization"))
             refusal = self._guard.check_token(address_of(scope), token)
+        # The token generation this request was admitted under: read in the same step as the
+        # check (a connection it makes is ended when that token is no longer in force).
+        generation = self._connections.generation()
         if refusal is not None:
             await self._refuse(refusal, scope, send, self._cors(origin))
             return
@@ -101,7 +104,7 @@ class StreamableHttpProfile:
         if scope.get("path") != ACP_PATH:
             await respond(send, 404, cors)
         elif method == "POST":
-            await self._post(headers, receive, send, cors)
+            await self._post(headers, receive, send, cors, generation)
         elif method == "GET":
             await self._get(headers, receive, send, cors)
         elif method == "DELETE":
@@ -144,6 +147,7 @@ class StreamableHttpProfile:
         receive: Receive,
         send: Send,
         cors: list[tuple[bytes, bytes]],
+        generation: int,
     ) -> None:
         content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if content_type != "application/json":
@@ -170,7 +174,7 @@ class StreamableHttpProfile:
         if CONNECTION_HEADER not in headers:
             # Its answer is found by its id: a string or an integer, as JSON-RPC allows.
             if message.get("method") == "initialize" and type(message.get("id")) in (int, str):
-                await self._initialize(body, message, send, cors)
+                await self._initialize(body, message, send, cors, generation)
             else:
                 await respond(send, 400, cors, error_body("Acp-Connection-Id is missing"))
             return
@@ -196,13 +200,18 @@ class StreamableHttpProfile:
         await respond(send, 202, cors)
 
     async def _initialize(
-        self, body: bytes, message: dict[str, Any], send: Send, cors: list[tuple[bytes, bytes]]
+        self,
+        body: bytes,
+        message: dict[str, Any],
+        send: Send,
+        cors: list[tuple[bytes, bytes]],
+        generation: int,
     ) -> None:
         if not self._connections.host.try_admit():
             logger.warning("refusing a network ACP connection: every connection slot is in use")
             await respond(send, 503, cors, error_body("too many connections"))
             return
-        connection = self._connections.new("http")
+        connection = self._connections.new("http", generation)
         answer: list[bytes] = []
         answered = trio.Event()
 

@@ -158,7 +158,7 @@ async def serve_network(
         max_message_bytes=settings.max_message_bytes,
     )
     async with trio.open_nursery() as nursery:
-        app = AcpNetworkApp(host, guard, nursery, limits)
+        app = AcpNetworkApp(host, guard, nursery, limits, token)
         binds = await nursery.start(partial(serve, cast(Any, app), config, mode="asgi"))
         port = settings.port
         if binds:

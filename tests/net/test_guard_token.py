@@ -4,6 +4,7 @@ it; ``maple-acp http-token`` prints and rotates it."""
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from pathlib import Path
@@ -237,3 +238,63 @@ def test_the_http_table_of_the_config_file(tmp_path: Path) -> None:
             parse_config(text, path)
         assert refused.value.key == key
         assert "\n" not in str(refused.value)
+
+
+def test_a_token_file_made_readable_at_run_time_admits_nobody_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="maple_acp.net")
+    token = read_or_create_token(tmp_path)
+    path = token_path(tmp_path)
+    watcher = TokenFile(tmp_path)
+    assert watcher.matches(token)
+    first = watcher.generation
+    # A touch changes nothing that matters: same token, same generation, no log line.
+    os.utime(path)
+    assert watcher.matches(token)
+    assert watcher.generation == first
+    os.chmod(path, 0o644)  # mode only: inode, mtime and size are unchanged
+    for _ in range(50):
+        with pytest.raises(TokenUnavailable):
+            watcher.matches(token)
+    assert watcher.generation != first
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1
+    assert "0600" in warned[0].getMessage()
+    os.chmod(path, 0o600)
+    assert watcher.matches(token)
+    assert "usable again" in caplog.text
+    assert token not in caplog.text
+
+
+def test_a_vanished_token_file_admits_nobody_until_one_is_made(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="maple_acp.net")
+    token = read_or_create_token(tmp_path)
+    watcher = TokenFile(tmp_path)
+    first = watcher.generation
+    token_path(tmp_path).unlink()
+    for _ in range(10):
+        with pytest.raises(TokenUnavailable):
+            watcher.matches(token)
+    # Not made again behind the owner's back: that is for `maple-acp http-token`.
+    assert not token_path(tmp_path).exists()
+    assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1
+    made = read_or_create_token(tmp_path)
+    assert watcher.matches(made)
+    assert not watcher.matches(token)
+    assert watcher.generation != first
+
+
+def test_the_generation_changes_with_the_token_in_force_only(tmp_path: Path) -> None:
+    read_or_create_token(tmp_path)
+    watcher = TokenFile(tmp_path)
+    seen = {watcher.generation}
+    for _ in range(3):
+        rotate_token(tmp_path)
+        watcher.refresh()
+        assert watcher.generation not in seen
+        seen.add(watcher.generation)
+        watcher.refresh()
+        assert watcher.generation in seen
