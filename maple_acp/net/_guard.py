@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import re
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from typing import Final
@@ -42,6 +43,8 @@ REFUSAL_LOG_WINDOW_S: Final = 60.0
 #: (address, status) pairs whose repeats are counted; beyond it the oldest is reported and
 #: forgotten (many addresses cannot grow the table).
 MAX_LOGGED_REFUSERS: Final = 1024
+#: How much of a refused request's header a log line shows (as a repr: no control characters).
+MAX_LOGGED_HEADER_CHARS: Final = 200
 #: The WebSocket subprotocol prefix that carries the token (browsers cannot set headers).
 BEARER_SUBPROTOCOL_PREFIX: Final = "acp.bearer."
 #: The subprotocol a client may offer beside it, which the listener then selects.
@@ -77,6 +80,46 @@ def _is_port_suffix(rest: str) -> bool:
         return True
     port = rest[1:]
     return rest[0] == ":" and (not port or (port.isascii() and port.isdigit()))
+
+
+#: An allowed origin as browsers send one: http or https, a host (a DNS name, an IPv4
+#: address or a bracketed IPv6 one), an optional numeric port, nothing else.
+_ORIGIN = re.compile(
+    r"(?:http|https)://(?P<host>\[[0-9a-f:.]+\]|[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?)"
+    r"(?::(?P<port>[0-9]{1,5}))?",
+    re.IGNORECASE | re.ASCII,
+)
+
+
+def origin_problem(entry: str) -> str | None:
+    """Why ``entry`` cannot be an allowed origin (one line naming it), or ``None``: it must
+    be ``scheme://host[:port]`` exactly as a browser's ``Origin`` header is (``*``, a bare
+    ``127.0.0.1:8801`` or a trailing path never match one)."""
+    match = _ORIGIN.fullmatch(entry)
+    valid = match is not None
+    if match is not None:
+        host, port = match["host"], match["port"]
+        if host.startswith("["):
+            try:
+                ipaddress.IPv6Address(host[1:-1])
+            except ValueError:
+                valid = False
+        if port is not None and not 0 < int(port) <= 65535:
+            valid = False
+    if valid:
+        return None
+    return (
+        f"the allowed origin {shown(entry)} is not scheme://host[:port] "
+        "(http or https, a host, an optional port, nothing else)"
+    )
+
+
+def shown(value: str) -> str:
+    """A header value in a log line or an error: quoted, escaped, bounded."""
+    text = repr(value)
+    if len(text) > MAX_LOGGED_HEADER_CHARS:
+        text = text[: MAX_LOGGED_HEADER_CHARS - 3] + "..."
+    return text
 
 
 def is_loopback(host: str) -> bool:

@@ -74,11 +74,15 @@ class StreamableHttpProfile:
         self._limits = connections.limits
 
     def _cors(self, origin: str | None) -> list[tuple[bytes, bytes]]:
+        """The CORS headers of an answer to an allowed origin (none for any other). Browsers
+        send the page's credentials by default (the official TypeScript client does), and
+        read no answer to such a request without ``Allow-Credentials``."""
         if not self._guard.origin_allowed(origin):
             return []
         assert origin is not None
         return [
             (b"access-control-allow-origin", origin.encode("latin-1")),
+            (b"access-control-allow-credentials", b"true"),
             (b"access-control-expose-headers", _CORS_EXPOSE_HEADERS.encode()),
             (b"vary", b"origin"),
         ]
@@ -89,7 +93,7 @@ class StreamableHttpProfile:
         method = scope.get("method", "")
         refusal = self._guard.check_host(headers.get("host")) or self._guard.check_origin(origin)
         if refusal is None and method == "OPTIONS":
-            await self._preflight(origin, send)
+            await self._preflight(origin, headers, send)
             return
         if refusal is None:
             token = bearer_from_header(headers.get("authorization"))
@@ -119,21 +123,24 @@ class StreamableHttpProfile:
         extra = [(b"www-authenticate", b"Bearer")] if refusal.status == 401 else []
         await respond(send, refusal.status, [*cors, *extra])
 
-    async def _preflight(self, origin: str | None, send: Send) -> None:
+    async def _preflight(self, origin: str | None, headers: dict[str, str], send: Send) -> None:
+        """A browser's preflight from an allowed origin (the guard refused any other). A page
+        on a public site asks ``Request-Private-Network`` before it may reach a loopback or
+        private address; the browser then asks its user too."""
         if origin is None:
             # Not a browser's preflight: nothing here answers OPTIONS otherwise.
             await respond(send, 405, [(b"allow", b"GET, POST, DELETE, OPTIONS")])
             return
-        await respond(
-            send,
-            204,
-            [
-                *self._cors(origin),
-                (b"access-control-allow-methods", b"GET, POST, DELETE, OPTIONS"),
-                (b"access-control-allow-headers", _CORS_ALLOW_HEADERS.encode()),
-                (b"access-control-max-age", str(PREFLIGHT_MAX_AGE_S).encode()),
-            ],
-        )
+        answer = [
+            *self._cors(origin),
+            (b"access-control-allow-methods", b"GET, POST, DELETE, OPTIONS"),
+            (b"access-control-allow-headers", _CORS_ALLOW_HEADERS.encode()),
+            (b"access-control-max-age", str(PREFLIGHT_MAX_AGE_S).encode()),
+        ]
+        private = headers.get("access-control-request-private-network", "")
+        if private.strip().lower() == "true":
+            answer.append((b"access-control-allow-private-network", b"true"))
+        await respond(send, 204, answer)
 
     def _connection(self, headers: dict[str, str]) -> NetworkConnection | None:
         connection = self._connections.by_id.get(headers.get(CONNECTION_HEADER, ""))

@@ -22,7 +22,7 @@ import trio
 from maple_acp.net._app import AcpNetworkApp
 from maple_acp.net._connections import NetworkHost, NetworkLimits
 from maple_acp.net._errors import HttpSetupError
-from maple_acp.net._guard import GuardPolicy, RequestGuard, is_loopback
+from maple_acp.net._guard import GuardPolicy, RequestGuard, is_loopback, origin_problem
 from maple_acp.net._token import TokenFile
 from maple_acp.rpc import MAX_LINE_BYTES, MAX_OUTBOUND_BYTES, MAX_OUTBOUND_LINES
 
@@ -93,6 +93,10 @@ class NetworkSettings:
         for path in (self.tls_cert, self.tls_key):
             if path is not None and not path.is_file():
                 raise HttpSetupError(f"the TLS file {path} does not exist")
+        for entry in self.allowed_origins:
+            problem = origin_problem(entry)
+            if problem is not None:
+                raise HttpSetupError(problem)
 
     def check_server_installed(self) -> None:
         _hypercorn_config(self)
