@@ -7,11 +7,13 @@ bad one); the 403 log line names the refused origin, bounded, never the token.""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from net_support import INITIALIZE, net_host, token_free
+from net_support import DEADLINE, INITIALIZE, net_host, token_free
 
 from maple_acp.cli import cli
 from maple_acp.net import HttpSetupError, NetworkSettings, origin_problem
@@ -134,18 +136,24 @@ def test_a_long_bad_origin_is_named_bounded() -> None:
 def test_serve_and_doctor_name_a_bad_allowed_origin(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text(
-        '[http]\nlisten = "127.0.0.1:8765"\nallowed_origins = ["https://ide.example", "*"]\n'
+        '[http]\nlisten = "127.0.0.1:0"\nallowed_origins = ["https://ide.example", "*"]\n'
     )
     common = ["--config", str(config), "--socket", str(tmp_path / "run" / "s.sock")]
     data = ["--data-dir", str(tmp_path / "data")]
-    runner = CliRunner()
-    served = runner.invoke(cli, ["serve", *common, *data])
-    assert served.exit_code == 1
+    # A process of its own, bounded: a listener that started anyway must not hang the suite.
+    served = subprocess.run(
+        [sys.executable, "-m", "maple_acp._main", "serve", *common, *data],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+    assert served.returncode == 1
     lines = served.stderr.strip().splitlines()
     assert len(lines) == 1
     assert "the allowed origin '*' is not scheme://host[:port]" in lines[0]
     assert not (tmp_path / "data" / "tasks.sqlite3").exists()
-    doctor = runner.invoke(cli, ["doctor", *common, *data])
+    doctor = CliRunner().invoke(cli, ["doctor", *common, *data])
     listener = [line for line in doctor.output.splitlines() if "network listener" in line]
     assert len(listener) == 1
     assert listener[0].startswith("✗ network listener: the allowed origin '*'")
