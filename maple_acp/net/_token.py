@@ -152,10 +152,6 @@ class TokenFile:
         #: Changes whenever the token in force changes, or none is.
         self.generation = 0
 
-    @property
-    def path(self) -> Path:
-        return self._path
-
     def refresh(self) -> None:
         """Look at the file; read it again when anything about it changed."""
         key = _key_of(self._path)
