@@ -114,6 +114,20 @@ def origin_problem(entry: str) -> str | None:
     )
 
 
+#: The ports a browser leaves out of an ``Origin`` header, by scheme.
+_DEFAULT_PORTS: Final = {"http://": ":80", "https://": ":443"}
+
+
+def _as_sent(origin: str) -> str:
+    """An allowed origin as a browser would send it: lowercase, without its scheme's default
+    port (``https://IDE.example:443`` -> ``https://ide.example``)."""
+    value = origin.strip().rstrip("/").lower()
+    for scheme, port in _DEFAULT_PORTS.items():
+        if value.startswith(scheme) and value.endswith(port):
+            return value.removesuffix(port)
+    return value
+
+
 def shown(value: str) -> str:
     """A header value in a log line or an error: quoted, escaped, bounded."""
     text = repr(value)
@@ -148,7 +162,7 @@ class GuardPolicy:
             names.update({"127.0.0.1", "::1"})
         return cls(
             allowed_hosts=frozenset(names),
-            allowed_origins=frozenset(o.strip().rstrip("/").lower() for o in origins),
+            allowed_origins=frozenset(_as_sent(o) for o in origins),
         )
 
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from net_support import DEADLINE, INITIALIZE, net_host, token_free
 
 from maple_acp.cli import cli
-from maple_acp.net import HttpSetupError, NetworkSettings, origin_problem
+from maple_acp.net import GuardPolicy, HttpSetupError, NetworkSettings, origin_problem
 
 JSON = {"Content-Type": "application/json"}
 ALLOWED = "https://ide.example"
@@ -125,6 +125,17 @@ def test_an_origin_as_browsers_send_it_is_accepted(tmp_path: Path, entry: str) -
     NetworkSettings(
         host="127.0.0.1", port=8765, data_dir=tmp_path, allowed_origins=(entry,)
     ).check()
+
+
+def test_an_origin_is_matched_as_a_browser_sends_it() -> None:
+    policy = GuardPolicy.for_bind(
+        "127.0.0.1", origins=("HTTPS://IDE.Example:443", "http://tool.example:80", "http://a:8080")
+    )
+    assert policy.allowed_origins == {
+        "https://ide.example",
+        "http://tool.example",
+        "http://a:8080",
+    }
 
 
 def test_a_long_bad_origin_is_named_bounded() -> None:
