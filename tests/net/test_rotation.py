@@ -215,13 +215,28 @@ async def test_a_touched_token_file_ends_nothing(
         nursery.cancel_scope.cancel()
 
 
-async def test_a_rotation_closes_a_real_websocket_and_its_session_loads_again(
+async def test_a_rotation_ends_a_real_websocket_and_sse_stream_and_the_session_loads_again(
     project: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="maple_acp.net")
-    async with net_host() as host:
+    async with net_host() as host, host.client() as client:
+        opened = await client.post(host.url, content=INITIALIZE, headers=host.headers(**JSON))
+        assert opened.status_code == 200
+        connection = {"Acp-Connection-Id": opened.headers["acp-connection-id"]}
+        sse = host.headers(Accept="text/event-stream", **connection)
+        ended: dict[str, float] = {}
+
+        async def read_sse(task_status: trio.TaskStatus[None]) -> None:
+            async with client.stream("GET", host.url, headers=sse) as stream:
+                assert stream.status_code == 200
+                task_status.started()
+                with pytest.raises(StopAsyncIteration):
+                    await drain(SseReader(stream))
+            ended["sse"] = trio.current_time()
+
         with trio.fail_after(DEADLINE):
-            async with WsClient.connect(host) as ws:
+            async with trio.open_nursery() as nursery, WsClient.connect(host) as ws:
+                await nursery.start(read_sse)
                 await ws.send(rpc("initialize", {"protocolVersion": 1}, 0))
                 await ws.until(lambda m: m.get("id") == 0)
                 await ws.send(rpc("session/new", {"cwd": str(project), "mcpServers": []}, 1))
@@ -230,9 +245,17 @@ async def test_a_rotation_closes_a_real_websocket_and_its_session_loads_again(
                 host.token = rotate_token(host.data_dir)
                 while await ws.receive() is not None:
                     pass
-                closed_after = trio.current_time() - rotated
+                ended["ws"] = trio.current_time()
                 assert ws.closed_code == 1000
-            assert closed_after < 1.0
+            assert max(ended.values()) - rotated < 1.0
+            # The Streamable HTTP connection is gone, even for the new token: its client
+            # makes a new one.
+            late = await client.post(
+                host.url,
+                content=rpc("session/list", {}, 2),
+                headers=host.headers(**JSON, **connection),
+            )
+            assert late.status_code == 404
             while True:
                 if not host.lifecycle.acp.status().connections:
                     break
@@ -245,7 +268,9 @@ async def test_a_rotation_closes_a_real_websocket_and_its_session_loads_again(
                 await ws.send(rpc("session/load", load, 1))
                 loaded = await ws.until(lambda m: m.get("id") == 1)
                 assert "result" in loaded, loaded
-    assert "admitted under a token no longer in force" in caplog.text
+    assert "ending 2 network connection(s) admitted under a token no longer in force" in (
+        caplog.text
+    )
 
 
 async def test_a_token_file_made_readable_at_run_time_is_refused_with_503_in_one_line(
