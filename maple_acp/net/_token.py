@@ -98,7 +98,8 @@ def read_or_create_token(data_dir: Path) -> str:
 
 
 def rotate_token(data_dir: Path) -> str:
-    """Replace the token with a new one; clients holding the old one get ``401`` from now."""
+    """Replace the token with a new one; clients holding the old one get ``401`` from now, and
+    a running listener ends their connections within a second (see :class:`TokenFile`)."""
     path = token_path(data_dir)
     try:
         _write_new(path, _new_token(), replace=True)
