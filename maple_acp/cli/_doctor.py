@@ -184,10 +184,17 @@ def _network_check(
         return Check(False, "network listener", str(exc), "fix the variable or unset it")
     if settings.http_listen is None:
         return Check(True, "network listener", "off (serve --http HOST:PORT turns it on)")
-    from maple_acp.net import INSTALL_HINT, token_path
+    from maple_acp.net import INSTALL_HINT, origin_problem, token_path
 
     if importlib.util.find_spec("hypercorn") is None:
         return Check(False, "network listener", "hypercorn is not installed", INSTALL_HINT)
+    for entry in settings.http_allowed_origins:
+        problem = origin_problem(entry)
+        if problem is not None:
+            fix = (
+                "write it as a browser sends it, e.g. https://ide.example or http://localhost:3000"
+            )
+            return Check(False, "network listener", problem, fix)
     token = token_path(settings.data_dir)
     if token.exists() and token.stat().st_mode & 0o077:
         return Check(

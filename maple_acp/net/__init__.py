@@ -19,7 +19,12 @@ from maple_acp.net._connections import (
     NetworkLimits,
 )
 from maple_acp.net._errors import HttpSetupError
-from maple_acp.net._guard import MAX_AUTH_FAILURES_PER_S, GuardPolicy, RequestGuard
+from maple_acp.net._guard import (
+    MAX_AUTH_FAILURES_PER_S,
+    GuardPolicy,
+    RequestGuard,
+    origin_problem,
+)
 from maple_acp.net._server import INSTALL_HINT, NetworkSettings, parse_listen, serve_network
 from maple_acp.net._token import (
     TOKEN_FILE_NAME,
@@ -46,6 +51,7 @@ __all__ = [
     "NetworkSettings",
     "RequestGuard",
     "TokenFile",
+    "origin_problem",
     "parse_listen",
     "read_or_create_token",
     "rotate_token",

@@ -14,6 +14,7 @@ from maple_acp.net._connections import (
     NetworkConnection,
     NetworkHost,
     NetworkLimits,
+    TokenWatch,
 )
 from maple_acp.net._guard import RequestGuard
 from maple_acp.net._http import StreamableHttpProfile
@@ -21,7 +22,8 @@ from maple_acp.net._websocket import WebSocketProfile
 
 
 class AcpNetworkApp:
-    """See the module docstring. ``nursery`` is the listener's: connections run in it."""
+    """See the module docstring. ``nursery`` is the listener's: connections run in it.
+    ``token`` is followed so that a rotation ends the connections of the old token."""
 
     def __init__(
         self,
@@ -29,8 +31,9 @@ class AcpNetworkApp:
         guard: RequestGuard,
         nursery: trio.Nursery,
         limits: NetworkLimits,
+        token: TokenWatch | None = None,
     ) -> None:
-        table = ConnectionTable(host, nursery, limits)
+        table = ConnectionTable(host, nursery, limits, token)
         #: The live connections by id.
         self.connections: dict[str, NetworkConnection] = table.by_id
         self._http = StreamableHttpProfile(guard, table)

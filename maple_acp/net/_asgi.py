@@ -11,7 +11,7 @@ from typing import Any, Final
 
 import trio
 
-from maple_acp.net._guard import Refusal, RequestGuard
+from maple_acp.net._guard import Refusal, RequestGuard, shown
 
 logger = logging.getLogger(__name__)
 
@@ -87,8 +87,15 @@ async def until_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
 
 def log_refusal(guard: RequestGuard, refusal: Refusal, scope: Scope, what: str) -> None:
     """One INFO line for the first refusal of an address with a status, DEBUG for its
-    repeats (counted, then reported in one INFO line): a flood does not fill the log."""
+    repeats (counted, then reported in one INFO line): a flood does not fill the log. A
+    refused origin is named (bounded and escaped), so the operator sees what to allow; no
+    other header is ever shown."""
     address = address_of(scope)
+    reason = refusal.reason
+    if refusal.status == 403:
+        origin = headers_of(scope).get("origin")
+        if origin is not None:
+            reason = f"{reason}: {shown(origin)}"
     level = logging.DEBUG
     if refusal.status in LOGGED_REFUSALS:
         first, ended = guard.refusals.note(address, refusal.status)
@@ -101,6 +108,4 @@ def log_refusal(guard: RequestGuard, refusal: Refusal, scope: Scope, what: str) 
                 repeats.seconds,
             )
         level = logging.INFO if first else logging.DEBUG
-    logger.log(
-        level, "refused a %s from %s (%d): %s", what, address, refusal.status, refusal.reason
-    )
+    logger.log(level, "refused a %s from %s (%d): %s", what, address, refusal.status, reason)

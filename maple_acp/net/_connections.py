@@ -7,6 +7,11 @@ Each connection runs in the listener's nursery, not in a request's task: a Strea
 connection outlives every request it is made of. Its janitor ends it once no stream has been
 open for the idle bound, and expires session streams left without a receiver past the resume
 window.
+
+Each connection remembers the generation of the token it was admitted under. The table looks
+at the token file a few times a second and ends, like a disconnect, every connection whose
+generation is no longer the one in force: a rotated token (or a file that vanished or that
+others can read) leaves nobody talking under the old one, over WebSocket or SSE alike.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ IDLE_CONNECTION_S: Final = 60.0
 RESUME_WINDOW_S: Final = 30.0
 #: ``initialize`` is answered in its POST; a host that does not answer within this is 504.
 INITIALIZE_TIMEOUT_S: Final = 30.0
+#: How often the token file is looked at between requests: connections admitted under a
+#: rotated token end within twice this (one ``lstat`` each time: cheap).
+TOKEN_CHECK_INTERVAL_S: Final = 0.25
 
 
 class NetworkHost(Protocol):
@@ -46,6 +54,17 @@ class NetworkHost(Protocol):
 
     async def session_exists(self, session_id: str) -> bool:
         """Whether a session by this id exists for the host's account (open or stored)."""
+
+
+class TokenWatch(Protocol):
+    """The token in force as the table follows it (``maple_acp.net.TokenFile`` is one)."""
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever the token in force does, or none is."""
+
+    def refresh(self) -> None:
+        """Look at the token file again."""
 
 
 @attrs.frozen(kw_only=True)
@@ -69,19 +88,37 @@ class NetworkConnection:
     kind: str
     #: Since when no stream has been open (``None`` while one is).
     idle_since: float | None = None
+    #: The token generation it was admitted under (see :class:`TokenWatch`).
+    generation: int = 0
 
 
 class ConnectionTable:
-    """The live connections by id. ``nursery`` is the listener's: connections run in it."""
+    """The live connections by id. ``nursery`` is the listener's: connections run in it, and
+    so does the watch of ``token`` (none: every connection is of generation 0, forever)."""
 
-    def __init__(self, host: NetworkHost, nursery: trio.Nursery, limits: NetworkLimits) -> None:
+    def __init__(
+        self,
+        host: NetworkHost,
+        nursery: trio.Nursery,
+        limits: NetworkLimits,
+        token: TokenWatch | None = None,
+    ) -> None:
         self.host = host
         self.limits = limits
         self._nursery = nursery
+        self._token = token
         self.by_id: dict[str, NetworkConnection] = {}
+        if token is not None:
+            nursery.start_soon(self._watch_token, token)
 
-    def new(self, kind: str) -> NetworkConnection:
-        """A connection of ``kind`` under a fresh id; its slot is already taken
+    def generation(self) -> int:
+        """The token generation in force now (read it in the same step as the token check
+        that admitted a request: no checkpoint between them)."""
+        return 0 if self._token is None else self._token.generation
+
+    def new(self, kind: str, generation: int | None = None) -> NetworkConnection:
+        """A connection of ``kind`` under a fresh id, admitted under token ``generation`` (by
+        default the one in force now); its slot is already taken
         (:meth:`NetworkHost.try_admit`). It runs once :meth:`start` is called."""
         channel = NetworkChannel(
             split=kind == "http",
@@ -89,7 +126,11 @@ class ConnectionTable:
             keep_bytes=self.limits.keep_bytes,
         )
         connection = NetworkConnection(
-            id=secrets.token_urlsafe(18), channel=channel, kind=kind, idle_since=trio.current_time()
+            id=secrets.token_urlsafe(18),
+            channel=channel,
+            kind=kind,
+            idle_since=trio.current_time(),
+            generation=self.generation() if generation is None else generation,
         )
         self.by_id[connection.id] = connection
         return connection
@@ -150,3 +191,29 @@ class ConnectionTable:
                         deadline = min(deadline, expires)
             with trio.move_on_at(deadline):
                 await changed.wait()
+
+    async def _watch_token(self, token: TokenWatch) -> None:
+        """Ends every connection admitted under a token no longer in force."""
+        while True:
+            await trio.sleep(TOKEN_CHECK_INTERVAL_S)
+            token.refresh()
+            self.end_stale()
+
+    def end_stale(self) -> None:
+        """End, like a disconnect, every connection admitted under an older token generation:
+        its streams finish, its WebSocket closes, the host sees its input end and releases
+        what it held (its sessions stay)."""
+        current = self.generation()
+        stale = [
+            connection
+            for connection in self.by_id.values()
+            if connection.generation != current and not connection.channel.closed
+        ]
+        if not stale:
+            return
+        logger.info(
+            "ending %d network connection(s) admitted under a token no longer in force",
+            len(stale),
+        )
+        for connection in stale:
+            connection.channel.close()

@@ -4,10 +4,14 @@ passes before anything else (sans-I/O, a clock passed in).
 In order: the ``Host`` header must name the listener (its bind address, ``localhost``, or a
 configured name): a page whose DNS name was re-pointed at this machine sends its own name and
 gets ``421``. An ``Origin`` outside the allowed list gets ``403`` (no list: no browser page at
-all). An address with more than 10 failed authentications in the last second gets ``429``
-before its token is even looked at. Then the bearer token, from ``Authorization: Bearer`` or,
-for browsers' WebSockets, the subprotocol ``acp.bearer.<token>``, compared in constant time;
-a missing or wrong one is ``401`` with no detail.
+all). Then the bearer token, from ``Authorization: Bearer`` or, for browsers' WebSockets, the
+subprotocol ``acp.bearer.<token>``, compared in constant time. The right token is always
+admitted, whatever its address did before: on loopback every local account is 127.0.0.1, and
+behind a reverse proxy every client is the proxy. A missing or wrong one is ``401`` with no
+detail, or ``429`` once its address has failed 10 times in the last second. A token file that
+cannot be trusted (see :class:`~maple_acp.net._token.TokenFile`) admits nobody: ``503``,
+counted as a failure. Only a request whose headers arrived is ever counted: a connection cut
+before that (a reset stream, a half-open socket) never reaches the guard.
 
 :class:`RefusalLog` says which refusals deserve an INFO line: a flood of bad requests must
 not fill the log.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import re
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from typing import Final
@@ -38,21 +43,97 @@ REFUSAL_LOG_WINDOW_S: Final = 60.0
 #: (address, status) pairs whose repeats are counted; beyond it the oldest is reported and
 #: forgotten (many addresses cannot grow the table).
 MAX_LOGGED_REFUSERS: Final = 1024
+#: How much of a refused request's header a log line shows (as a repr: no control characters).
+MAX_LOGGED_HEADER_CHARS: Final = 200
 #: The WebSocket subprotocol prefix that carries the token (browsers cannot set headers).
 BEARER_SUBPROTOCOL_PREFIX: Final = "acp.bearer."
 #: The subprotocol a client may offer beside it, which the listener then selects.
 ACP_SUBPROTOCOL: Final = "acp"
 
 
-def host_name(header: str) -> str:
-    """The name in a ``Host`` header, without its port, lowercased (``[::1]:8765`` -> ``::1``)."""
+def host_name(header: str) -> str | None:
+    """The name in a ``Host`` header, without its port, lowercased (``[::1]:8765`` -> ``::1``,
+    ``[0:0::1]`` -> ``::1``), or ``None`` when the header is not a host and an optional
+    numeric port: after a bracketed literal only ``:port`` may follow, and the brackets must
+    hold an IPv6 address (``[::1]evil.example``, ``[::1]@evil.example`` and ``[127.0.0.1]``
+    name nothing)."""
     value = header.strip().lower()
     if value.startswith("["):
-        end = value.find("]")
-        return value[1:end] if end > 0 else value
+        inside, bracket, rest = value[1:].partition("]")
+        if not bracket or not _is_port_suffix(rest):
+            return None
+        try:
+            return str(ipaddress.IPv6Address(inside))
+        except ValueError:
+            return None
     if value.count(":") == 1:
-        value = value.split(":", 1)[0]
-    return value.rstrip(".")
+        value, _, port = value.partition(":")
+        if not _is_port_suffix(":" + port):
+            return None
+    value = value.rstrip(".")
+    return value or None
+
+
+def _is_port_suffix(rest: str) -> bool:
+    """Nothing, or ``:`` and the digits of a port (an empty port is the scheme's default)."""
+    if not rest:
+        return True
+    port = rest[1:]
+    return rest[0] == ":" and (not port or (port.isascii() and port.isdigit()))
+
+
+#: An allowed origin as browsers send one: http or https, a host (a DNS name, an IPv4
+#: address or a bracketed IPv6 one), an optional numeric port, nothing else.
+_ORIGIN = re.compile(
+    r"(?:http|https)://(?P<host>\[[0-9a-f:.]+\]|[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?)"
+    r"(?::(?P<port>[0-9]{1,5}))?",
+    re.IGNORECASE | re.ASCII,
+)
+
+
+def origin_problem(entry: str) -> str | None:
+    """Why ``entry`` cannot be an allowed origin (one line naming it), or ``None``: it must
+    be ``scheme://host[:port]`` exactly as a browser's ``Origin`` header is (``*``, a bare
+    ``127.0.0.1:8801`` or a trailing path never match one)."""
+    match = _ORIGIN.fullmatch(entry)
+    valid = match is not None
+    if match is not None:
+        host, port = match["host"], match["port"]
+        if host.startswith("["):
+            try:
+                ipaddress.IPv6Address(host[1:-1])
+            except ValueError:
+                valid = False
+        if port is not None and not 0 < int(port) <= 65535:
+            valid = False
+    if valid:
+        return None
+    return (
+        f"the allowed origin {shown(entry)} is not scheme://host[:port] "
+        "(http or https, a host, an optional port, nothing else)"
+    )
+
+
+#: The ports a browser leaves out of an ``Origin`` header, by scheme.
+_DEFAULT_PORTS: Final = {"http://": ":80", "https://": ":443"}
+
+
+def _as_sent(origin: str) -> str:
+    """An allowed origin as a browser would send it: lowercase, without its scheme's default
+    port (``https://IDE.example:443`` -> ``https://ide.example``)."""
+    value = origin.strip().rstrip("/").lower()
+    for scheme, port in _DEFAULT_PORTS.items():
+        if value.startswith(scheme) and value.endswith(port):
+            return value.removesuffix(port)
+    return value
+
+
+def shown(value: str) -> str:
+    """A header value in a log line or an error: quoted, escaped, bounded."""
+    text = repr(value)
+    if len(text) > MAX_LOGGED_HEADER_CHARS:
+        text = text[: MAX_LOGGED_HEADER_CHARS - 3] + "..."
+    return text
 
 
 def is_loopback(host: str) -> bool:
@@ -75,12 +156,13 @@ class GuardPolicy:
     def for_bind(
         cls, bind_host: str, hosts: Iterable[str] = (), origins: Iterable[str] = ()
     ) -> GuardPolicy:
-        names = {host_name(bind_host), "localhost", *(host_name(h) for h in hosts)}
-        if is_loopback(host_name(bind_host)):
+        bind_name = host_name(bind_host) or bind_host
+        names = {bind_name, "localhost", *filter(None, (host_name(h) for h in hosts))}
+        if is_loopback(bind_name):
             names.update({"127.0.0.1", "::1"})
         return cls(
             allowed_hosts=frozenset(names),
-            allowed_origins=frozenset(o.strip().rstrip("/").lower() for o in origins),
+            allowed_origins=frozenset(_as_sent(o) for o in origins),
         )
 
 
@@ -216,6 +298,11 @@ def chosen_subprotocol(offered: Iterable[str]) -> str | None:
     return None
 
 
+class TokenUnavailable(Exception):
+    """The host's token cannot be trusted now (its file vanished, or others can read it):
+    nobody is admitted until it is fixed. The message is one line without the token."""
+
+
 @attrs.frozen
 class Refusal:
     status: int
@@ -225,7 +312,7 @@ class Refusal:
 
 class RequestGuard:
     """See the module docstring. ``token_matches`` compares an offered token with the host's
-    in constant time."""
+    in constant time, or raises :class:`TokenUnavailable`."""
 
     def __init__(
         self,
@@ -239,7 +326,8 @@ class RequestGuard:
         self.refusals = RefusalLog(clock)
 
     def check_host(self, host: str | None) -> Refusal | None:
-        if host is None or host_name(host) not in self.policy.allowed_hosts:
+        name = None if host is None else host_name(host)
+        if name is None or name not in self.policy.allowed_hosts:
             return Refusal(421, "a Host header that does not name this listener")
         return None
 
@@ -254,12 +342,19 @@ class RequestGuard:
         return origin is not None and self.check_origin(origin) is None
 
     def check_token(self, address: str, token: str | None) -> Refusal | None:
-        if self._failures.throttled(address):
+        try:
+            if token is not None and self._token_matches(token):
+                return None
+            refusal = Refusal(401, "a missing or wrong bearer token")
+        except TokenUnavailable:
+            refusal = Refusal(503, "the host's token file cannot be trusted now")
+        # Only a refused request counts, and only against its own address's next refusals:
+        # the right token was admitted above whatever the count.
+        throttled = self._failures.throttled(address)
+        self._failures.record(address)
+        if throttled:
             return Refusal(429, "too many failed authentications from one address")
-        if token is None or not self._token_matches(token):
-            self._failures.record(address)
-            return Refusal(401, "a missing or wrong bearer token")
-        return None
+        return refusal
 
     def admit(
         self, *, address: str, host: str | None, origin: str | None, token: str | None

@@ -77,11 +77,15 @@ class StreamableHttpProfile:
         self._limits = connections.limits
 
     def _cors(self, origin: str | None) -> list[tuple[bytes, bytes]]:
+        """The CORS headers of an answer to an allowed origin (none for any other). Browsers
+        send the page's credentials by default (the official TypeScript client does), and
+        read no answer to such a request without ``Allow-Credentials``."""
         if not self._guard.origin_allowed(origin):
             return []
         assert origin is not None
         return [
             (b"access-control-allow-origin", origin.encode("latin-1")),
+            (b"access-control-allow-credentials", b"true"),
             (b"access-control-expose-headers", _CORS_EXPOSE_HEADERS.encode()),
             (b"vary", b"origin"),
         ]
@@ -92,11 +96,14 @@ class StreamableHttpProfile:
         method = scope.get("method", "")
         refusal = self._guard.check_host(headers.get("host")) or self._guard.check_origin(origin)
         if refusal is None and method == "OPTIONS":
-            await self._preflight(origin, send)
+            await self._preflight(origin, headers, send)
             return
         if refusal is None:
             token = bearer_from_header(headers.get("authorization"))
             refusal = self._guard.check_token(address_of(scope), token)
+        # The token generation this request was admitted under: read in the same step as the
+        # check (a connection it makes is ended when that token is no longer in force).
+        generation = self._connections.generation()
         if refusal is not None:
             await self._refuse(refusal, scope, send, self._cors(origin))
             return
@@ -104,7 +111,7 @@ class StreamableHttpProfile:
         if scope.get("path") != ACP_PATH:
             await respond(send, 404, cors)
         elif method == "POST":
-            await self._post(headers, receive, send, cors)
+            await self._post(headers, receive, send, cors, generation)
         elif method == "GET":
             await self._get(headers, receive, send, cors)
         elif method == "DELETE":
@@ -119,21 +126,24 @@ class StreamableHttpProfile:
         extra = [(b"www-authenticate", b"Bearer")] if refusal.status == 401 else []
         await respond(send, refusal.status, [*cors, *extra])
 
-    async def _preflight(self, origin: str | None, send: Send) -> None:
+    async def _preflight(self, origin: str | None, headers: dict[str, str], send: Send) -> None:
+        """A browser's preflight from an allowed origin (the guard refused any other). A page
+        on a public site asks ``Request-Private-Network`` before it may reach a loopback or
+        private address; the browser then asks its user too."""
         if origin is None:
             # Not a browser's preflight: nothing here answers OPTIONS otherwise.
             await respond(send, 405, [(b"allow", b"GET, POST, DELETE, OPTIONS")])
             return
-        await respond(
-            send,
-            204,
-            [
-                *self._cors(origin),
-                (b"access-control-allow-methods", b"GET, POST, DELETE, OPTIONS"),
-                (b"access-control-allow-headers", _CORS_ALLOW_HEADERS.encode()),
-                (b"access-control-max-age", str(PREFLIGHT_MAX_AGE_S).encode()),
-            ],
-        )
+        answer = [
+            *self._cors(origin),
+            (b"access-control-allow-methods", b"GET, POST, DELETE, OPTIONS"),
+            (b"access-control-allow-headers", _CORS_ALLOW_HEADERS.encode()),
+            (b"access-control-max-age", str(PREFLIGHT_MAX_AGE_S).encode()),
+        ]
+        private = headers.get("access-control-request-private-network", "")
+        if private.strip().lower() == "true":
+            answer.append((b"access-control-allow-private-network", b"true"))
+        await respond(send, 204, answer)
 
     def _connection(self, headers: dict[str, str]) -> NetworkConnection | None:
         connection = self._connections.by_id.get(headers.get(CONNECTION_HEADER, ""))
@@ -147,6 +157,7 @@ class StreamableHttpProfile:
         receive: Receive,
         send: Send,
         cors: list[tuple[bytes, bytes]],
+        generation: int,
     ) -> None:
         content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if content_type != "application/json":
@@ -173,7 +184,7 @@ class StreamableHttpProfile:
         if CONNECTION_HEADER not in headers:
             # Its answer is found by its id: a string or an integer, as JSON-RPC allows.
             if message.get("method") == "initialize" and type(message.get("id")) in (int, str):
-                await self._initialize(body, message, send, cors)
+                await self._initialize(body, message, send, cors, generation)
             else:
                 await respond(send, 400, cors, error_body("Acp-Connection-Id is missing"))
             return
@@ -199,13 +210,18 @@ class StreamableHttpProfile:
         await respond(send, 202, cors)
 
     async def _initialize(
-        self, body: bytes, message: dict[str, Any], send: Send, cors: list[tuple[bytes, bytes]]
+        self,
+        body: bytes,
+        message: dict[str, Any],
+        send: Send,
+        cors: list[tuple[bytes, bytes]],
+        generation: int,
     ) -> None:
         if not self._connections.host.try_admit():
             logger.warning("refusing a network ACP connection: every connection slot is in use")
             await respond(send, 503, cors, error_body("too many connections"))
             return
-        connection = self._connections.new("http")
+        connection = self._connections.new("http", generation)
         answer: list[bytes] = []
         answered = trio.Event()
 

@@ -24,7 +24,7 @@ import trio
 from maple_acp.net._app import AcpNetworkApp
 from maple_acp.net._connections import NetworkHost, NetworkLimits
 from maple_acp.net._errors import HttpSetupError
-from maple_acp.net._guard import GuardPolicy, RequestGuard, is_loopback
+from maple_acp.net._guard import GuardPolicy, RequestGuard, is_loopback, origin_problem
 from maple_acp.net._token import TokenFile
 from maple_acp.rpc import MAX_LINE_BYTES, MAX_OUTBOUND_BYTES, MAX_OUTBOUND_LINES
 
@@ -120,6 +120,10 @@ class NetworkSettings:
             if path is not None and not path.is_file():
                 raise HttpSetupError(f"the TLS file {path} does not exist")
         refuse_shared_key(self.tls_key)
+        for entry in self.allowed_origins:
+            problem = origin_problem(entry)
+            if problem is not None:
+                raise HttpSetupError(problem)
 
     def check_server_installed(self) -> None:
         _hypercorn_config(self)
@@ -192,7 +196,7 @@ async def serve_network(
         max_message_bytes=settings.max_message_bytes,
     )
     async with trio.open_nursery() as nursery:
-        app = AcpNetworkApp(host, guard, nursery, limits)
+        app = AcpNetworkApp(host, guard, nursery, limits, token)
         worker = TcpWorker(app, config, fd_limit=open_file_limit())
         binds = await nursery.start(worker.serve)
         port = settings.port

@@ -3,7 +3,9 @@
 The file holds 32 random bytes in URL-safe base64 (no padding) and a newline, mode 0600. It is
 created on first use (exclusively, so two processes starting at once agree on one token) and
 replaced whole by :func:`rotate_token` (written beside it, then renamed). A running listener
-re-reads it when the file changes, so a rotation takes effect without a restart.
+looks at the file on every request and a few times a second besides (:class:`TokenFile`): a
+rotation takes effect without a restart, and a file that vanished or that others can read
+admits nobody until it is fixed.
 
 The token is a secret: nothing here logs it, and no error message carries it.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import hmac
+import logging
 import os
 import secrets
 import stat
@@ -19,6 +22,9 @@ from pathlib import Path
 from typing import Final
 
 from maple_acp.net._errors import HttpSetupError
+from maple_acp.net._guard import TokenUnavailable
+
+logger = logging.getLogger(__name__)
 
 #: The token file inside the data directory.
 TOKEN_FILE_NAME: Final = "http-token"
@@ -92,7 +98,8 @@ def read_or_create_token(data_dir: Path) -> str:
 
 
 def rotate_token(data_dir: Path) -> str:
-    """Replace the token with a new one; clients holding the old one get ``401`` from now."""
+    """Replace the token with a new one; clients holding the old one get ``401`` from now, and
+    a running listener ends their connections within a second (see :class:`TokenFile`)."""
     path = token_path(data_dir)
     try:
         _write_new(path, _new_token(), replace=True)
@@ -101,28 +108,93 @@ def rotate_token(data_dir: Path) -> str:
     return _read(path)
 
 
+#: What identifies one state of the token file: a chmod, a chown or a touch changes it, and
+#: so does a rename over it (another inode) or a rewrite.
+_FileKey = tuple[int, int, int, int, int, int, int]
+
+
+def _key_of(path: Path) -> _FileKey | None:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return (
+        info.st_dev,
+        info.st_ino,
+        info.st_mtime_ns,
+        info.st_ctime_ns,
+        info.st_size,
+        info.st_mode,
+        info.st_uid,
+    )
+
+
 class TokenFile:
-    """The token as the listener checks it: re-read when the file changes (a rotation), and
-    compared in constant time."""
+    """The token as the listener checks it, compared in constant time.
+
+    The file is looked at (one ``lstat``) on every check and re-read whenever anything about
+    it changed, its mode and owner included. A file that vanished, that others can read or
+    that holds no token admits nobody (:class:`~maple_acp.net._guard.TokenUnavailable`),
+    logged once per problem, until it is fixed (``maple-acp http-token`` makes a new one).
+    :attr:`generation` changes whenever the token in force does or none is: a connection
+    admitted under an older generation is ended (see ``ConnectionTable``).
+
+    Error handling: :class:`HttpSetupError` from the constructor for a file that cannot be
+    used at start (it is created when missing).
+    """
 
     def __init__(self, data_dir: Path) -> None:
         self._path = token_path(data_dir)
-        self._seen: tuple[int, int, int] | None = None
-        self._token = b""
-        self.current()
+        token = read_or_create_token(data_dir).encode()
+        self._seen = _key_of(self._path)
+        self._token: bytes | None = token
+        #: The problem last logged (``None`` while the token is usable).
+        self._problem: str | None = None
+        #: Changes whenever the token in force changes, or none is.
+        self.generation = 0
+
+    def refresh(self) -> None:
+        """Look at the file; read it again when anything about it changed."""
+        key = _key_of(self._path)
+        if key == self._seen:
+            return
+        self._seen = key
+        try:
+            if key is None:
+                raise FileNotFoundError
+            token = _read(self._path).encode()
+        except FileNotFoundError:
+            self._refuse(
+                f"the token file {self._path} is gone; run `maple-acp http-token` to make a new one"
+            )
+        except HttpSetupError as exc:
+            self._refuse(str(exc))
+        except OSError as exc:
+            self._refuse(f"cannot read the token file {self._path}: {exc.strerror}")
+        else:
+            if token != self._token:
+                self.generation += 1
+            self._token = token
+            if self._problem is not None:
+                logger.info("the token file %s is usable again", self._path)
+                self._problem = None
+
+    def _refuse(self, problem: str) -> None:
+        if self._token is not None:
+            self.generation += 1
+            self._token = None
+        if problem != self._problem:
+            logger.warning("refusing every network request: %s", problem)
+            self._problem = problem
 
     def current(self) -> bytes:
-        try:
-            info = os.stat(self._path)
-            seen = (info.st_ino, info.st_mtime_ns, info.st_size)
-        except OSError:
-            seen = None
-        if seen is None or seen != self._seen:
-            # A file that went away is recreated (a new token); one that broke is refused:
-            # either way no request is admitted with a stale token.
-            self._token = read_or_create_token(self._path.parent).encode()
-            info = os.stat(self._path)
-            self._seen = (info.st_ino, info.st_mtime_ns, info.st_size)
+        """The token in force.
+
+        Error handling: :class:`~maple_acp.net._guard.TokenUnavailable` while the file cannot
+        be trusted (it was logged once when that began)."""
+        self.refresh()
+        if self._token is None:
+            raise TokenUnavailable(self._problem or "the token file cannot be trusted")
         return self._token
 
     def matches(self, offered: str) -> bool:

@@ -4,6 +4,7 @@ it; ``maple-acp http-token`` prints and rotates it."""
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from pathlib import Path
@@ -21,7 +22,13 @@ from maple_acp.net import (
     rotate_token,
     token_path,
 )
-from maple_acp.net._guard import bearer_from_header, chosen_subprotocol, host_name
+from maple_acp.net._guard import (
+    Refusal,
+    TokenUnavailable,
+    bearer_from_header,
+    chosen_subprotocol,
+    host_name,
+)
 
 
 class FakeClock:
@@ -35,8 +42,39 @@ class FakeClock:
 def test_host_names_lose_their_port_and_case() -> None:
     assert host_name("LocalHost:8765") == "localhost"
     assert host_name("[::1]:8765") == "::1"
+    assert host_name("[::1]") == "::1"
+    assert host_name("[::1]:") == "::1"
+    assert host_name("[0:0:0:0:0:0:0:1]:8765") == "::1"
     assert host_name("acp.example.") == "acp.example"
+    assert host_name("acp.example:") == "acp.example"
     assert host_name("::1") == "::1"
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "[::1]evil.example",
+        "[::1]@evil.example",
+        "[::1].evil.example:8765",
+        "[::1]:8765evil",
+        "[::1]:80:80",
+        "[::1",
+        "[127.0.0.1]",
+        "[127.0.0.1]:8765",
+        "[localhost]",
+        "[]",
+        "localhost:http",
+        "localhost:8765@evil.example",
+        "",
+        ":8765",
+    ],
+)
+def test_a_host_header_with_anything_after_its_name_and_port_names_nothing(header: str) -> None:
+    assert host_name(header) is None
+    guard = RequestGuard(GuardPolicy.for_bind("::1"), lambda token: token == "t", FakeClock())
+    assert guard.check_host(header) == Refusal(
+        421, "a Host header that does not name this listener"
+    )
 
 
 def test_a_loopback_bind_admits_its_loopback_names_only() -> None:
@@ -55,13 +93,49 @@ def test_failures_are_counted_per_address_in_a_one_second_window() -> None:
         refusal = guard.check_token("10.0.0.1", "wrong")
         assert refusal is not None
         assert refusal.status == 401
-    throttled = guard.check_token("10.0.0.1", "t")
-    assert throttled is not None
-    assert throttled.status == 429
+    for token in ("wrong", None):
+        throttled = guard.check_token("10.0.0.1", token)
+        assert throttled is not None
+        assert throttled.status == 429
     # Another address is not affected.
-    assert guard.check_token("10.0.0.2", "t") is None
+    assert guard.check_token("10.0.0.2", "wrong") == Refusal(401, "a missing or wrong bearer token")
+    # A throttled address keeps failing while its flood goes on...
+    clock.now += 0.9
+    assert guard.check_token("10.0.0.1", "wrong") == Refusal(
+        429, "too many failed authentications from one address"
+    )
+    # ...and gets a 401 again a second after it stopped.
     clock.now += 1.01
-    assert guard.check_token("10.0.0.1", "t") is None
+    assert guard.check_token("10.0.0.1", "wrong") == Refusal(401, "a missing or wrong bearer token")
+
+
+def test_the_right_token_is_admitted_from_a_throttled_address() -> None:
+    clock = FakeClock()
+    guard = RequestGuard(GuardPolicy.for_bind("127.0.0.1"), lambda token: token == "t", clock)
+    for _ in range(100):
+        clock.now += 0.001
+        assert guard.check_token("127.0.0.1", "wrong") is not None
+    assert guard.check_token("127.0.0.1", "wrong") == Refusal(
+        429, "too many failed authentications from one address"
+    )
+    for _ in range(20):
+        assert guard.check_token("127.0.0.1", "t") is None
+        assert guard.check_token("127.0.0.1", "wrong") is not None
+    assert guard.admit(address="127.0.0.1", host="127.0.0.1:1", origin=None, token="t") is None
+
+
+def test_an_untrusted_token_file_admits_nobody_and_counts_as_a_failure() -> None:
+    def unavailable(token: str) -> bool:
+        raise TokenUnavailable("the token file is readable by others")
+
+    guard = RequestGuard(GuardPolicy.for_bind("127.0.0.1"), unavailable, FakeClock())
+    for _ in range(10):
+        assert guard.check_token("127.0.0.1", "t") == Refusal(
+            503, "the host's token file cannot be trusted now"
+        )
+    refused = guard.check_token("127.0.0.1", "t")
+    assert refused is not None
+    assert refused.status == 429
 
 
 def test_bearer_parsing_and_the_subprotocol_answer() -> None:
@@ -165,3 +239,63 @@ def test_the_http_table_of_the_config_file(tmp_path: Path) -> None:
             parse_config(text, path)
         assert refused.value.key == key
         assert "\n" not in str(refused.value)
+
+
+def test_a_token_file_made_readable_at_run_time_admits_nobody_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="maple_acp.net")
+    token = read_or_create_token(tmp_path)
+    path = token_path(tmp_path)
+    watcher = TokenFile(tmp_path)
+    assert watcher.matches(token)
+    first = watcher.generation
+    # A touch changes nothing that matters: same token, same generation, no log line.
+    os.utime(path)
+    assert watcher.matches(token)
+    assert watcher.generation == first
+    os.chmod(path, 0o644)  # mode only: inode, mtime and size are unchanged
+    for _ in range(50):
+        with pytest.raises(TokenUnavailable):
+            watcher.matches(token)
+    assert watcher.generation != first
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1
+    assert "0600" in warned[0].getMessage()
+    os.chmod(path, 0o600)
+    assert watcher.matches(token)
+    assert "usable again" in caplog.text
+    assert token not in caplog.text
+
+
+def test_a_vanished_token_file_admits_nobody_until_one_is_made(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="maple_acp.net")
+    token = read_or_create_token(tmp_path)
+    watcher = TokenFile(tmp_path)
+    first = watcher.generation
+    token_path(tmp_path).unlink()
+    for _ in range(10):
+        with pytest.raises(TokenUnavailable):
+            watcher.matches(token)
+    # Not made again behind the owner's back: that is for `maple-acp http-token`.
+    assert not token_path(tmp_path).exists()
+    assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1
+    made = read_or_create_token(tmp_path)
+    assert watcher.matches(made)
+    assert not watcher.matches(token)
+    assert watcher.generation != first
+
+
+def test_the_generation_changes_with_the_token_in_force_only(tmp_path: Path) -> None:
+    read_or_create_token(tmp_path)
+    watcher = TokenFile(tmp_path)
+    seen = {watcher.generation}
+    for _ in range(3):
+        rotate_token(tmp_path)
+        watcher.refresh()
+        assert watcher.generation not in seen
+        seen.add(watcher.generation)
+        watcher.refresh()
+        assert watcher.generation in seen

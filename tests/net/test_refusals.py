@@ -49,33 +49,116 @@ async def test_a_request_without_the_right_token_gets_401_with_no_detail(
 
 async def test_more_than_ten_failures_a_second_from_one_address_get_429() -> None:
     async with net_host() as host, host.client() as client:
+        wrong = {**JSON, "Authorization": "Bearer x"}
         for _ in range(MAX_AUTH_FAILURES_PER_S):
-            bad = await client.post(
-                host.url, content=INITIALIZE, headers={**JSON, "Authorization": "Bearer x"}
-            )
+            bad = await client.post(host.url, content=INITIALIZE, headers=wrong)
             assert bad.status_code == 401
-        # Now even the right token is not looked at.
-        throttled = await client.post(host.url, content=INITIALIZE, headers=host.headers(**JSON))
+        throttled = await client.post(host.url, content=INITIALIZE, headers=wrong)
         assert throttled.status_code == 429
-        upgrade = await websocket_handshake(host, headers=host.headers())
-        assert (upgrade.accepted, upgrade.status) == (False, 429)
-        # The window is one second: past it, the right token is admitted again.
-        await trio.sleep(1.05)
+        missing = await websocket_handshake(host)
+        assert (missing.accepted, missing.status) == (False, 429)
+        # The right token is admitted all the same: the address is shared by every local
+        # account (and by every client behind a proxy).
         answer = await client.post(host.url, content=INITIALIZE, headers=host.headers(**JSON))
         assert answer.status_code == 200
+        upgrade = await websocket_handshake(host, headers=host.headers())
+        assert upgrade.accepted
+        # The window is one second: past it, a wrong token is a 401 again.
+        await trio.sleep(1.05)
+        bad = await client.post(host.url, content=INITIALIZE, headers=wrong)
+        assert bad.status_code == 401
+
+
+async def test_a_flood_of_wrong_tokens_from_the_owner_s_address_costs_the_owner_nothing() -> None:
+    async with net_host() as host, host.client() as owner, host.client() as neighbour:
+        auth = host.headers()
+        opened = await owner.post(host.url, content=INITIALIZE, headers={**auth, **JSON})
+        assert opened.status_code == 200
+        connection = {"Acp-Connection-Id": opened.headers["acp-connection-id"]}
+        flooded: list[int] = []
+        statuses: set[int] = set()
+        throttled = trio.Event()
+
+        async def flood() -> None:
+            wrong = {**JSON, "Authorization": "Bearer not-the-token"}
+            while True:
+                answer = await neighbour.post(host.url, content=INITIALIZE, headers=wrong)
+                statuses.add(answer.status_code)
+                flooded.append(answer.status_code)
+                if answer.status_code == 429:
+                    throttled.set()
+
+        sse = {**auth, **connection, "Accept": "text/event-stream"}
+        with trio.fail_after(DEADLINE):
+            async with (
+                trio.open_nursery() as nursery,
+                owner.stream("GET", host.url, headers=sse) as stream,
+            ):
+                assert stream.status_code == 200
+                events = SseReader(stream)
+                nursery.start_soon(flood)
+                await throttled.wait()
+                # Every POST of the owner's is taken and answered while the address is
+                # throttled, and its WebSocket upgrade is accepted.
+                for n in range(1, 9):
+                    answer = await owner.post(
+                        host.url,
+                        content=rpc("session/list", {}, n),
+                        headers={**auth, **JSON, **connection},
+                    )
+                    assert answer.status_code == 202, answer.status_code
+                    _, listed = await events.until(lambda m, n=n: m.get("id") == n)
+                    assert listed["result"] == {"sessions": []}
+                    if n % 3 == 0:
+                        # (Two at most: each takes a connection slot until its close is seen.)
+                        upgrade = await websocket_handshake(host, headers=auth)
+                        assert upgrade.accepted
+                nursery.cancel_scope.cancel()
+        assert statuses == {401, 429}
+        assert flooded.count(429) > flooded.count(401)
+
+
+async def test_cut_requests_and_half_open_sockets_are_not_failed_authentications() -> None:
+    async with net_host() as host, host.client() as client:
+        address, port = host.address
+        for n in range(3 * MAX_AUTH_FAILURES_PER_S):
+            stream = await trio.open_tcp_stream(address, port)
+            if n % 2:
+                # Headers cut off before their end, a wrong token among them.
+                await stream.send_all(
+                    f"POST /acp HTTP/1.1\r\nHost: {address}:{port}\r\n"
+                    "Authorization: Bearer x\r\n".encode()
+                )
+            await stream.aclose()
+        wrong = {**JSON, "Authorization": "Bearer x"}
+        bad = await client.post(host.url, content=INITIALIZE, headers=wrong)
+        assert bad.status_code == 401
 
 
 async def test_a_host_header_that_does_not_name_the_listener_gets_421() -> None:
     async with net_host(allowed_hosts=("acp.example",)) as host, host.client() as client:
         port = host.address[1]
-        for name in ("evil.example", f"evil.example:{port}", "127.0.0.2"):
+        for name in (
+            "evil.example",
+            f"evil.example:{port}",
+            "127.0.0.2",
+            "[::1]evil.example",
+            "[::1]@evil.example",
+            f"[127.0.0.1]:{port}",
+        ):
             answer = await client.post(
                 host.url, content=INITIALIZE, headers=host.headers(**JSON, Host=name)
             )
             assert answer.status_code == 421, name
             upgrade = await websocket_handshake(host, headers=host.headers(), host_header=name)
             assert (upgrade.accepted, upgrade.status) == (False, 421)
-        for name in (f"localhost:{port}", f"127.0.0.1:{port}", "acp.example", "ACP.example."):
+        for name in (
+            f"localhost:{port}",
+            f"127.0.0.1:{port}",
+            f"[::1]:{port}",
+            "acp.example",
+            "ACP.example.",
+        ):
             answer = await client.post(
                 host.url, content=INITIALIZE, headers=host.headers(**JSON, Host=name)
             )
