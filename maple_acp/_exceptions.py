@@ -40,6 +40,8 @@ one clause and still tell the layers apart::
      +-- ProviderConfigError     the provider layer (both model engines): a provider section
      |                           refused
      +-- ProviderUnavailable     the provider layer: an engine's optional extra is not installed
+     +-- KindUnavailable         the provider layer: an engine kind that is not registered,
+     |                           registered twice, or fails to load
      +-- HttpSetupError          maple_acp.net: the network listener cannot start as configured
      +-- HostUnavailable         the command line's client found no host on the socket
      +-- AcpCallError            the command line's client got an error answer
