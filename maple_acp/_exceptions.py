@@ -51,8 +51,9 @@ Not part of the tree, on purpose, each for its reason:
 
 - control flow inside one module, never let out of it: the edge's ``SessionClosed``, the
   provider's ``ProviderFault`` (it becomes a ``TurnFailed`` line), the command-line client's
-  ``NotServed``; the network listener's ``StreamGone``, ``StreamEnded`` and ``BodyTooLarge``
-  (each becomes an HTTP status or the end of a response inside ``maple_acp.net``);
+  ``NotServed``; the network listener's ``StreamGone``, ``StreamEnded``, ``BodyTooLarge``,
+  ``TokenUnavailable`` and ``MessageTooLarge`` (each becomes an HTTP status, a WebSocket close
+  or the end of a response inside ``maple_acp.net``);
 - the MCP router's ``ResponseTooLarge``, an ``httpx2.StreamError`` so that the HTTP transport
   treats an oversized body like any broken stream (it surfaces as ``McpSetupError`` or
   ``ExternalToolError``);
