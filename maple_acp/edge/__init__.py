@@ -21,6 +21,7 @@ from maple_acp.edge._connection import DISCONNECT_CLEANUP_S
 from maple_acp.edge._lifecycle import HostLifecycle, ShutdownReport
 from maple_acp.edge._service import (
     PROTOCOL_VERSION,
+    STOP_DEADLINE_S,
     AcpService,
     AcpServiceStatus,
     ConnectionView,
@@ -36,6 +37,7 @@ __all__ = [
     "MAX_TOOL_TEXT_CHARS",
     "PROTOCOL_VERSION",
     "STATUS_METHOD",
+    "STOP_DEADLINE_S",
     "AcpService",
     "AcpServiceConfig",
     "AcpServiceStatus",

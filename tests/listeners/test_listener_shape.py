@@ -20,7 +20,7 @@ import trio
 import trio.testing
 
 from maple_acp import AcpService, AcpServiceConfig, NetworkListener, NetworkSettings, UnixListener
-from maple_acp.edge._service import STOP_DEADLINE_S
+from maple_acp.edge import STOP_DEADLINE_S
 from maple_acp.listeners import ACCEPT_RETRY_S, AcceptRetry, Listener
 from maple_acp.net import read_or_create_token
 from maple_acp.runtime import AgentService
