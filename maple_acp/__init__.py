@@ -13,6 +13,10 @@ The public names below are loaded on first use, so that importing ``maple_acp`` 
   (``maple-acp serve`` calls it; a library host calls it itself);
 - store: :class:`SqliteTaskStore`;
 - edge: :class:`AcpService`, :class:`AcpServiceConfig`, :class:`HostLifecycle`;
+- listeners, each started with ``await acp.listen(nursery, listener)``: :class:`UnixListener`
+  (the owner-only socket the connector reaches) and :class:`NetworkListener` with its
+  :class:`NetworkSettings` (WebSocket and Streamable HTTP; the ``http`` extra), both in the
+  shape of :class:`Listener`;
 - the demo backend: :class:`DemoBackend` (see ``maple_acp.backends.demo``);
 - tests: ``maple_acp.testing`` (``AcpTestClient``, Hypothesis strategies, demo fixtures).
 """
@@ -32,6 +36,8 @@ if TYPE_CHECKING:
     from maple_acp._hardening import harden_host_process
     from maple_acp.backends.demo import DemoBackend, demo_catalog, demo_policy
     from maple_acp.edge import AcpService, AcpServiceConfig, HostLifecycle
+    from maple_acp.listeners import Listener, UnixListener
+    from maple_acp.net import NetworkListener, NetworkSettings
     from maple_acp.runtime import (
         AgentBackend,
         AgentService,
@@ -50,6 +56,10 @@ _EXPORTS = {
     "AcpService": "maple_acp.edge",
     "AcpServiceConfig": "maple_acp.edge",
     "HostLifecycle": "maple_acp.edge",
+    "Listener": "maple_acp.listeners",
+    "UnixListener": "maple_acp.listeners",
+    "NetworkListener": "maple_acp.net",
+    "NetworkSettings": "maple_acp.net",
     "AgentBackend": "maple_acp.runtime",
     "AgentService": "maple_acp.runtime",
     "ModelCatalog": "maple_acp.runtime",
@@ -72,8 +82,11 @@ __all__ = [
     "AgentService",
     "DemoBackend",
     "HostLifecycle",
+    "Listener",
     "MapleAcpError",
     "ModelCatalog",
+    "NetworkListener",
+    "NetworkSettings",
     "PermissionPolicy",
     "Prompt",
     "RejectionKind",
@@ -81,6 +94,7 @@ __all__ = [
     "SqliteTaskStore",
     "StaticModelCatalog",
     "TaskStore",
+    "UnixListener",
     "__version__",
     "demo_catalog",
     "demo_policy",

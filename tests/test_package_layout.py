@@ -16,6 +16,7 @@ import functools
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Final
 
 import maple_acp
 import maple_acp_connector
@@ -37,10 +38,16 @@ KNOWN_BACKEND_CIRCLES: set[frozenset[str]] = set()
 #: The longest a module may be: a module past it holds more than one concern, and the next
 #: feature lands in it rather than in a home of its own.
 MAX_MODULE_LINES = 600
-#: Modules still longer, each waiting for its own split. The list only shrinks: an entry that
-#: is no longer too long fails the test. ``cli._commands`` holds every click command of
-#: ``maple-acp`` and is split by command next; nothing else may join it here.
-KNOWN_LONG_MODULES: set[str] = {"maple_acp.cli._commands"}
+#: Modules still longer, each waiting for its own split (none left: the commands of
+#: ``maple-acp`` each stand in a module of their own). The list only shrinks: an entry that is no
+#: longer too long fails the test.
+KNOWN_LONG_MODULES: set[str] = set()
+
+#: The module of each listener (the Unix socket's, the network's): both in the shape of
+#: ``maple_acp.listeners.Listener``, beside each other, neither inside the edge they serve.
+LISTENERS: Final = {"unix": "maple_acp.listeners._unix", "network": "maple_acp.net._server"}
+#: The module holding that shape, which both stand on.
+LISTENER_SHAPE: Final = "maple_acp.listeners._shape"
 
 
 def _modules() -> dict[str, Path]:
@@ -151,6 +158,45 @@ def private_reaches(graph: Mapping[str, Iterable[str]]) -> set[tuple[str, str]]:
     return found
 
 
+def reachable(graph: Mapping[str, Iterable[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others (``start`` not included)."""
+    seen: set[str] = set()
+    todo = list(graph.get(start, ()))
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph.get(module, ()))
+    return seen - {start}
+
+
+def defined_names(path: Path) -> set[str]:
+    """The names a module defines at its top level (classes, functions, assignments)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {target.id for target in targets if isinstance(target, ast.Name)}
+    return names
+
+
+def floor_modules(name: str) -> list[str]:
+    return [module for module in MODULES if floor(module) == name]
+
+
+def names_imported_from(modules: Iterable[str], source: str) -> set[str]:
+    """The names ``modules`` import with ``from source import ...``, anywhere in their files."""
+    names: set[str] = set()
+    for module in modules:
+        path = MODULES[module]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == source:
+                names |= {alias.name for alias in node.names}
+    return names
+
+
 def long_modules(paths: Mapping[str, Path], limit: int) -> dict[str, int]:
     """The modules longer than ``limit`` lines, with their length."""
     lengths = {name: len(path.read_text().splitlines()) for name, path in paths.items()}
@@ -240,6 +286,30 @@ def test_no_module_is_longer_than_the_limit() -> None:
     assert sorted(KNOWN_LONG_MODULES - found.keys()) == [], "a long module was split: delete it"
 
 
+def test_the_unix_and_network_listeners_stand_beside_each_other() -> None:
+    """Both listeners stand outside the edge on the one listener shape, and neither reaches
+    the other or the edge: the edge runs them, they hand it their connections."""
+    graph = import_graph()
+    allowed = allowed_arrows(ARCHITECTURE.read_text())
+    unix, network = LISTENERS["unix"], LISTENERS["network"]
+    assert floor(unix) != floor(network)
+    for listener in (unix, network):
+        assert listener in MODULES, listener
+        assert floor(listener) != "edge"
+        assert "edge" not in allowed[floor(listener)], floor(listener)
+        found = reachable(graph, listener)
+        assert LISTENER_SHAPE in found, listener
+        assert {floor(module) for module in found}.isdisjoint({"edge", "cli"}), listener
+    assert network not in reachable(graph, unix)
+    # The network reaches the Unix listener's package through its face only (no private
+    # reach), and takes from it the shared shape and accept rule, never the Unix listener.
+    unix_names = defined_names(MODULES[unix])
+    taken = names_imported_from(floor_modules("net"), "maple_acp.listeners")
+    assert taken, "the network listener stands on the listener shape"
+    assert taken.isdisjoint(unix_names), sorted(taken & unix_names)
+    assert floor(LISTENER_SHAPE) in allowed["edge"]
+
+
 # -- the checks check ---------------------------------------------------------------------------
 
 
@@ -262,6 +332,12 @@ def test_the_arrow_table_is_read_from_the_page() -> None:
     assert allowed["wire"] <= {"_exceptions", "_text"}
     assert "edge" not in allowed["runtime"]
     assert allowed["connector"] == set()
+
+
+def test_reachable_follows_imports_through_other_modules() -> None:
+    graph = {"a": {"b"}, "b": {"c", "a"}, "c": set(), "d": {"a"}}
+    assert reachable(graph, "a") == {"b", "c"}
+    assert reachable(graph, "c") == set()
 
 
 def test_a_module_past_the_limit_is_found_and_one_at_it_is_not(tmp_path: Path) -> None:

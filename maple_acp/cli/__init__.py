@@ -4,11 +4,13 @@ The console script enters at :func:`maple_acp._main.main`, which answers ``acp``
 ``--version`` itself before this package (and click, and trio) is imported; everything else
 reaches the click group ``cli`` here.
 
-Layout: ``_commands`` holds the commands and their options; what they run sits beside it
-(``_host``: the host ``serve`` and ``demo`` run; ``_engine``: the provider engine built from
-settings; ``_client``: a blocking ACP client over the socket; ``_doctor``: the installation
-checks; ``_demo``: the demo's script) and every one of them reports failure as ``_errors``'
-``CliError``. A command module never imports another command module.
+Layout: ``_commands`` holds the group (and ``acp``, ``doctor``, ``demo``) and gathers the
+command modules beside it, one a concern (``_serve_command``; ``_status_commands``: ``status``
+and ``http-token``; ``_sessions_command``), which share only ``_options``; what they run sits
+beside them (``_host``: the host ``serve`` and ``demo`` run; ``_engine``: the provider engine
+built from settings; ``_client``: a blocking ACP client over the socket; ``_doctor``: the
+installation checks; ``_demo``: the demo's script) and every one of them reports failure as
+``_errors``' ``CliError``. A command module never imports another command module.
 """
 
 from maple_acp.cli._commands import READY_PREFIX, cli, format_status, query_status

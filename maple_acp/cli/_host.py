@@ -253,9 +253,11 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
             async with trio.open_nursery() as nursery:
                 await acp.start(nursery, options.endpoint)
                 if options.network is not None:
-                    from maple_acp.net import serve_network, token_path
+                    from maple_acp.net import NetworkListener, token_path
 
-                    engine.http = await nursery.start(serve_network, acp, options.network)
+                    # Beside the socket, in the same connection limit; acp.stop() ends both.
+                    listener = NetworkListener(options.network)
+                    engine.http = await acp.listen(nursery, listener)
                     engine.http_token_file = os.fspath(token_path(options.network.data_dir))
                 nursery.start_soon(warm_up_quietly, backend)
                 if probing:

@@ -1,8 +1,11 @@
 """The ACP edge: the only place where the Agent Client Protocol meets the runtime.
 
-``AcpService(runtime, config)`` serves ACP over the owner-only Unix socket
-(:meth:`AcpService.serve_unix`), stdio (:meth:`AcpService.serve_stdio`) or any Trio stream
-(:meth:`AcpService.serve_stream`). :class:`HostLifecycle` stops it before the runtime.
+``AcpService(runtime, config)`` serves ACP through the listeners a host starts with
+:meth:`AcpService.listen` (``maple_acp.listeners``: the owner-only Unix socket, which
+:meth:`AcpService.start` starts and remembers; ``maple_acp.net``: the network), stdio
+(:meth:`AcpService.serve_stdio`) or any Trio stream (:meth:`AcpService.serve_stream`).
+:class:`HostLifecycle` stops it before the runtime. ``ListenerError`` and ``EndpointInUse``
+are the Unix listener's, named here too for the hosts that catch them from this package.
 """
 
 from maple_acp.edge._bounds import MAX_RAW_BYTES, MAX_TOOL_TEXT_CHARS
@@ -16,13 +19,14 @@ from maple_acp.edge._config import (
 )
 from maple_acp.edge._connection import DISCONNECT_CLEANUP_S
 from maple_acp.edge._lifecycle import HostLifecycle, ShutdownReport
-from maple_acp.edge._listener import EndpointInUse, ListenerError
 from maple_acp.edge._service import (
     PROTOCOL_VERSION,
+    STOP_DEADLINE_S,
     AcpService,
     AcpServiceStatus,
     ConnectionView,
 )
+from maple_acp.listeners import EndpointInUse, ListenerError
 from maple_acp.wire import STATUS_METHOD
 
 __all__ = [
@@ -33,6 +37,7 @@ __all__ = [
     "MAX_TOOL_TEXT_CHARS",
     "PROTOCOL_VERSION",
     "STATUS_METHOD",
+    "STOP_DEADLINE_S",
     "AcpService",
     "AcpServiceConfig",
     "AcpServiceStatus",

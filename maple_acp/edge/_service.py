@@ -1,4 +1,5 @@
-"""``AcpService``: the ACP edge over a Unix socket, stdio, or any stream."""
+"""``AcpService``: the ACP edge over any listener (the Unix socket, the network), stdio, or
+any stream."""
 
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ from maple_acp.edge._config import (
     PersistedServiceState,
     ServiceStateFile,
 )
-from maple_acp.edge._connection import AcpConnection
+from maple_acp.edge._connection import DISCONNECT_CLEANUP_S, AcpConnection
 from maple_acp.edge._goals import GOAL_ACTIONS
-from maple_acp.edge._listener import ConnectionGate, serve_endpoint
 from maple_acp.edge._v1 import VERSION
+from maple_acp.listeners import Listener, UnixListener
 from maple_acp.runtime import AgentService
 from maple_acp.runtime import PromptCapabilities as BackendPromptCapabilities
 from maple_acp.wire import (
@@ -49,6 +50,10 @@ logger = logging.getLogger(__name__)
 #: The version in the ``initialize`` answer's template: v1, the oldest this agent speaks. The
 #: dialect chosen for a connection (``DIALECTS`` in ``_connection``) answers with its own.
 PROTOCOL_VERSION: Final = VERSION
+#: How long :meth:`AcpService.stop` waits for the connections it closed to end before it
+#: cancels the listeners serving them: each ends within its own cleanup bound, and a second
+#: more lets the listener send what the close wrote (a network stream's last bytes).
+STOP_DEADLINE_S: Final = DISCONNECT_CLEANUP_S + 1.0
 
 
 def initialize_response(
@@ -89,10 +94,57 @@ def initialize_response(
 @attrs.frozen(kw_only=True)
 class AcpServiceStatus:
     running: bool
+    #: Where the first listener started serves (the socket's path for the CLI host).
     endpoint: str | None
     connections: int
     sessions: int
     active_runs: int
+    #: Where each running listener serves, in the order they started.
+    listening: tuple[str, ...] = ()
+
+
+class ConnectionGate:
+    """Counts live connections against the configured maximum (sans-I/O): one count for
+    every listener and transport."""
+
+    def __init__(self, maximum: int) -> None:
+        self.maximum = maximum
+        self.active = 0
+
+    def try_admit(self) -> bool:
+        if self.active >= self.maximum:
+            return False
+        self.active += 1
+        return True
+
+    def release(self) -> None:
+        self.active -= 1
+
+
+@attrs.define(eq=False)
+class _ListenerRun:
+    """One listener this service runs: its cancel scope (what :meth:`AcpService.stop`
+    cancels), where it serves once ready, and when it has stopped."""
+
+    listener: Listener
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    stopped: trio.Event = attrs.field(factory=trio.Event)
+    address: str | None = None
+
+
+class _Ready:
+    """The ``task_status`` a listener reports to: keeps its address, then tells the starter
+    (converted, for :meth:`AcpService.serve_unix`'s ``Path``)."""
+
+    def __init__(self, run: _ListenerRun, tell: Callable[[str], None]) -> None:
+        self._run = run
+        self._tell = tell
+
+    def started(self, value: str | None = None) -> None:
+        if value is None:
+            raise TypeError("a listener reports where it serves")
+        self._run.address = value
+        self._tell(value)
 
 
 @attrs.frozen(kw_only=True)
@@ -109,11 +161,14 @@ class ConnectionView:
 class AcpService:
     """Exposes an :class:`~maple_acp.runtime.AgentService` to ACP clients.
 
-    Serve it one of three ways: :meth:`serve_unix` (the owner-only socket the connector
-    reaches), :meth:`serve_stdio` (this process's stdin/stdout as one connection) or
+    Serve it through any number of listeners (:meth:`listen`: the owner-only Unix socket
+    the connector reaches, ``maple_acp.listeners.UnixListener``, and the network,
+    ``maple_acp.net.NetworkListener``, side by side, in one connection limit),
+    :meth:`serve_stdio` (this process's stdin/stdout as one connection) or
     :meth:`serve_stream` (any Trio stream: tests, custom transports). :meth:`start` /
-    :meth:`stop` / :meth:`restore_enabled` add the host-facing lifecycle, with the
-    enabled/disabled choice persisted per account when ``state_dir`` is given.
+    :meth:`stop` / :meth:`restore_enabled` add the host-facing lifecycle of the Unix socket,
+    with the enabled/disabled choice persisted per account when ``state_dir`` is given;
+    :meth:`stop` ends every listener.
     ``engine_status``, when given, adds the host's own description of its engine (its
     backend, default model, providers) to ``_maple/status`` as ``engine``.
     """
@@ -134,11 +189,14 @@ class AcpService:
         #: Each live connection and its number (see ``ConnectionView``).
         self._connections: dict[AcpConnection, int] = {}
         self._accepted = 0
-        self._endpoint: Path | None = None
-        self._listener_scope: trio.CancelScope | None = None
-        self._stopped: trio.Event | None = None
+        #: The listeners running, in the order they started.
+        self._listeners: list[_ListenerRun] = []
         self._initialize_response = initialize_response(self._config, runtime.prompt_capabilities)
-        #: Connection slots, shared by every transport (the socket and the network listener).
+        #: Set when a connection ends (a new event each time :meth:`stop` waits on it).
+        self._connection_ended = trio.Event()
+        #: While :meth:`stop` runs, no listener may admit a connection.
+        self._stopping = False
+        #: Connection slots, shared by every listener and transport.
         self._gate = ConnectionGate(self._config.max_connections)
 
     # -- configuration -----------------------------------------------------------------------
@@ -149,10 +207,11 @@ class AcpService:
 
     @property
     def running(self) -> bool:
-        return self._listener_scope is not None
+        """Whether any listener runs."""
+        return bool(self._listeners)
 
     def set_config(self, config: AcpServiceConfig) -> None:
-        """Change the policy. Refused while the listener runs: stop, change, start."""
+        """Change the policy. Refused while a listener runs: stop, change, start."""
         if self.running:
             raise ConfigError("stop the ACP service before changing its policy")
         self._config = config
@@ -165,12 +224,14 @@ class AcpService:
         return self._initialize_response
 
     def status(self) -> AcpServiceStatus:
+        listening = tuple(run.address for run in self._listeners if run.address is not None)
         return AcpServiceStatus(
             running=self.running,
-            endpoint=str(self._endpoint) if self._endpoint is not None else None,
+            endpoint=listening[0] if listening else None,
             connections=len(self._connections),
             sessions=sum(len(c.sessions) for c in self._connections),
             active_runs=sum(c.active_runs for c in self._connections),
+            listening=listening,
         )
 
     def connections(self) -> tuple[ConnectionView, ...]:
@@ -209,9 +270,9 @@ class AcpService:
     # -- serving -----------------------------------------------------------------------------
 
     def try_admit(self) -> bool:
-        """Take a connection slot for a connection another transport accepted (the network
-        listener); ``False`` when every slot is in use. Give it back with :meth:`release`."""
-        return self._gate.try_admit()
+        """Take a connection slot for a connection a listener accepted; ``False`` when every
+        slot is in use or the service is stopping. Give it back with :meth:`release`."""
+        return not self._stopping and self._gate.try_admit()
 
     def release(self) -> None:
         self._gate.release()
@@ -242,6 +303,7 @@ class AcpService:
             await connection.run()
         finally:
             del self._connections[connection]
+            self._connection_ended.set()
 
     async def serve_stdio(self) -> None:
         """Serve this process's stdin/stdout as one connection (logs must go to stderr)."""
@@ -249,32 +311,56 @@ class AcpService:
         stdout = trio.lowlevel.FdStream(os.dup(1))
         await self.serve_stream(trio.StapledStream(stdout, stdin))
 
+    async def listen(self, nursery: trio.Nursery, listener: Listener) -> str:
+        """Start ``listener`` in ``nursery`` serving this service; return where it serves (the
+        socket's path, the URL) once clients can connect. :meth:`stop` ends it.
+
+        Resource handling: the listener and every connection it accepted end when
+        :meth:`stop` is called or ``nursery`` is cancelled (each connection within its cleanup
+        deadline); what it bound is released before it is reported stopped.
+
+        Error handling: whatever the listener refuses to start with (``ListenerError`` for an
+        endpoint the Unix socket rules refuse, ``maple_acp.net.HttpSetupError`` or ``OSError``
+        for the network) propagates from here, and nothing listens.
+        """
+        address: str = await nursery.start(self._listen_in, listener)
+        return address
+
+    async def _listen_in(
+        self, listener: Listener, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        await self._serve_listener(listener, lambda address: task_status.started(address))
+
+    async def _serve_listener(self, listener: Listener, tell: Callable[[str], None]) -> None:
+        """Run ``listener`` for this service, known to :meth:`stop` and :meth:`status`;
+        ``tell`` hears where it serves once it is ready."""
+        run = _ListenerRun(listener)
+        self._listeners.append(run)
+        try:
+            with run.scope:
+                await listener.serve(self, task_status=_Ready(run, tell))
+        finally:
+            self._listeners.remove(run)
+            run.stopped.set()
+
     async def serve_unix(
         self, path: Path, *, task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Listen on the owner-only Unix socket at ``path`` until cancelled or :meth:`stop`.
+        """Listen on the owner-only Unix socket at ``path`` until cancelled or :meth:`stop`:
+        :meth:`listen` with a :class:`~maple_acp.listeners.UnixListener`, run in the caller's
+        task and reporting the ``Path``.
 
         Resource handling: the socket file exists exactly while this runs (a stale one is
         replaced, ours is removed on exit); every connection ends when this returns.
 
-        Error handling: :class:`~maple_acp.edge.ListenerError` before ``task_status.started``
-        when the endpoint rules refuse the path (a symlink, a non-socket, a shared directory,
-        a live service already there). Connections beyond ``max_connections`` are closed at
-        accept and logged.
+        Error handling: :class:`~maple_acp.listeners.ListenerError` before
+        ``task_status.started`` when the endpoint rules refuse the path (a symlink, a
+        non-socket, a shared directory, a live service already there). Connections beyond
+        ``max_connections`` are closed at accept and logged.
         """
-        if self.running:
-            raise RuntimeError("the ACP service is already running")
-        gate = self._gate
-        self._stopped = trio.Event()
-        try:
-            with trio.CancelScope() as scope:
-                self._listener_scope = scope
-                self._endpoint = path
-                await serve_endpoint(path, self.serve_stream, gate, task_status=task_status)
-        finally:
-            self._listener_scope = None
-            self._endpoint = None
-            self._stopped.set()
+        await self._serve_listener(
+            UnixListener(path), lambda address: task_status.started(Path(address))
+        )
 
     # -- host lifecycle ----------------------------------------------------------------------
 
@@ -292,28 +378,44 @@ class AcpService:
         )
 
     async def start(self, nursery: trio.Nursery, path: Path) -> Path:
-        """Start listening in ``nursery`` and persist "enabled" for the signed-in account.
-        Then, in the background, the wire codecs are built (see :func:`_warm_codecs`)."""
+        """Start listening on the Unix socket at ``path`` in ``nursery`` and persist
+        "enabled" for the signed-in account. Then, in the background, the wire codecs are
+        built (see :func:`_warm_codecs`)."""
         endpoint: Path = await nursery.start(self.serve_unix, path)
         self._persist(True)
         nursery.start_soon(_warm_codecs)
         return endpoint
 
     async def stop(self, *, persist: bool = True) -> None:
-        """Stop listening and end every connection; with ``persist`` (a user's choice), save
-        "disabled" so the next sign-in does not restore the listener."""
-        scope, stopped = self._listener_scope, self._stopped
-        if scope is not None and stopped is not None:
-            scope.cancel()
-            await stopped.wait()
-        for connection in list(self._connections):
-            await connection.aclose()
+        """End every connection, then stop every listener; with ``persist`` (a user's
+        choice), save "disabled" so the next sign-in does not restore the listener.
+
+        The listeners admit nothing from the start; each connection is closed as a client's
+        end would close it (its leases revoked, its streams ended in order), and the listeners
+        are cancelled once those have ended, or after :data:`STOP_DEADLINE_S`, which ends
+        whatever is left of them.
+        """
+        self._stopping = True
+        try:
+            for connection in list(self._connections):
+                await connection.aclose()
+            with trio.move_on_after(STOP_DEADLINE_S):
+                while self._connections:
+                    self._connection_ended = trio.Event()
+                    await self._connection_ended.wait()
+            runs = list(self._listeners)
+            for run in runs:
+                run.scope.cancel()
+            for run in runs:
+                await run.stopped.wait()
+        finally:
+            self._stopping = False
         if persist:
             self._persist(False)
 
     async def restore_enabled(self, nursery: trio.Nursery, path: Path) -> bool:
-        """After sign-in: start the listener if the account left it enabled, with the policy
-        saved for that account. True if it was started."""
+        """After sign-in: start the Unix socket listener if the account left it enabled, with
+        the policy saved for that account. True if it was started."""
         account = self.runtime.account
         if self._state is None or account is None or self.running:
             return False
@@ -327,7 +429,7 @@ class AcpService:
                 max_connections=saved.max_connections,
             )
         )
-        await nursery.start(self.serve_unix, path)
+        await self.listen(nursery, UnixListener(path))
         return True
 
 

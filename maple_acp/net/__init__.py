@@ -1,9 +1,11 @@
 """ACP over the network: WebSocket and Streamable HTTP at ``/acp``, for browser-based and
 remote clients, beside the owner-only Unix socket (which stays the default).
 
-:func:`serve_network` runs hypercorn's Trio worker inside the caller's nursery; every network
-connection is served by the host's ACP service (:class:`NetworkHost`) exactly like a socket
-connection, over a :class:`NetworkChannel`. Requests are admitted by a bearer token
+:class:`NetworkListener` is a listener in the shape of the Unix socket's
+(``maple_acp.listeners.Listener``: ``await acp.listen(nursery, NetworkListener(settings))``);
+:func:`serve_network`, what it runs, serves hypercorn's Trio worker inside the caller's nursery;
+every network connection is served by the host's ACP service (:class:`NetworkHost`) exactly
+like a socket connection, over a :class:`NetworkChannel`. Requests are admitted by a bearer token
 (:func:`read_or_create_token`, :func:`rotate_token`), a ``Host`` allow-list and an ``Origin``
 allow-list. This package knows the transport, never the ACP methods' meaning.
 """
@@ -25,7 +27,13 @@ from maple_acp.net._guard import (
     RequestGuard,
     origin_problem,
 )
-from maple_acp.net._server import INSTALL_HINT, NetworkSettings, parse_listen, serve_network
+from maple_acp.net._server import (
+    INSTALL_HINT,
+    NetworkListener,
+    NetworkSettings,
+    parse_listen,
+    serve_network,
+)
 from maple_acp.net._token import (
     TOKEN_FILE_NAME,
     TokenFile,
@@ -48,6 +56,7 @@ __all__ = [
     "NetworkChannel",
     "NetworkHost",
     "NetworkLimits",
+    "NetworkListener",
     "NetworkSettings",
     "RequestGuard",
     "TokenFile",

@@ -1,7 +1,8 @@
 """The network listener: hypercorn's connection handling serving :class:`AcpNetworkApp`
 behind our own accept loop (:mod:`maple_acp.net._tcp`: the connection cap, the first-request
 deadline, calm accept errors), inside the caller's nursery (it starts and stops with the host's
-ACP service).
+ACP service). :class:`NetworkListener` gives it the shape of every listener
+(``maple_acp.listeners.Listener``), beside the Unix socket's.
 
 Streamable HTTP over HTTP/1.1 and HTTP/2 (h2c with prior knowledge or an upgrade on a plain
 socket, ALPN with TLS), WebSocket over HTTP/1.1 (an HTTP/2 WebSocket, RFC 8441, is hypercorn's
@@ -21,6 +22,7 @@ from typing import Any, Final
 import attrs
 import trio
 
+from maple_acp.listeners import ConnectionHost
 from maple_acp.net._app import AcpNetworkApp
 from maple_acp.net._connections import NetworkHost, NetworkLimits
 from maple_acp.net._errors import HttpSetupError
@@ -205,3 +207,26 @@ async def serve_network(
         url = settings.url(port)
         logger.info("serving ACP over WebSocket and HTTP at %s", url)
         task_status.started(url)
+
+
+@attrs.frozen
+class NetworkListener:
+    """ACP over WebSocket and Streamable HTTP with ``settings``, in the shape of every
+    listener (``maple_acp.listeners.Listener``): a host starts it beside the Unix socket with
+    ``await acp.listen(nursery, NetworkListener(settings))``, which returns the URL.
+
+    Resource handling and error handling are :func:`serve_network`'s: a setting that must not
+    start, a missing hypercorn or an unusable token file is an :class:`HttpSetupError`, and a
+    bind that fails an ``OSError``, before anything listens.
+    """
+
+    settings: NetworkSettings
+
+    async def serve(
+        self,
+        host: ConnectionHost,
+        *,
+        task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve until cancelled; report the URL (with the bound port) once it listens."""
+        await serve_network(host, self.settings, task_status=task_status)

@@ -14,7 +14,8 @@ down with the network. Here:
 - a connection whose client has finished sending is closed as soon as its requests are
   answered, never held for the keep-alive;
 - ``accept`` failing for want of a resource, and the refusals, are told in one line a minute
-  with a count, never a line per try.
+  with a count, never a line per try (``maple_acp.listeners.AcceptRetry``, as on the Unix
+  socket).
 
 Each admitted connection is hypercorn's own ``TCPServer`` (a small subclass,
 :class:`_TcpConnection`, adds the first-request deadline and the early close); the protocol
@@ -25,12 +26,9 @@ imported only once the listener starts.
 
 from __future__ import annotations
 
-import errno
 import logging
 import math
-import os
 import resource
-from collections.abc import Callable
 from typing import Any, Final
 
 import trio
@@ -40,6 +38,8 @@ from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState
 from hypercorn.utils import repr_socket_addr, wrap_app
+
+from maple_acp.listeners import AcceptRetry, RepeatReport
 
 logger = logging.getLogger(__name__)
 
@@ -52,32 +52,6 @@ FIRST_REQUEST_S: Final = 5.0
 #: Descriptors the TCP side never takes: they keep the Unix socket, the store and the tools'
 #: pipes working while the network is flooded under a low open-file limit.
 FD_RESERVE: Final = 32
-#: accept() failures that mean "out of a resource for now": pause and retry (as trio does).
-ACCEPT_CAPACITY_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
-#: The pause after such a failure before the next try.
-ACCEPT_RETRY_S: Final = 0.1
-#: A repeated trouble (accept failing, connections refused) is told at most once in this.
-REPORT_WINDOW_S: Final = 60.0
-
-
-class RepeatReport:
-    """When to tell a trouble that repeats (sans-I/O): its first time, then at most once a
-    window, with how many times it happened since it was last told."""
-
-    def __init__(self, clock: Callable[[], float], window_s: float = REPORT_WINDOW_S) -> None:
-        self._clock = clock
-        self._window_s = window_s
-        self._told_at = -math.inf
-        self._count = 0
-
-    def note(self) -> int:
-        """Count one; the count to tell now (this one included), or 0 to stay quiet."""
-        self._count += 1
-        now = self._clock()
-        if now - self._told_at < self._window_s:
-            return 0
-        count, self._count, self._told_at = self._count, 0, now
-        return count
 
 
 class TcpAdmission:
@@ -168,7 +142,7 @@ class TcpWorker:
         self._state = ConnectionState({})
         self._ssl = config.create_ssl_context()
         self.admission = TcpAdmission(max_connections, fd_limit)
-        self._accept_failures = RepeatReport(trio.current_time)
+        self._accepting = AcceptRetry("the network listener")
         self._refusals = RepeatReport(trio.current_time)
 
     async def serve(
@@ -180,8 +154,9 @@ class TcpWorker:
         method owns; cancelling it closes them all.
 
         Error handling: ``OSError`` from binding propagates before anything listens;
-        ``accept`` failing with EMFILE/ENFILE/ENOMEM/ENOBUFS is retried after
-        :data:`ACCEPT_RETRY_S` and told once a minute; any other accept error propagates.
+        ``accept`` failing with EMFILE/ENFILE/ENOMEM/ENOBUFS is retried after a short pause
+        and told once a minute (``maple_acp.listeners.AcceptRetry``); any other accept error
+        propagates.
         """
         sockets = self._config.create_sockets()
         listening = [*sockets.secure_sockets, *sockets.insecure_sockets]
@@ -198,14 +173,7 @@ class TcpWorker:
     async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
         async with listener:
             while True:
-                try:
-                    stream = await listener.accept()
-                except OSError as exc:
-                    if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
-                        raise
-                    self._accept_failed(exc.errno)
-                    await trio.sleep(ACCEPT_RETRY_S)
-                    continue
+                stream = await self._accepting.accept(listener)
                 refusal = self.admission.try_admit(stream.socket.fileno())
                 if refusal is not None:
                     self._refused(refusal)
@@ -213,19 +181,6 @@ class TcpWorker:
                     stream.socket.close()
                     continue
                 nursery.start_soon(self._serve_connection, stream)
-
-    def _accept_failed(self, code: int) -> None:
-        count = self._accept_failures.note()
-        if count:
-            logger.warning(
-                "network accept failed (%s: %s) %d time%s in the last minute; retrying every "
-                "%.1f s",
-                errno.errorcode.get(code, code),
-                os.strerror(code),
-                count,
-                "" if count == 1 else "s",
-                ACCEPT_RETRY_S,
-            )
 
     def _refused(self, reason: str) -> None:
         count = self._refusals.note()
@@ -254,7 +209,6 @@ class TcpWorker:
 __all__ = [
     "FIRST_REQUEST_S",
     "MAX_TCP_CONNECTIONS",
-    "RepeatReport",
     "TcpAdmission",
     "TcpWorker",
     "open_file_limit",

@@ -37,14 +37,12 @@ from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import TrioSingleTask
 from net_support import INITIALIZE, WsClient, net_host
 
-from maple_acp.edge._listener import ConnectionGate, serve_endpoint
+from maple_acp.listeners import REPORT_WINDOW_S, RepeatReport, UnixListener
 from maple_acp.net import NetworkSettings
 from maple_acp.net._server import KEEP_ALIVE_S, _hypercorn_config
 from maple_acp.net._tcp import (
     FIRST_REQUEST_S,
     MAX_TCP_CONNECTIONS,
-    REPORT_WINDOW_S,
-    RepeatReport,
     TcpAdmission,
     TcpWorker,
 )
@@ -314,11 +312,23 @@ async def test_accept_out_of_descriptors_is_told_once_a_minute_on_both_listeners
     caplog.set_level(logging.DEBUG)
     path = tmp_path / "acp.sock"
 
-    async def answer(stream: trio.SocketStream) -> None:
-        await stream.send_all(b"served")
+    class Answering:
+        """A host that answers each connection with one word."""
+
+        def try_admit(self) -> bool:
+            return True
+
+        def release(self) -> None:
+            pass
+
+        async def serve_stream(self, stream: trio.abc.Stream) -> None:
+            await stream.send_all(b"served")
+
+        async def session_exists(self, session_id: str) -> bool:
+            return False
 
     async with tcp_worker() as (_, port), trio.open_nursery() as nursery:
-        await nursery.start(serve_endpoint, path, answer, ConnectionGate(8))
+        await nursery.start(UnixListener(path).serve, Answering())
         # The clients' sockets exist before the descriptors run out; connecting needs none.
         tcp_client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         unix_client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -10,7 +10,7 @@ from pathlib import Path
 import trio
 from loopback import LoopbackProvider, Reply
 
-from maple_acp.cli._commands import _provider_line
+from maple_acp.cli._status_commands import _provider_line
 
 
 def one_model() -> Reply:
