@@ -123,7 +123,12 @@ def status(socket_path: str | None, config_path: Path | None, as_json: bool) -> 
     ),
 )
 @socket_query_option
-@click.option("--rotate", is_flag=True, help="Replace the token: clients with the old one get 401.")
+@click.option(
+    "--rotate",
+    is_flag=True,
+    help="Replace the token: clients with the old one get 401, and a running host ends their "
+    "connections within a second.",
+)
 def http_token(
     config_path: Path | None, data_dir: Path | None, socket_path: str | None, rotate: bool
 ) -> None:
@@ -136,7 +141,8 @@ def http_token(
     running host reads.
 
     Clients send it as `Authorization: Bearer TOKEN`, or a browser's WebSocket as the
-    subprotocol `acp.bearer.TOKEN`. A running host takes a rotated token at once.
+    subprotocol `acp.bearer.TOKEN`. A running host takes a rotated token at once and ends the
+    connections the old one admitted.
     """
     config = load_config_file(config_path)
     try:
