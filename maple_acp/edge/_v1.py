@@ -27,7 +27,7 @@ from maple_acp.edge._dialect import (
     SessionSettings,
     stop_reason,
 )
-from maple_acp.edge._projection import SessionProjector, mode_state
+from maple_acp.edge._projection import SessionProjector, encode_update, mode_state
 from maple_acp.runtime import (
     CommandsChanged,
     CompactionChanged,
@@ -38,6 +38,7 @@ from maple_acp.runtime import (
     RunNotice,
     RunState,
     TitleChanged,
+    ToolOutput,
     ToolRequest,
     ToolRow,
     ToolState,
@@ -123,6 +124,9 @@ class V1Projection(NoTurnFrames, SessionProjector):
     def event(self, event: RunEvent) -> Outbound | list[bytes] | None:
         if isinstance(event, ToolRow):
             return self.tool(event.tool_id, event.tool)
+        if isinstance(event, ToolOutput):
+            updates = self.shell_output(event.output)
+            return [u if isinstance(u, bytes) else encode_update(u) for u in updates]
         if isinstance(event, TitleChanged):
             return self.title(event.title)
         if isinstance(event, PlanUpdated):
