@@ -48,6 +48,7 @@ from maple_acp.runtime import StopReason as RunStopReason
 from maple_acp.runtime import Usage as RunUsage
 from maple_acp.wire import (
     AGENT_METHODS,
+    BACKGROUND_METHOD,
     GOAL_CONTROL_METHOD,
     STATUS_METHOD,
     STEERING_METHOD,
@@ -88,6 +89,7 @@ _OPERATIONS: Final = {
     "session/set_mode": "set_mode",
     GOAL_CONTROL_METHOD: "goal_control",
     STEERING_METHOD: "steer",
+    BACKGROUND_METHOD: "background",
     STATUS_METHOD: "status",
     TRANSCRIPT_METHOD: "transcript",
 }

@@ -83,6 +83,7 @@ from maple_acp.runtime import StopReason as RunStopReason
 from maple_acp.runtime import Usage as RunUsage
 from maple_acp.wire import AGENT_METHODS as V1_METHODS
 from maple_acp.wire import (
+    BACKGROUND_METHOD,
     GOAL_CONTROL_METHOD,
     INVALID_PARAMS,
     REQUEST_CANCELLED,
@@ -144,6 +145,7 @@ _PARAMS: Final[Mapping[str, tuple[type[object], str]]] = {
     "session/set_config_option": (v2.V2SetSessionConfigOptionRequest, "set_config_option"),
     GOAL_CONTROL_METHOD: (V1_METHODS[GOAL_CONTROL_METHOD].params, "goal_control"),
     STEERING_METHOD: (V1_METHODS[STEERING_METHOD].params, "steer"),
+    BACKGROUND_METHOD: (V1_METHODS[BACKGROUND_METHOD].params, "background"),
     STATUS_METHOD: (V1_METHODS[STATUS_METHOD].params, "status"),
 }
 #: Each inbound method, its params type and the operation that serves it.
