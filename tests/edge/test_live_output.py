@@ -67,7 +67,8 @@ async def background_pid(client: AcpTestClient, sid: str, handle: str = "bg-1") 
     answer = await client.prompt(sid, "/bg echo $$; exec sleep 60")
     assert answer["stopReason"] == "end_turn"
     started = [u for u in tool_updates(client, sid) if texts(u) == [handle]]
-    assert started and started[-1]["status"] == "in_progress"
+    assert started
+    assert started[-1]["status"] == "in_progress"
     tool_id = started[-1]["toolCallId"]
 
     def printed() -> list[str]:
@@ -296,7 +297,8 @@ async def test_background_start_list_stop_and_the_limit(harness: Harness, projec
         refused = tool_updates(client, sid)[-1]
         assert refused["status"] == "failed"
         (line,) = texts(refused)
-        assert str(MAX_BACKGROUND_COMMANDS) in line and "\n" not in line
+        assert str(MAX_BACKGROUND_COMMANDS) in line
+        assert "\n" not in line
         assert len(await listing(client, sid)) == MAX_BACKGROUND_COMMANDS
         # Stop one: its row ends failed with how it ended, the listing says it exited.
         answer = await client.call(
