@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import socket
 import tracemalloc
@@ -382,3 +383,42 @@ async def test_plan_mode_refuses_a_background_command(harness: Harness, project:
         assert tool_updates(client, sid)[-1]["status"] == "failed"
         assert not (project / "ran").exists()
         assert await listing(client, sid) == []
+
+
+async def test_a_command_that_ignores_sigterm_is_killed_within_the_close_deadline(
+    autojump_clock: trio.testing.MockClock, harness: Harness, project: Path
+) -> None:
+    # Real time while the real command starts; virtual time for the close and its grace.
+    autojump_clock.autojump_threshold = math.inf
+    async with harness.connect() as client:
+        sid = (await client.new_session(str(project)))["sessionId"]
+        await client.prompt(sid, "/bg trap '' TERM; echo $$; while :; do sleep 0.05; done")
+        with trio.fail_after(10):
+            await client.wait_until(
+                lambda: any(
+                    text.strip().isdigit() for u in tool_updates(client, sid) for text in texts(u)
+                )
+            )
+        (pid,) = {
+            int(text)
+            for u in tool_updates(client, sid)
+            for text in texts(u)
+            if text.strip().isdigit()
+        }
+        autojump_clock.autojump_threshold = 0
+        before = trio.current_time()
+        await client.close_session(sid)
+        assert trio.current_time() - before < CLOSE_DEADLINE_S
+        assert not alive(pid)
+
+
+async def test_a_revoked_lease_kills_its_background_command(
+    harness: Harness, project: Path
+) -> None:
+    async with harness.connect() as client:
+        sid = (await client.new_session(str(project)))["sessionId"]
+        pid = await background_pid(client, sid)
+        harness.runtime.sign_out()
+        with trio.fail_after(CLOSE_DEADLINE_S):
+            while alive(pid):  # noqa: ASYNC110 - no event tells a process outside ours ended
+                await trio.sleep(0.01)
