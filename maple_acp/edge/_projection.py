@@ -308,10 +308,10 @@ class SessionProjector:
     def shell_output(self, output: ShellOutput) -> list[Outbound]:
         """A command's live output as v1 shows it: its tool call's text content replaced by
         the tail (the last ``LIVE_TAIL_CHARS`` characters exactly), still ``in_progress``;
-        the call is announced first if this is its first row here. The last snapshot adds
-        nothing when the one before showed all of it: the final row follows."""
+        the call is announced first if this is its first row here. The snapshot at exit is
+        the call's final row, which follows it with the same tail and the exit status."""
         tool_id = output.tool_id
-        if output.exited and output.appended == "" and tool_id in self._announced:
+        if output.exited:
             return []
         content = (Content(content=TextContent(text=output.tail)),) if output.tail else None
         if tool_id in self._announced:

@@ -69,6 +69,7 @@ class _Command:
         "handle",
         "pid",
         "run_id",
+        "spawned",
         "stopping",
         "tool",
         "tool_id",
@@ -88,6 +89,7 @@ class _Command:
         self.unread_cut = False
         self.pid: int | None = None
         self.stopping = trio.Event()
+        self.spawned = trio.Event()
 
     def add_unread(self, output: ShellOutput) -> None:
         if output.appended is None:
@@ -206,10 +208,10 @@ class BackgroundCommands:
 
                 async def stopper() -> None:
                     await entry.stopping.wait()
+                    # Asked before the child ran: it is stopped once it does.
+                    await entry.spawned.wait()
                     pid = entry.pid
-                    if pid is None:
-                        nursery.cancel_scope.cancel()
-                        return
+                    assert pid is not None
                     signal_group(pid, signal.SIGTERM)
                     await trio.sleep(CHILD_TERM_GRACE_S)
                     signal_group(pid, signal.SIGKILL)
@@ -262,5 +264,6 @@ class BackgroundCommands:
 def _setter(entry: _Command) -> Callable[[int], None]:
     def started(pid: int) -> None:
         entry.pid = pid
+        entry.spawned.set()
 
     return started
