@@ -214,6 +214,15 @@ async def test_v2_background_command_is_a_terminal_that_ends_with_its_status(
         }
         with trio.fail_after(10):
             await client.wait_until(lambda: tool_updates(client, sid)[-1].get("status") == "failed")
+        # Its final row is stored: a resume from the start replays it with what it printed.
+        await client.call("session/close", {"sessionId": sid})
+        seen = len(tool_updates(client, sid))
+        resume = {"sessionId": sid, "cwd": str(project), "replayFrom": {"type": "start"}}
+        await client.call("session/resume", resume)
+        replayed = tool_updates(client, sid)[seen:]
+        (row,) = [u for u in replayed if (u.get("rawOutput") or {}).get("handle") == "bg-1"]
+        assert row["status"] == "failed"
+        assert texts(row) == ["killed by SIGTERM\nstarted\n"]
         assert client.validate(acp_schema_v2) > 0
 
 
