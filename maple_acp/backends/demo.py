@@ -39,9 +39,10 @@ echoed back (consecutive lines as one message): ``/usr/bin/env is missing`` is t
     Rename the task (not as a user rename).
 ``/tool shell {"command": "..."}``
     A native ``shell`` call. It asks permission (the demo policy asks for ``shell``); on allow
-    it runs the command with ``/bin/sh`` in its own process group, with the host environment
-    plus this session's relay values, and reports its exit code and (bounded) output. The
-    process group is killed when the run is cancelled or the session revoked.
+    it runs the command in its own process group (host environment plus relay values), its
+    output live on the row, then its exit code and the tail of its output; killed when the
+    run is cancelled or the session revoked. ``/bg COMMAND`` runs the rest of the line in
+    the background: a handle at once, the row live past the turn until the command exits.
 ``/tool write_file {"path": "...", "content": "..."}``
     A native file write. The path (relative paths start at the task's directory) must resolve
     inside the task's directory; one that escapes it (or names a file that is not UTF-8 text)
@@ -109,6 +110,7 @@ from maple_acp.runtime import (
     PlanStatus,
     PromptCapabilities,
     RunKind,
+    ShellResult,
     StaticModelCatalog,
     ToolLocation,
     ToolRequest,
@@ -120,6 +122,8 @@ from maple_acp.runtime import (
     TurnResult,
     Usage,
     describe_image,
+    exit_line,
+    shell_row_text,
 )
 
 logger = logging.getLogger(__name__)
@@ -179,6 +183,7 @@ DEMO_COMMANDS = (
         description="Call a native tool (shell, write_file) with JSON arguments",
         input_hint='write_file {"path": "...", "content": "..."}',
     ),
+    CommandInfo(name="bg", description="Run a command in the background", input_hint="COMMAND"),
     CommandInfo(
         name="mcp",
         description="Call a tool of the session's MCP servers",
@@ -374,9 +379,10 @@ class DemoBackend(Backend):
 
     async def _shell(self, turn: Turn, args: dict[str, Any]) -> None:
         command = args.get("command")
+        background = args.get("background") is True
         tool_id = f"{turn.run_id}-shell-{turn.new_message_id()}"
         title = f"shell: {command}" if isinstance(command, str) else "shell"
-        raw_input = {"command": command}
+        raw_input = {"command": command, **({"background": True} if background else {})}
         row = _Row(turn, tool_id, "shell", title)
         await row.send(ToolStatus.PENDING, raw_input=raw_input)
         if await row.refused():
@@ -386,22 +392,28 @@ class DemoBackend(Backend):
             return
         request = ToolRequest(tool_id=tool_id, name="shell", title=title, raw_input=raw_input)
         if not await turn.ask_permission(request):
-            await row.send(ToolStatus.FAILED, "permission denied")
+            return await row.send(ToolStatus.FAILED, "permission denied")
+        if background:
+            try:
+                handle = await turn.start_background(
+                    tool_id, command, title=title, raw_input=raw_input
+                )
+            except ToolUnavailable as exc:
+                await row.send(ToolStatus.FAILED, str(exc))
+                return
+            await turn.send_text(f"started {handle}", message_id=turn.new_message_id())
             return
         await row.send(ToolStatus.IN_PROGRESS)
         try:
-            result = await turn.tools.run_shell(command, cwd=turn.root)
+            result = await turn.run_shell(tool_id, command)
         except (ToolUnavailable, OSError) as exc:
             await row.send(ToolStatus.FAILED, str(exc))
             return
+        succeeded = result.exit_code == 0
         await row.send(
-            ToolStatus.COMPLETED if result.exit_code == 0 else ToolStatus.FAILED,
-            result.output,
-            raw_output={
-                "exit_code": result.exit_code,
-                "output": result.output,
-                "truncated": result.truncated,
-            },
+            ToolStatus.COMPLETED if succeeded else ToolStatus.FAILED,
+            result.tail if succeeded else shell_row_text(exit_line(result.exit_code), result.tail),
+            raw_output=_shell_raw(result),
         )
 
     async def _write_file(self, turn: Turn, args: dict[str, Any]) -> None:
@@ -495,6 +507,7 @@ _DIRECTIVES: dict[str, _Directive] = {
     "plan": DemoBackend._plan,
     "title": DemoBackend._title,
     "tool": DemoBackend._tool,
+    "bg": lambda demo, turn, rest: demo._shell(turn, {"command": rest, "background": True}),
     "mcp": DemoBackend._mcp,
     "goal": DemoBackend._goal,
     "compact": DemoBackend._compact,
@@ -568,6 +581,10 @@ def _two_ints(name: str, rest: str) -> tuple[int, int]:
     if first < 0 or second < 0:
         raise TurnFailed(f"/{name} takes two integers of at least 0")
     return first, second
+
+
+def _shell_raw(result: ShellResult) -> dict[str, Any]:
+    return {"exitCode": result.exit_code, "output": result.output, "truncated": result.truncated}
 
 
 def _json_object(text: str) -> dict[str, Any]:

@@ -32,16 +32,34 @@ def bound_text(text: str, limit: int = MAX_TOOL_TEXT_CHARS) -> str:
 
 def bound_raw(value: Any, limit: int = MAX_RAW_BYTES) -> Any:
     """``value`` itself if its JSON encoding fits in ``limit`` bytes, else a marker
-    ``{"truncated": true, "encodedBytes": N}`` (N = the encoded size that did not fit)."""
+    ``{"truncated": true, "encodedBytes": N}`` (N = the encoded size that did not fit). An
+    object that does not fit keeps its small members and has each large one replaced by such a
+    marker: a command's ``exitCode`` survives an output too long to send."""
     if value is None:
         return None
-    try:
-        encoded = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
-    except TypeError:
+    encoded = _encoded(value)
+    if encoded is None:
         return {"truncated": True, "unencodable": True}
     if len(encoded) <= limit:
         return value
+    if isinstance(value, dict) and value:
+        share = limit // (2 * len(value))
+        kept: dict[Any, Any] = {}
+        for key, item in value.items():
+            size = _encoded(item)
+            fits = size is not None and len(size) <= share
+            kept[key] = item if fits else {"truncated": True, "encodedBytes": len(size or b"")}
+        smaller = _encoded(kept)
+        if smaller is not None and len(smaller) <= limit:
+            return kept
     return {"truncated": True, "encodedBytes": len(encoded)}
+
+
+def _encoded(value: Any) -> bytes | None:
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return None
 
 
 _KIND_WORDS: Final[tuple[tuple[ToolKind, tuple[str, ...]], ...]] = (

@@ -32,6 +32,7 @@ import attrs
 import trio
 
 from maple_acp._text import one_line
+from maple_acp.edge._background import BackgroundFlow
 from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._closing import SessionCloser
 from maple_acp.edge._config import AcpServiceConfig
@@ -220,6 +221,7 @@ class AcpConnection:
             "set_config_option": self.opener.set_config_option,
             "set_mode": self.opener.set_mode,
             "goal_control": self.goals.control,
+            "background": BackgroundFlow(table).control,
             "steer": SteeringFlow(table, channel, pump=self.turns.pump, nursery=nursery).steer,
             "status": self._status,
             "transcript": self.opener.transcript,

@@ -41,10 +41,12 @@ from maple_acp.runtime import (
     PermissionAnswer,
     RunEvent,
     RunState,
+    ShellOutput,
     StopReason,
     TextChunk,
     ThoughtChunk,
     ToolRequest,
+    ToolState,
     Usage,
 )
 from maple_acp.wire import (
@@ -315,6 +317,14 @@ class Projection(Protocol):
 
     def event(self, event: RunEvent) -> Outbound | list[bytes] | None:
         """The update(s) of a run event other than text, a permission request and the end."""
+        ...
+
+    def shell_output(self, output: ShellOutput) -> list[Outbound]:
+        """A command's live output on its tool call (a snapshot; the last one at its exit)."""
+        ...
+
+    def tool(self, tool_id: str, tool: ToolState, *, summary: str = "") -> Outbound:
+        """A tool call's row (a background command's final row, outside any turn)."""
         ...
 
     def title(self, title: str) -> Outbound: ...

@@ -1,5 +1,5 @@
 """The goal flow: ``_session/goal`` control, and what a session publishes outside any prompt
-(goal snapshots and autonomous cycles).
+(goal snapshots, autonomous cycles, mode changes, background commands' output and ends).
 
 A goal is session state, not a prompt: a cycle's run is pumped like a prompt's, in a task of
 its own, so that a long cycle never holds back the snapshots (a pause, a clear) published
@@ -25,6 +25,8 @@ from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
 from maple_acp.rpc import ConnectionClosed
 from maple_acp.runtime import (
+    BackgroundEnded,
+    BackgroundOutput,
     CycleStarted,
     GoalChanged,
     LeaseRevoked,
@@ -101,6 +103,14 @@ class GoalFlow:
                             elif isinstance(event, ModeChanged):
                                 await channel.send_many(
                                     session.projector.mode_change(event.mode.id, session.options())
+                                )
+                            elif isinstance(event, BackgroundOutput):
+                                await channel.send_many(
+                                    session.projector.shell_output(event.output)
+                                )
+                            elif isinstance(event, BackgroundEnded):
+                                await channel.send(
+                                    session.projector.tool(event.tool_id, event.tool)
                                 )
                             elif isinstance(event, CycleStarted):
                                 cycles.start_soon(self._pump_cycle, session, event.run)

@@ -45,7 +45,7 @@ from maple_acp.model import (
     ToolStatus,
 )
 from maple_acp.rpc import encode_notification
-from maple_acp.runtime import describe_image
+from maple_acp.runtime import ShellOutput, describe_image
 from maple_acp.wire import (
     GOAL_CONTROL_METHOD,
     AgentMessageChunk,
@@ -304,6 +304,37 @@ class SessionProjector:
                 raw_output=call.raw_output,
             )
         )
+
+    def shell_output(self, output: ShellOutput) -> list[Outbound]:
+        """A command's live output as v1 shows it: its tool call's text content replaced by
+        the tail (the last ``LIVE_TAIL_CHARS`` characters exactly), still ``in_progress``;
+        the call is announced first if this is its first row here. The snapshot at exit is
+        the call's final row, which follows it with the same tail and the exit status."""
+        tool_id = output.tool_id
+        if output.exited:
+            return []
+        content = (Content(content=TextContent(text=output.tail)),) if output.tail else None
+        if tool_id in self._announced:
+            if content is None:
+                return []
+            return [
+                self._wrap(
+                    ToolCallUpdate(tool_call_id=tool_id, status="in_progress", content=content)
+                )
+            ]
+        self._announced.add(tool_id)
+        return [
+            self._wrap(
+                ToolCall(
+                    tool_call_id=tool_id,
+                    title=bound_text(f"shell: {output.command}", MAX_TITLE_CHARS),
+                    name="shell",
+                    kind=infer_tool_kind("shell"),
+                    status="in_progress",
+                    content=content,
+                )
+            )
+        ]
 
     def notice(self, message_id: str, text: str, *, as_thought: bool = False) -> list[bytes]:
         """A notice about the run (overflow, failure) as visible agent text, or as a thought

@@ -27,7 +27,7 @@ from maple_acp.edge._dialect import (
     SessionSettings,
     stop_reason,
 )
-from maple_acp.edge._projection import SessionProjector, mode_state
+from maple_acp.edge._projection import SessionProjector, encode_update, mode_state
 from maple_acp.runtime import (
     CommandsChanged,
     CompactionChanged,
@@ -38,6 +38,7 @@ from maple_acp.runtime import (
     RunNotice,
     RunState,
     TitleChanged,
+    ToolOutput,
     ToolRequest,
     ToolRow,
     ToolState,
@@ -47,6 +48,7 @@ from maple_acp.runtime import StopReason as RunStopReason
 from maple_acp.runtime import Usage as RunUsage
 from maple_acp.wire import (
     AGENT_METHODS,
+    BACKGROUND_METHOD,
     GOAL_CONTROL_METHOD,
     STATUS_METHOD,
     STEERING_METHOD,
@@ -87,6 +89,7 @@ _OPERATIONS: Final = {
     "session/set_mode": "set_mode",
     GOAL_CONTROL_METHOD: "goal_control",
     STEERING_METHOD: "steer",
+    BACKGROUND_METHOD: "background",
     STATUS_METHOD: "status",
     TRANSCRIPT_METHOD: "transcript",
 }
@@ -123,6 +126,9 @@ class V1Projection(NoTurnFrames, SessionProjector):
     def event(self, event: RunEvent) -> Outbound | list[bytes] | None:
         if isinstance(event, ToolRow):
             return self.tool(event.tool_id, event.tool)
+        if isinstance(event, ToolOutput):
+            updates = self.shell_output(event.output)
+            return [u if isinstance(u, bytes) else encode_update(u) for u in updates]
         if isinstance(event, TitleChanged):
             return self.title(event.title)
         if isinstance(event, PlanUpdated):

@@ -22,6 +22,7 @@ object a connection chooses at ``initialize`` for v2, so every v2 rule is found 
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, Literal
@@ -72,7 +73,9 @@ from maple_acp.runtime import (
     RunEvent,
     RunNotice,
     RunState,
+    ShellOutput,
     TitleChanged,
+    ToolOutput,
     ToolRequest,
     ToolRow,
 )
@@ -80,6 +83,7 @@ from maple_acp.runtime import StopReason as RunStopReason
 from maple_acp.runtime import Usage as RunUsage
 from maple_acp.wire import AGENT_METHODS as V1_METHODS
 from maple_acp.wire import (
+    BACKGROUND_METHOD,
     GOAL_CONTROL_METHOD,
     INVALID_PARAMS,
     REQUEST_CANCELLED,
@@ -141,6 +145,7 @@ _PARAMS: Final[Mapping[str, tuple[type[object], str]]] = {
     "session/set_config_option": (v2.V2SetSessionConfigOptionRequest, "set_config_option"),
     GOAL_CONTROL_METHOD: (V1_METHODS[GOAL_CONTROL_METHOD].params, "goal_control"),
     STEERING_METHOD: (V1_METHODS[STEERING_METHOD].params, "steer"),
+    BACKGROUND_METHOD: (V1_METHODS[BACKGROUND_METHOD].params, "background"),
     STATUS_METHOD: (V1_METHODS[STATUS_METHOD].params, "status"),
 }
 #: Each inbound method, its params type and the operation that serves it.
@@ -162,6 +167,14 @@ def _line(session_id: str, kind: str, body: object) -> bytes:
     update = unstructure(body)
     update["sessionUpdate"] = kind
     return encode_notification(UPDATE_METHOD, {"sessionId": session_id, "update": update})
+
+
+def _terminal(terminal_id: str) -> dict[str, Any]:
+    return {"type": "terminal", "terminalId": terminal_id}
+
+
+def _base64(text: str) -> str:
+    return base64.b64encode(text.encode("utf-8", "surrogatepass")).decode("ascii")
 
 
 def _diff(diff: FileDiff) -> dict[str, Any]:
@@ -205,6 +218,8 @@ class V2Projection:
         self.text = self._text.text
         self.notice = self._text.notice
         self._waiting = 0
+        #: Tool calls whose command's output is shown as a terminal (its id is theirs).
+        self._terminals: set[str] = set()
 
     def _update(self, kind: str, body: object) -> bytes:
         return _line(self.session_id, kind, body)
@@ -218,6 +233,8 @@ class V2Projection:
     def event(self, event: RunEvent) -> Outbound | list[bytes] | None:
         if isinstance(event, ToolRow):
             return self.tool(event.tool_id, event.tool)
+        if isinstance(event, ToolOutput):
+            return self._terminal_lines(event.output)
         if isinstance(event, TitleChanged):
             return self.title(event.title)
         if isinstance(event, PlanUpdated):
@@ -233,9 +250,49 @@ class V2Projection:
             return self.notice(f"{event.run_id}-notice", event.text)
         return None
 
+    def shell_output(self, output: ShellOutput) -> list[Outbound]:
+        return list(self._terminal_lines(output))
+
+    def _terminal_lines(self, output: ShellOutput) -> list[bytes]:
+        """A command's live output as alpha.12 shows it: the call's agent-owned terminal
+        (its id is the tool call's), announced by a ``terminal_update`` (command, cwd) and
+        the call's ``terminal`` content before any output; then each snapshot's new bytes as
+        a ``terminal_output_chunk``, or, when more came than the tail holds, a replacement
+        ``output``; the exit status in the last ``terminal_update``."""
+        terminal = output.tool_id
+        lines: list[bytes] = []
+        if terminal not in self._terminals:
+            self._terminals.add(terminal)
+            opened = {"terminalId": terminal, "command": output.command, "cwd": output.cwd}
+            lines.append(self._update("terminal_update", opened))
+            shown = {
+                "toolCallId": terminal,
+                "status": "in_progress",
+                "content": [_terminal(terminal)],
+            }
+            lines.append(self._update("tool_call_update", shown))
+        if output.appended is None:
+            replaced = {"terminalId": terminal, "output": {"data": _base64(output.tail)}}
+            lines.append(self._update("terminal_update", replaced))
+        elif output.appended:
+            chunk = {"terminalId": terminal, "data": _base64(output.appended)}
+            lines.append(self._update("terminal_output_chunk", chunk))
+        if output.exited:
+            status: dict[str, Any] = {"exitCode": output.exit_code}
+            if output.signal is not None:
+                status["signal"] = output.signal
+            lines.append(
+                self._update("terminal_update", {"terminalId": terminal, "exitStatus": status})
+            )
+        return lines
+
     def tool_call(self, tool_id: str, tool: ToolState, *, summary: str = "") -> v2.V2ToolCallUpdate:
         text = tool.output_text if tool.output_text is not None else summary
         content: list[dict[str, Any]] = []
+        if tool_id in self._terminals:
+            # The terminal holds the output and the exit status: the text would repeat it.
+            content.append(_terminal(tool_id))
+            text = ""
         if text:
             content.append(
                 {"type": "content", "content": {"type": "text", "text": bound_text(text)}}

@@ -206,6 +206,7 @@ from maple_acp.runtime._backend import (
     declared_backend,
     warm_up_quietly,
 )
+from maple_acp.runtime._background import MAX_BACKGROUND_COMMANDS, BackgroundInfo
 from maple_acp.runtime._barrier import PromptClaim
 from maple_acp.runtime._errors import (
     MAX_MESSAGE_CHARS,
@@ -230,6 +231,7 @@ from maple_acp.runtime._events import (
     TextChunk,
     ThoughtChunk,
     TitleChanged,
+    ToolOutput,
     ToolRow,
     UsageUpdate,
 )
@@ -247,6 +249,12 @@ from maple_acp.runtime._files import (
 from maple_acp.runtime._goals import MAX_GOAL_ITERATIONS, MAX_GOAL_OBJECTIVE_CHARS
 from maple_acp.runtime._lease import SessionLease
 from maple_acp.runtime._lease_life import LEASE_CLEANUP_BOUND_S, RouterFactory
+from maple_acp.runtime._live_output import (
+    LIVE_TAIL_CHARS,
+    ShellOutput,
+    exit_line,
+    shell_row_text,
+)
 from maple_acp.runtime._models import (
     MODEL_CACHE_TTL_S,
     MODEL_DISCOVERY_BOUND_S,
@@ -296,6 +304,8 @@ from maple_acp.runtime._service import (
 )
 from maple_acp.runtime._session_events import (
     SESSION_EVENT_QUEUE,
+    BackgroundEnded,
+    BackgroundOutput,
     CycleStarted,
     GoalChanged,
     LeaseRevoked,
@@ -326,7 +336,9 @@ __all__ = [
     "EXTERNAL_MCP_TOOL",
     "IMAGE_TYPES",
     "LEASE_CLEANUP_BOUND_S",
+    "LIVE_TAIL_CHARS",
     "MAX_ADDITIONAL_DIRECTORIES",
+    "MAX_BACKGROUND_COMMANDS",
     "MAX_COMMANDS",
     "MAX_DIFF_CHARS",
     "MAX_EMBEDDED_TEXT_BYTES",
@@ -352,6 +364,9 @@ __all__ = [
     "AgentService",
     "AskForTools",
     "Backend",
+    "BackgroundEnded",
+    "BackgroundInfo",
+    "BackgroundOutput",
     "CommandInfo",
     "CommandSource",
     "CommandsChanged",
@@ -411,6 +426,7 @@ __all__ = [
     "SessionEvents",
     "SessionLease",
     "SessionMode",
+    "ShellOutput",
     "ShellResult",
     "SkillInfo",
     "StaticModelCatalog",
@@ -430,6 +446,7 @@ __all__ = [
     "ToolCategory",
     "ToolContext",
     "ToolLocation",
+    "ToolOutput",
     "ToolPolicy",
     "ToolRequest",
     "ToolRow",
@@ -451,10 +468,12 @@ __all__ = [
     "declared_backend",
     "describe_image",
     "edit_text_async",
+    "exit_line",
     "external_mcp_spec",
     "find_project_skills",
     "read_text_async",
     "resolve_in_root",
+    "shell_row_text",
     "sniff_image",
     "validate_relay_values",
     "warm_up_quietly",

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 import attrs
 
 from maple_acp.model import CommandInfo, PlanEntry, ToolState, Usage
+from maple_acp.runtime._live_output import ShellOutput
 
 if TYPE_CHECKING:
     from maple_acp.runtime._permissions import PermissionResponder, ToolRequest
@@ -86,6 +87,16 @@ class ToolRow:
     tool_id: str
     first: bool
     tool: ToolState
+
+
+@attrs.frozen
+class ToolOutput:
+    """A command's output while it runs, on its tool call (``output.tool_id``): snapshots at
+    most every 100 ms, coalesced while the caller is slow, the last one at its exit. Not
+    stored: the tool call's final row is."""
+
+    run_id: str
+    output: ShellOutput
 
 
 @attrs.frozen
@@ -198,6 +209,7 @@ RunEvent: TypeAlias = (
     TextChunk
     | ThoughtChunk
     | ToolRow
+    | ToolOutput
     | PermissionRequest
     | UsageUpdate
     | TitleChanged

@@ -77,6 +77,8 @@ class RunJournal:
         self._emitted: dict[str, ToolState] = {}
         self._order: list[str] = []
         self._dirty: set[str] = set()
+        #: Tool calls that outlive the run (background commands): their own task ends them.
+        self._detached: set[str] = set()
         self._current: tuple[ItemKind, str] | None = None
         # Writes go one at a time, so a steering message lands after what came before it.
         self._writing = trio.Lock()
@@ -147,6 +149,10 @@ class RunJournal:
         self._dirty.add(plan_id)
         self._current = None
 
+    def detach_tool(self, tool_id: str) -> None:
+        """The tool call goes on past the run: the run's end leaves it open."""
+        self._detached.add(tool_id)
+
     def tool_emitted(self, tool_id: str, tool: ToolState) -> None:
         self._emitted[tool_id] = tool
 
@@ -156,6 +162,8 @@ class RunJournal:
         closing = _CLOSING[state]
         rows: list[ToolRow] = []
         for tool_id, tool in list(self._tools.items()):
+            if tool_id in self._detached:
+                continue
             if not tool.status.terminal:
                 tool = attrs.evolve(
                     tool,

@@ -11,6 +11,7 @@ the hooks the lease hands them here:
 - ``_lease_skills``: the project skills the backend sees;
 - ``_reattach``: swapping the router and the directories on a re-attach;
 - ``_goal_driver``: the goal and its autonomous cycles;
+- ``_background``: the background commands, in the lease's nursery;
 - ``_task_row``: the task row they share; ``_context``: what the lease sees of the service.
 """
 
@@ -31,6 +32,7 @@ from maple_acp.model import (
     TimelineItem,
 )
 from maple_acp.runtime._attachments import Prompt
+from maple_acp.runtime._background import BackgroundCommands, BackgroundInfo
 from maple_acp.runtime._barrier import OperationBarrier, PromptClaim, PromptSlot
 from maple_acp.runtime._context import LeaseContext
 from maple_acp.runtime._goal_driver import GoalCycleDriver
@@ -112,6 +114,16 @@ class SessionLease:
             thought_levels=context.thought_levels,
             publish=self._events.publish,
         )
+        # Background commands live in the lease's nursery: its revocation ends them.
+        self._background = BackgroundCommands(
+            task_id=task.id,
+            tools=tools,
+            nursery=lambda: life.nursery,
+            store=context.store,
+            now_ms=context.now_ms,
+            publish=self._events.publish,
+        )
+        tools.background = self._background
         # Every shell, MCP call and file write through the lease's tools meets the mode.
         settings = self._settings
         tools.set_gate(lambda category: settings.declaration.refusal(category))
@@ -375,6 +387,19 @@ class SessionLease:
     def cancel_run(self) -> bool:
         """Cancel the active run, if any. True if there was one."""
         return self._turns.cancel_run()
+
+    # -- background commands -----------------------------------------------------------------
+
+    def background_commands(self) -> tuple[BackgroundInfo, ...]:
+        """The session's background commands: those running, then the last ones that ended."""
+        self._life.check_live()
+        return self._background.list()
+
+    def stop_background(self, handle: str) -> bool:
+        """Stop background command ``handle`` (SIGTERM, then SIGKILL after the grace). False
+        when it had already ended; ``KeyError`` for a handle this session never gave."""
+        self._life.check_live()
+        return self._background.stop(handle)
 
     # -- goals -------------------------------------------------------------------------------
 

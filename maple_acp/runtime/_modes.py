@@ -40,6 +40,9 @@ BUILTIN_TOOL_CATEGORIES: Final[Mapping[str, ToolCategory]] = {
     "write_file": ToolCategory.EDIT,
     "edit_file": ToolCategory.EDIT,
     "shell": ToolCategory.EXECUTE,
+    # A background command's reading and stopping go with the shell that started it.
+    "shell_output": ToolCategory.EXECUTE,
+    "shell_kill": ToolCategory.EXECUTE,
     EXTERNAL_MCP_TOOL: ToolCategory.EXTERNAL,
     "update_plan": ToolCategory.PLAN,
 }

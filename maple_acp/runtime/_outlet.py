@@ -175,6 +175,10 @@ class RunOutlet:
         await self._queue.send(ToolRow(self.run_id, tool_id, first, tool))
         self._journal.tool_emitted(tool_id, tool)
 
+    def detach_tool(self, tool_id: str) -> None:
+        """Tool call ``tool_id`` outlives the run (a background command ends it)."""
+        self._journal.detach_tool(tool_id)
+
     async def ask_permission(self, request: ToolRequest) -> bool:
         # The mode first, on the request as the backend made it (its real target path): what
         # the mode forbids is never put to the host's policy or the caller.

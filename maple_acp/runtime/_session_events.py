@@ -10,7 +10,8 @@ from typing import TypeAlias
 import attrs
 import trio
 
-from maple_acp.model import GoalRecord, SessionMode
+from maple_acp.model import GoalRecord, SessionMode, ToolState
+from maple_acp.runtime._live_output import ShellOutput
 from maple_acp.runtime._run import Run
 
 
@@ -47,7 +48,27 @@ class ModeChanged:
     mode: SessionMode
 
 
-SessionEvent: TypeAlias = GoalChanged | CycleStarted | LeaseRevoked | ModeChanged
+@attrs.frozen
+class BackgroundOutput:
+    """A background command's output while it runs, on its tool call (``output.tool_id``),
+    outside any turn. Snapshots of one command coalesce while the holder is slow."""
+
+    task_id: str
+    output: ShellOutput
+
+
+@attrs.frozen
+class BackgroundEnded:
+    """A background command ended: its tool call's final row (also stored)."""
+
+    task_id: str
+    tool_id: str
+    tool: ToolState
+
+
+SessionEvent: TypeAlias = (
+    GoalChanged | CycleStarted | LeaseRevoked | ModeChanged | BackgroundOutput | BackgroundEnded
+)
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +93,19 @@ class SessionEvents:
 
     def publish(self, event: SessionEvent) -> None:
         if self._closed:
+            return
+        if isinstance(event, BackgroundOutput):
+            # One waiting snapshot per command: the newest, carrying what the older added.
+            for index, queued in enumerate(self._queue):
+                if (
+                    isinstance(queued, BackgroundOutput)
+                    and queued.output.tool_id == event.output.tool_id
+                ):
+                    del self._queue[index]
+                    event = attrs.evolve(event, output=event.output.after(queued.output))
+                    break
+            self._queue.append(event)
+            self._wake()
             return
         if isinstance(event, _SNAPSHOTS):
             kind = type(event)

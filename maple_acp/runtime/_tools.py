@@ -19,8 +19,9 @@ import trio
 
 from maple_acp._exceptions import MapleAcpError
 from maple_acp._tool_env import tool_child_environment
-from maple_acp.model import ToolCategory
+from maple_acp.model import ToolCategory, ToolState
 from maple_acp.runtime._files import FileChange, Roots, edit_text_async, write_text_async
+from maple_acp.runtime._live_output import OutputTail, ShellOutput
 from maple_acp.runtime._relay import RelayRedactor
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,11 @@ CHILD_TERM_GRACE_S = 2.0
 #: After SIGKILL, how long to wait for the kernel to end every member of a group.
 KILL_SETTLE_S = 2.0
 KILL_POLL_S = 0.005
+#: One read of a child's output pipe.
+SHELL_READ_BYTES = 65536
+#: A command's live output reaches the caller at most this often per command: a command that
+#: prints megabytes costs a few snapshots a second, not one update per read.
+LIVE_OUTPUT_INTERVAL_S = 0.1
 #: After a child exits, how long its output pipe may stay open (a background grandchild holds
 #: it) before reading stops.
 SHELL_OUTPUT_DRAIN_S = 1.0
@@ -75,6 +81,32 @@ class ToolUnavailable(MapleAcpError):
     forbids it). The message is safe."""
 
 
+#: Where a command's live output goes (``ToolContext.run_shell``).
+LiveSink = Callable[[ShellOutput], Awaitable[None]]
+
+
+class BackgroundShells(Protocol):
+    """A lease's background commands, as its turns' tools reach them (``_background``)."""
+
+    def check_room(self) -> None:
+        """``ToolUnavailable`` when no more may start now."""
+        ...
+
+    def next_handle(self) -> str: ...
+
+    def start(
+        self, *, handle: str, run_id: str, tool_id: str, command: str, cwd: str, tool: ToolState
+    ) -> None: ...
+
+    def read(self, handle: str) -> str:
+        """New output since the last read; ``KeyError`` for an unknown handle."""
+        ...
+
+    def stop(self, handle: str) -> bool:
+        """False when it had already ended; ``KeyError`` for an unknown handle."""
+        ...
+
+
 #: The session mode's answer for a category of tool: why it may not run (one line), or
 #: ``None``. Asked at each call, so a mode change applies from the next one.
 ToolGate = Callable[[ToolCategory], "str | None"]
@@ -86,9 +118,11 @@ class ShellResult:
     #: Combined stdout and stderr, redacted, then at most ``MAX_SHELL_OUTPUT_BYTES`` of it.
     output: str
     truncated: bool
+    #: The last ``LIVE_TAIL_CHARS`` characters of the output, redacted: what a row shows.
+    tail: str = ""
 
 
-def _signal_group(pgid: int, signum: int) -> bool:
+def signal_group(pgid: int, signum: int) -> bool:
     """Signal a process group; False when it no longer exists."""
     try:
         os.killpg(pgid, signum)
@@ -102,11 +136,11 @@ def _signal_group(pgid: int, signum: int) -> bool:
 
 async def _terminate_group(process: trio.Process) -> None:
     try:
-        _signal_group(process.pid, signal.SIGTERM)
+        signal_group(process.pid, signal.SIGTERM)
         await trio.sleep(CHILD_TERM_GRACE_S)
     finally:
         # Also reached when the leader exits early: its descendants in the group may not have.
-        _signal_group(process.pid, signal.SIGKILL)
+        signal_group(process.pid, signal.SIGKILL)
         # killpg returns before the kernel has ended every member; wait (bounded) so that a
         # caller told "the run ended" can rely on the whole group being gone.
         with trio.CancelScope(shield=True), trio.move_on_after(KILL_SETTLE_S):
@@ -131,6 +165,9 @@ class ToolContext:
         self._groups: set[int] = set()
         self._revoked = False
         self._gate: ToolGate | None = None
+        #: The lease's background commands (the lease installs them); none for a context no
+        #: lease holds.
+        self.background: BackgroundShells | None = None
 
     @property
     def revoked(self) -> bool:
@@ -229,11 +266,25 @@ class ToolContext:
         """Where notices about the lease's tools go: the current run's ``Turn.notice``."""
         self._notify = notify
 
-    async def run_shell(self, command: str, *, cwd: str) -> ShellResult:
+    async def run_shell(
+        self,
+        command: str,
+        *,
+        cwd: str,
+        tool_id: str = "",
+        live: LiveSink | None = None,
+        started: Callable[[int], None] | None = None,
+    ) -> ShellResult:
         """Run ``command`` with ``/bin/sh`` in a new process group whose environment is
         ``child_environment()``. Cancellation terminates the whole group (SIGTERM, then SIGKILL
         after ``CHILD_TERM_GRACE_S``); so does ``revoke``. ``ToolUnavailable`` when the
-        session was revoked or its mode forbids commands."""
+        session was revoked or its mode forbids commands.
+
+        ``live`` is given the output as it comes: a snapshot at most every
+        ``LIVE_OUTPUT_INTERVAL_S`` while the command runs (one waiting ``live`` coalesces what
+        comes meanwhile into the next one; the child is read all along, into a bounded tail),
+        and a last one with the exit status once it exited. ``started`` is told the process
+        group's id once the child runs."""
         if self._revoked:
             raise ToolUnavailable("the session was revoked")
         self.check_allowed(ToolCategory.EXECUTE)
@@ -243,7 +294,12 @@ class ToolContext:
         # Read past the cut as far as a relay value reaches: a value the cut goes through is
         # redacted whole before the cut is made.
         window = MAX_SHELL_OUTPUT_BYTES + self._redactor.longest_value_bytes
+        tail = OutputTail(self._redactor)
+        shown = self._redactor.text(command)
         reader_done = trio.Event()
+        finished = trio.Event()
+        wake = trio.Event()
+        publisher_done = trio.Event()
         self._prune_groups()
         async with trio.open_nursery() as nursery:
             process: trio.Process = await nursery.start(
@@ -262,34 +318,86 @@ class ToolContext:
                 )
             )
             self._groups.add(process.pid)
+            if started is not None:
+                started(process.pid)
             if self._revoked:
                 # Revoked while the child was starting: it must not outlive the lease.
-                _signal_group(process.pid, signal.SIGKILL)
+                signal_group(process.pid, signal.SIGKILL)
             stdout = process.stdout
             assert stdout is not None
 
             async def read_output() -> None:
                 nonlocal kept, dropped
                 try:
-                    while chunk := await stdout.receive_some(65536):
+                    while chunk := await stdout.receive_some(SHELL_READ_BYTES):
                         room = window - kept
                         if room > 0:
                             chunks.append(chunk[:room])
                             kept += min(room, len(chunk))
                         if len(chunk) > room:
                             dropped = True
+                        tail.feed(chunk)
+                        wake.set()
                 finally:
                     reader_done.set()
 
+            async def publish(sink: LiveSink) -> None:
+                nonlocal wake
+                try:
+                    while True:
+                        await wake.wait()
+                        if finished.is_set():
+                            return
+                        wake = trio.Event()
+                        text, appended = tail.take()
+                        await sink(
+                            ShellOutput(
+                                tool_id=tool_id,
+                                command=shown,
+                                cwd=cwd,
+                                tail=text,
+                                appended=appended,
+                            )
+                        )
+                        # The cadence: what comes meanwhile waits for the next snapshot.
+                        with trio.move_on_after(LIVE_OUTPUT_INTERVAL_S):
+                            await finished.wait()
+                finally:
+                    publisher_done.set()
+
+            if live is not None:
+                nursery.start_soon(publish, live)
             with trio.CancelScope() as reader_scope:
                 nursery.start_soon(read_output)
                 await process.wait()
                 with trio.move_on_after(SHELL_OUTPUT_DRAIN_S):
                     await reader_done.wait()
             reader_scope.cancel()
+            if live is not None:
+                finished.set()
+                wake.set()
+                await publisher_done.wait()
+                text, appended = tail.take(final=True)
+                code = process.returncode
+                await live(
+                    ShellOutput(
+                        tool_id=tool_id,
+                        command=shown,
+                        cwd=cwd,
+                        tail=text,
+                        appended=appended,
+                        exited=True,
+                        exit_code=code if code is None or code >= 0 else None,
+                        signal=_signal_name(code),
+                    )
+                )
             nursery.cancel_scope.cancel()
         output, truncated = self._bounded_output(b"".join(chunks), complete=not dropped)
-        return ShellResult(exit_code=process.returncode, output=output, truncated=truncated)
+        if live is None:
+            text, _ = tail.take(final=True)
+        return ShellResult(
+            exit_code=process.returncode, output=output, truncated=truncated, tail=text
+        )
 
     async def write_text(
         self, root: Roots, path: str, content: str, *, dry_run: bool = False
@@ -341,7 +449,7 @@ class ToolContext:
             except Exception:
                 logger.warning("external tool router failed to revoke", exc_info=True)
         for pgid in list(self._groups):
-            if not _signal_group(pgid, signal.SIGTERM):
+            if not signal_group(pgid, signal.SIGTERM):
                 self._groups.discard(pgid)
 
     async def reap(self) -> None:
@@ -353,7 +461,7 @@ class ToolContext:
                     await trio.sleep(0.05)
                     self._prune_groups()
         for pgid in list(self._groups):
-            _signal_group(pgid, signal.SIGKILL)
+            signal_group(pgid, signal.SIGKILL)
         self._groups.clear()
         self._redactor.clear()
 
@@ -361,6 +469,16 @@ class ToolContext:
         for pgid in list(self._groups):
             if not _group_alive(pgid):
                 self._groups.discard(pgid)
+
+
+def _signal_name(returncode: int | None) -> str | None:
+    """The signal that ended a child (``returncode`` is minus its number), else ``None``."""
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return None
 
 
 def _group_alive(pgid: int) -> bool:

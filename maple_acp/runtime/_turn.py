@@ -18,6 +18,7 @@ from maple_acp.model import (
     ToolCategory,
     ToolSpec,
     ToolState,
+    ToolStatus,
     Usage,
 )
 from maple_acp.runtime._attachments import Prompt
@@ -30,12 +31,14 @@ from maple_acp.runtime._events import (
     RunKind,
     RunNotice,
     TitleChanged,
+    ToolOutput,
 )
+from maple_acp.runtime._live_output import ShellOutput
 from maple_acp.runtime._modes import tool_category
 from maple_acp.runtime._offer import bounded_commands, bounded_plan
 from maple_acp.runtime._outlet import RunOutlet
 from maple_acp.runtime._permissions import ToolRequest
-from maple_acp.runtime._tools import ToolContext
+from maple_acp.runtime._tools import BackgroundShells, ShellResult, ToolContext, ToolUnavailable
 from maple_acp.runtime._trust import SkillInfo
 
 logger = logging.getLogger(__name__)
@@ -238,6 +241,77 @@ class Turn:
         """Report a tool call's state; the first row of an id opens the call, later rows update
         it. Rows are also written to the task history."""
         await self._outlet.send_tool_row(tool_id, tool)
+
+    # -- commands: live output, background commands ---------------------------------------
+
+    async def run_shell(self, tool_id: str, command: str) -> ShellResult:
+        """``tools.run_shell`` in the task's root, its output live on tool call ``tool_id``
+        while it runs (``ToolOutput`` events: the bounded tail at most every 100 ms, the last
+        one at exit). Report the call's final row as ever; ``ShellResult.tail`` is what it
+        may show (``shell_row_text`` puts a failure's exit status first)."""
+
+        async def live(output: ShellOutput) -> None:
+            await self._outlet.send(ToolOutput(self.run_id, output))
+
+        return await self.tools.run_shell(command, cwd=self.root, tool_id=tool_id, live=live)
+
+    async def start_background(
+        self, tool_id: str, command: str, *, title: str, raw_input: object = None
+    ) -> str:
+        """Start ``command`` in the background: it goes on past this call and this turn, in
+        the session's own nursery, with its output live on tool call ``tool_id``, whose row
+        (``in_progress``, the handle as its text) this sends; the command's end sends and
+        stores its final row. Returns the handle (``bg-N``). ``ToolUnavailable`` (one line)
+        when the session allows no more now (``MAX_BACKGROUND_COMMANDS`` run) or its mode
+        forbids commands: end the row with it."""
+        background = self._background()
+        background.check_room()
+        handle = background.next_handle()
+        tool = ToolState(
+            name="shell",
+            status=ToolStatus.IN_PROGRESS,
+            title=title,
+            raw_input=raw_input,
+            output_text=handle,
+        )
+        await self.send_tool_row(tool_id, tool)
+        background.start(
+            handle=handle,
+            run_id=self.run_id,
+            tool_id=tool_id,
+            command=command,
+            cwd=self.root,
+            tool=tool,
+        )
+        self._outlet.detach_tool(tool_id)
+        return handle
+
+    def background_output(self, handle: str) -> str:
+        """What background command ``handle`` printed since the last read (bounded, the
+        latest), after one line saying whether it runs. ``ToolUnavailable`` for an unknown
+        handle."""
+        try:
+            return self._background().read(handle)
+        except KeyError:
+            raise ToolUnavailable(
+                f"no background command {handle[:40]!r} in this session"
+            ) from None
+
+    def kill_background(self, handle: str) -> str:
+        """Stop background command ``handle`` (SIGTERM, then SIGKILL); one line saying so."""
+        try:
+            stopping = self._background().stop(handle)
+        except KeyError:
+            raise ToolUnavailable(
+                f"no background command {handle[:40]!r} in this session"
+            ) from None
+        return f"stopping {handle}" if stopping else f"{handle} had already ended"
+
+    def _background(self) -> BackgroundShells:
+        background = self.tools.background
+        if background is None:
+            raise ToolUnavailable("background commands need a session")
+        return background
 
     async def ask_permission(self, request: ToolRequest) -> bool:
         """Ask whether ``request`` may run. The session's mode decides first: a tool it

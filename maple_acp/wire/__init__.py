@@ -43,12 +43,16 @@ from ._converter import (
 )
 from ._converter import warm_codecs as _warm_codecs
 from ._extensions import (
+    BACKGROUND_METHOD,
     BRIDGE_HELLO_METHOD,
     GOAL_CONTROL_METHOD,
     GOAL_EXTENSION_VERSION,
     STATUS_METHOD,
     STEERING_METHOD,
     TRANSCRIPT_METHOD,
+    BackgroundCommand,
+    BackgroundRequest,
+    BackgroundResponse,
     BridgeHello,
     CancelRequestNotification,
     GoalAction,
@@ -204,6 +208,7 @@ from .errors import (
 
 __all__ = [
     "AGENT_METHODS",
+    "BACKGROUND_METHOD",
     "BRIDGE_HELLO_METHOD",
     "CLIENT_METHODS",
     "CONVERTER",
@@ -231,6 +236,9 @@ __all__ = [
     "AuthMethod",
     "AvailableCommand",
     "AvailableCommandsUpdate",
+    "BackgroundCommand",
+    "BackgroundRequest",
+    "BackgroundResponse",
     "BlobResourceContents",
     "BooleanConfigOptionCapabilities",
     "BooleanPropertySchema",

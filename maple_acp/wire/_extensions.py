@@ -24,7 +24,12 @@ GOAL_EXTENSION_VERSION: Final = 1
 #: the leading ACP adapters share).
 STEERING_METHOD: Final = "_session/steering"
 
+#: The method through which a client lists and stops a session's background commands.
+BACKGROUND_METHOD: Final = "_session/background"
+
 GoalAction = Literal["set", "pause", "resume", "clear"]
+BackgroundAction = Literal["list", "stop"]
+BackgroundStatus = Literal["running", "exited"]
 SteeringOutcome = Literal["injected", "startedNewTurn", "promptRequired"]
 GoalStatus = Literal["active", "paused", "blocked", "limited", "complete"]
 
@@ -144,3 +149,32 @@ class HostStatus:
     #: ``backend``, ``defaultModel`` and each provider's start-up check); absent when the
     #: host says nothing.
     engine: dict[str, Any] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class BackgroundRequest:
+    """Params of ``_session/background``: ``list``, or ``stop`` the command ``handle``."""
+
+    session_id: str
+    action: BackgroundAction
+    handle: str | None = None
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class BackgroundCommand:
+    """One background command in a ``_session/background`` listing."""
+
+    handle: str
+    command: str
+    status: BackgroundStatus
+    exit_code: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class BackgroundResponse:
+    """The result of ``_session/background``: the commands for ``list``, nothing for
+    ``stop``."""
+
+    commands: tuple[BackgroundCommand, ...] | None = None
+    meta: Meta | None = None

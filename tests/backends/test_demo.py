@@ -106,7 +106,7 @@ async def test_shell_runs_with_the_relay_environment_in_its_own_group(
         assert lines[0] == "token=s3cret"
         # The child leads its own process group, not the host's.
         assert int(lines[1]) != os.getpgid(0)
-        assert final.raw_output["exit_code"] == 0
+        assert final.raw_output["exitCode"] == 0
         history = await lease.history()
         assert history[-1].text.startswith("token=s3cret")
         assert history[-1].tool is not None

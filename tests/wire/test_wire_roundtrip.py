@@ -242,6 +242,7 @@ def test_method_tables_cover_the_protocol_surface() -> None:
         "session/set_mode",
         "_session/goal",
         "_session/steering",
+        "_session/background",
         "_maple/status",
         "_maple/transcript",
         "_maple/bridge/hello",

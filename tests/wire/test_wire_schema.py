@@ -100,6 +100,7 @@ def test_every_agent_result_validates(call: tuple[str, Any]) -> None:
         validate(data, UNSTABLE_DEFS_BY_METHOD[method][1], unstable=True)
     else:
         assert method in {
+            "_session/background",
             "_session/goal",
             "_session/steering",
             "_maple/status",
@@ -108,6 +109,9 @@ def test_every_agent_result_validates(call: tuple[str, Any]) -> None:
         assert isinstance(data, dict)
         if method == "_session/steering":
             assert data["outcome"] in {"injected", "startedNewTurn", "promptRequired"}
+        if method == "_session/background":
+            for command in data.get("commands", ()):
+                assert command["status"] in {"running", "exited"}
 
 
 @given(acp_st.client_requests())
@@ -245,6 +249,9 @@ EXTRA_KEYS = {
 }
 #: Our own extensions, which the ACP schema does not define.
 EXTENSIONS = {
+    "BackgroundCommand",
+    "BackgroundRequest",
+    "BackgroundResponse",
     "BridgeHello",
     "GoalCapability",
     "GoalSnapshot",

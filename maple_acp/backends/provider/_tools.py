@@ -1,6 +1,8 @@
 """The tools the model sees, and how one call of them runs as a tool row.
 
-``shell`` asks (by the host's policy) and runs through the lease's tool context;
+``shell`` asks (by the host's policy) and runs through the lease's tool context, its output
+live on its row (``background: true``: past the call, read with ``shell_output`` and stopped
+with ``shell_kill``);
 ``read_file`` needs no permission and stays inside the session's directories; ``write_file`` and
 ``edit_file`` ask, showing the diff they would make, then make it; ``external_mcp`` (when the
 session has MCP servers) is always asked by the runtime. The session's mode decides which of
@@ -26,7 +28,9 @@ from maple_acp.runtime import (
     ToolStatus,
     ToolUnavailable,
     Turn,
+    exit_line,
     read_text_async,
+    shell_row_text,
 )
 
 #: Text of a tool's result shown in its row; the model gets its own bound.
@@ -35,6 +39,8 @@ MAX_ROW_TEXT_CHARS = 16_000
 MAX_ARGUMENT_CHARS = 4 * 1024 * 1024
 
 SHELL = "shell"
+SHELL_OUTPUT = "shell_output"
+SHELL_KILL = "shell_kill"
 READ_FILE = "read_file"
 WRITE_FILE = "write_file"
 EDIT_FILE = "edit_file"
@@ -67,9 +73,26 @@ NATIVE_TOOLS: tuple[Any, ...] = (
     _spec(
         SHELL,
         "Run a shell command (/bin/sh) in the project directory; returns its exit code and "
-        "combined output. The user is asked first.",
-        {"command": {"type": "string", "description": "The command line."}},
+        "combined output. The user is asked first. With background: true it returns a handle "
+        "at once and the command goes on (a server, a watcher): read it with shell_output, "
+        "stop it with shell_kill.",
+        {
+            "command": {"type": "string", "description": "The command line."},
+            "background": {"type": "boolean", "description": "Run on past this call."},
+        },
         ["command"],
+    ),
+    _spec(
+        SHELL_OUTPUT,
+        "What a background command printed since you last read it, and whether it runs.",
+        {"handle": {"type": "string", "description": "The handle shell gave (bg-N)."}},
+        ["handle"],
+    ),
+    _spec(
+        SHELL_KILL,
+        "Stop a background command.",
+        {"handle": {"type": "string", "description": "The handle shell gave (bg-N)."}},
+        ["handle"],
     ),
     _spec(
         READ_FILE,
@@ -196,6 +219,9 @@ async def run_tool_call(turn: Turn, call: ToolCall, row_id: str) -> ToolResult:
         if call.name == SHELL:
             await row.update(ToolStatus.PENDING, raw_input=raw_input)
             return await _shell(row, turn, args)
+        if call.name in (SHELL_OUTPUT, SHELL_KILL):
+            await row.update(ToolStatus.PENDING, raw_input=raw_input)
+            return await _background_handle(row, turn, call.name, args)
         if call.name == EXTERNAL_MCP_TOOL and _external_available(turn):
             await row.update(ToolStatus.PENDING, raw_input=raw_input)
             return await _external(row, turn, args)
@@ -316,19 +342,36 @@ async def _shell(row: _Row, turn: Turn, args: Mapping[str, Any]) -> ToolResult:
     if not await row.ask():
         await row.fail("permission denied")
         return ToolResult(content=DENIED)
+    if args.get("background") is True:
+        handle = await turn.start_background(
+            row.row_id, command, title=row.title, raw_input=row.raw_input
+        )
+        return ToolResult(
+            content=f"started {handle} in the background; read its output with shell_output "
+            "and stop it with shell_kill"
+        )
     await row.update(ToolStatus.IN_PROGRESS)
     try:
-        result = await turn.tools.run_shell(command, cwd=turn.root)
+        result = await turn.run_shell(row.row_id, command)
     except (ToolUnavailable, OSError) as exc:
         return await row.fail(str(exc) or type(exc).__name__)
-    raw = {"exit_code": result.exit_code, "output": result.output, "truncated": result.truncated}
+    raw = {"exitCode": result.exit_code, "output": result.output, "truncated": result.truncated}
     text = result.output + ("\n[output cut]" if result.truncated else "")
     for_model = f"exit code {result.exit_code}\n{text}"
     if result.exit_code == 0:
-        await row.done(text, raw_output=raw)
+        await row.done(result.tail, raw_output=raw)
     else:
-        await row.fail(text, raw_output=raw)
+        await row.fail(shell_row_text(exit_line(result.exit_code), result.tail), raw_output=raw)
     return ToolResult(content=for_model)
+
+
+async def _background_handle(
+    row: _Row, turn: Turn, name: str, args: Mapping[str, Any]
+) -> ToolResult:
+    handle = _string(args, "handle")
+    if name == SHELL_OUTPUT:
+        return await row.done(turn.background_output(handle))
+    return await row.done(turn.kill_background(handle))
 
 
 async def _external(row: _Row, turn: Turn, args: Mapping[str, Any]) -> ToolResult:
@@ -409,6 +452,8 @@ def _positive(args: Mapping[str, Any], key: str, default: int) -> int:
 def _title(name: str, args: Mapping[str, Any]) -> str:
     if name == SHELL and isinstance(args.get("command"), str):
         return f"shell: {args['command'][:200]}"
+    if name in (SHELL_OUTPUT, SHELL_KILL) and isinstance(args.get("handle"), str):
+        return f"{name}: {args['handle'][:64]}"
     if name in (READ_FILE, WRITE_FILE, EDIT_FILE) and isinstance(args.get("path"), str):
         return f"{name}: {args['path'][:200]}"
     if name == EXTERNAL_MCP_TOOL and isinstance(args.get("tool"), str):

@@ -234,6 +234,8 @@ async def test_the_mode_decides_the_tools_offered_and_refuses_a_write_without_as
     assert offered_names(bodies[2]) == ["read_file", "update_plan"]
     assert offered_names(bodies[3]) == [
         "shell",
+        "shell_output",
+        "shell_kill",
         "read_file",
         "write_file",
         "edit_file",
