@@ -17,6 +17,10 @@ it did not mark: another hypercorn server in the same process keeps hypercorn's 
 - **Liveness.** A ping goes out every :data:`PING_INTERVAL_S`; a peer that leaves one
   unanswered for :data:`PONG_TIMEOUT_S` has vanished (a dropped network sends no FIN): its
   stream ends as if it had disconnected, so the application releases what it held.
+- **Many messages, one write.** The scope names :data:`SEND_MANY` among its extensions: the
+  application may send ``{"type": SEND_MANY, "texts": [...]}``, text messages framed together
+  and written to the socket at once (hypercorn writes each ``websocket.send`` on its own, one
+  system call per message, where the Unix socket writes a batch of lines in one).
 
 ``tests/net/test_websocket_bounds.py`` fails when hypercorn changes what this relies on.
 """
@@ -31,8 +35,9 @@ import attrs
 import trio
 from hypercorn.protocol import h2 as _h2_protocol
 from hypercorn.protocol import h11 as _h11_protocol
-from hypercorn.protocol.events import Event, Request, StreamClosed
-from hypercorn.protocol.ws_stream import WSStream
+from hypercorn.protocol.events import Data, Event, Request, StreamClosed
+from hypercorn.protocol.ws_stream import ASGIWebsocketState, WSStream
+from hypercorn.utils import UnexpectedMessageError
 from wsproto.connection import ConnectionState
 from wsproto.events import (
     BytesMessage,
@@ -42,8 +47,10 @@ from wsproto.events import (
     TextMessage,
 )
 from wsproto.frame_protocol import CloseReason
+from wsproto.utilities import LocalProtocolError
 
 from maple_acp.net._errors import HttpSetupError
+from maple_acp.net._websocket import SEND_MANY
 
 logger = logging.getLogger(__name__)
 
@@ -176,6 +183,34 @@ class BoundedWebSocketStream(WSStream):
                 self._keep_alive_scope.cancel()
                 self._close_wait_scope.cancel()
         await super().handle(event)
+
+    # hypercorn builds the scope in ``handle`` before the application starts: the extension is
+    # added as it is set, so the application sees it from its first look.
+    @property
+    def scope(self) -> Any:
+        return self._scope
+
+    @scope.setter
+    def scope(self, scope: Any) -> None:
+        if getattr(self.config, _POLICY_ATTRIBUTE, None) is not None:
+            scope["extensions"] = {**scope.get("extensions", {}), SEND_MANY: {}}
+        self._scope = scope
+
+    async def app_send(self, message: Any) -> None:
+        if message is None or message["type"] != SEND_MANY or self._policy is None:
+            await super().app_send(message)
+            return
+        if self.closed:
+            return  # as hypercorn's: the application may finish after the close
+        if self.state is not ASGIWebsocketState.CONNECTED:
+            raise UnexpectedMessageError(self.state, message["type"])
+        try:
+            data = b"".join(
+                self.connection.send(TextMessage(data=text)) for text in message["texts"]
+            )
+        except LocalProtocolError:
+            return  # the connection is closing: hypercorn drops a late message the same way
+        await self.send(Data(stream_id=self.stream_id, data=data))
 
     async def _accept(self, message: Any) -> None:
         await super()._accept(message)
