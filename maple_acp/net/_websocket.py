@@ -149,7 +149,7 @@ async def _send_websocket(
             if batch is None:
                 continue
             if many:
-                await send({"type": SEND_MANY, "texts": [line.decode() for _, line in batch]})
+                await send({"type": SEND_MANY, "messages": [line for _, line in batch]})
             else:
                 for _, line in batch:
                     await send({"type": "websocket.send", "text": line.decode()})

@@ -1,12 +1,18 @@
 """Over our server, the WebSocket writes a batch of messages at once (its ``SEND_MANY``
-extension): every message still arrives whole, one WebSocket message each, in order."""
+extension), framed by us rather than wsproto: every message still arrives whole, one WebSocket
+message each, in order, in the very frame wsproto would write."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 from net_support import DEADLINE, WsClient, net_host, rpc
+from wsproto.connection import Connection, ConnectionType
+from wsproto.events import TextMessage
+
+from maple_acp.net._hypercorn_ws import text_frame_header
 
 #: Enough chunks that the writer finds many queued at once.
 CHUNKS = 2000
@@ -36,3 +42,17 @@ async def test_a_burst_arrives_as_whole_messages_in_order(project: Path) -> None
                         text += update["content"]["text"]
                 assert message["result"]["stopReason"] == "end_turn"
                 assert text == "x" * 7 * CHUNKS
+
+
+@pytest.mark.parametrize("size", [0, 1, 125, 126, 127, 65535, 65536, 70000])
+def test_our_text_frame_is_the_one_wsproto_writes(size: int) -> None:
+    text = "é" * (size // 2) + "x" * (size % 2)
+    data = text.encode()
+    expected = Connection(ConnectionType.SERVER).send(TextMessage(data=text))
+    assert text_frame_header(len(data)) + data == expected
+    # And a client reads it back as that one message.
+    client = Connection(ConnectionType.CLIENT)
+    client.receive_data(expected)
+    (event,) = list(client.events())
+    assert isinstance(event, TextMessage)
+    assert (event.data, event.message_finished) == (text, True)
