@@ -55,7 +55,7 @@ class ClientChannel:
         chunk's line. (The session is the message's route: a transport with a stream per
         session sends it there.)"""
         if type(update) is bytes:
-            await self._peer.notify_encoded(update, route=session_id)
+            await self._peer.notify_encoded(update, session_id)
         else:
             await self._peer.notify(UPDATE_METHOD, unstructure(update), route=session_id)
 
@@ -66,14 +66,14 @@ class ClientChannel:
         for update in updates:
             batch.append(update if isinstance(update, bytes) else encode_update(update))
             if len(batch) >= SEND_BATCH:
-                await self._peer.notify_lines(batch, route=session_id)
+                await self._peer.notify_lines(batch, session_id)
                 batch = []
         if batch:
-            await self._peer.notify_lines(batch, route=session_id)
+            await self._peer.notify_lines(batch, session_id)
 
     async def send_lines(self, session_id: str, lines: list[bytes]) -> None:
         """Queue finished update lines together (the streaming path: one hand-off)."""
-        await self._peer.notify_lines(lines, route=session_id)
+        await self._peer.notify_lines(lines, session_id)
 
     async def drain(self) -> None:
         """Wait until every update queued so far is written to the transport."""

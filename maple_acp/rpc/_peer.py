@@ -285,13 +285,14 @@ class JsonRpcPeer:
         """
         await self._send(encode_notification(method, params), route)
 
-    async def notify_encoded(self, line: bytes, *, route: Route = None) -> None:
+    async def notify_encoded(self, line: bytes, route: Route = None) -> None:
         """:meth:`notify` for a complete, pre-encoded message line ending in one ``\\n``.
 
         ``ValueError`` if the line is empty or has a newline anywhere but at its end.
         """
         # The streaming hot path (one call per text chunk): the frame check, the credit and
-        # the hand-off are inlined rather than calls, with the same rules as _send.
+        # the hand-off are inlined rather than calls, with the same rules as _send; ``route``
+        # is not keyword-only, as a keyword-only default costs every call a slower path.
         size = len(line)
         if not size or line.find(b"\n") != size - 1:
             check_frame(line)  # raises the precise ValueError
@@ -307,7 +308,7 @@ class JsonRpcPeer:
             self._writer_parked = False
             self._writer_lot.unpark()
 
-    async def notify_lines(self, lines: Sequence[bytes], *, route: Route = None) -> None:
+    async def notify_lines(self, lines: Sequence[bytes], route: Route = None) -> None:
         """:meth:`notify_encoded` for many lines, in order, as one hand-off: one cancellation
         check and one writer wake-up for the batch, its credit taken at once when it all fits
         (else line by line: what is queued goes to the writer first, then this waits).
