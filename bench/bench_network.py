@@ -8,8 +8,9 @@ the socket path itself) and a client on its WebSocket each open a session, and t
 hits both. The host's CPU (user + system, from ``/proc``) is read before and after each prompt;
 the clients' own CPU is not counted. Both clients count the streamed text the same way.
 
-Target: the WebSocket's CPU per update at most 2x the Unix socket's (its frames go one per
-message through hypercorn and wsproto, where the socket writes batches of lines).
+Target: the WebSocket's CPU per update at most 1.2x the Unix socket's. The peer hands both
+the same batches of messages (the socket's transport frames them as lines, the WebSocket's
+carries them whole) and our WebSocket stream frames and writes a batch at once.
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ def main() -> None:
     print(f"websocket:   {per_ws:6.2f} us host CPU per update, "
           f"{statistics.median(ws.rates):9.0f} updates/s")  # fmt: skip
     ratio = per_ws / per_unix if per_unix else float("inf")
-    print(f"websocket / unix socket: {ratio:.2f}x (target <= 2x)")
+    print(f"websocket / unix socket: {ratio:.2f}x (target <= 1.2x)")
 
 
 if __name__ == "__main__":

@@ -50,28 +50,30 @@ class ClientChannel:
 
     # -- session/update ----------------------------------------------------------------------
 
-    async def send(self, update: Outbound) -> None:
-        """Queue one ``session/update``: a typed notification, or a text chunk's line."""
+    async def send(self, session_id: str, update: Outbound) -> None:
+        """Queue one ``session/update`` about ``session_id``: a typed notification, or a text
+        chunk's line. (The session is the message's route: a transport with a stream per
+        session sends it there.)"""
         if type(update) is bytes:
-            await self._peer.notify_encoded(update)
+            await self._peer.notify_encoded(update, session_id)
         else:
-            await self._peer.notify(UPDATE_METHOD, unstructure(update))
+            await self._peer.notify(UPDATE_METHOD, unstructure(update), route=session_id)
 
-    async def send_many(self, updates: Iterable[Outbound]) -> None:
+    async def send_many(self, session_id: str, updates: Iterable[Outbound]) -> None:
         """Queue many updates in order, handed to the peer :data:`SEND_BATCH` lines at a time
         (a history replay: one hand-off per batch instead of one per line)."""
         batch: list[bytes] = []
         for update in updates:
             batch.append(update if isinstance(update, bytes) else encode_update(update))
             if len(batch) >= SEND_BATCH:
-                await self._peer.notify_lines(batch)
+                await self._peer.notify_lines(batch, session_id)
                 batch = []
         if batch:
-            await self._peer.notify_lines(batch)
+            await self._peer.notify_lines(batch, session_id)
 
-    async def send_lines(self, lines: list[bytes]) -> None:
+    async def send_lines(self, session_id: str, lines: list[bytes]) -> None:
         """Queue finished update lines together (the streaming path: one hand-off)."""
-        await self._peer.notify_lines(lines)
+        await self._peer.notify_lines(lines, session_id)
 
     async def drain(self) -> None:
         """Wait until every update queued so far is written to the transport."""
@@ -79,16 +81,27 @@ class ClientChannel:
 
     # -- client methods ----------------------------------------------------------------------
 
-    async def _call(self, method: str, request: object) -> Any:
+    async def _call(self, method: str, session_id: str, request: object) -> Any:
         spec = CLIENT_METHODS[method]
-        result = await self._peer.request(method, unstructure(request), hold_credit=True)
+        result = await self._peer.request(
+            method, unstructure(request), hold_credit=True, route=session_id
+        )
         return structure_params(result, spec.result)
 
-    async def request_permission(self, request: object) -> RequestPermissionResponse:
-        """Ask a permission question (its shape is the session's dialect's)."""
-        response: RequestPermissionResponse = await self._call(PERMISSION_METHOD, request)
+    async def request_permission(
+        self, session_id: str, request: object
+    ) -> RequestPermissionResponse:
+        """Ask a permission question about ``session_id`` (its shape is the session's
+        dialect's)."""
+        response: RequestPermissionResponse = await self._call(
+            PERMISSION_METHOD, session_id, request
+        )
         return response
 
-    async def elicit(self, request: CreateElicitationRequest) -> CreateElicitationResponse:
-        response: CreateElicitationResponse = await self._call(ELICITATION_METHOD, request)
+    async def elicit(
+        self, session_id: str, request: CreateElicitationRequest
+    ) -> CreateElicitationResponse:
+        response: CreateElicitationResponse = await self._call(
+            ELICITATION_METHOD, session_id, request
+        )
         return response

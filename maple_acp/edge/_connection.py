@@ -48,7 +48,7 @@ from maple_acp.edge._turn import PromptTurns
 from maple_acp.edge._v1 import V1
 from maple_acp.edge._v2 import V2
 from maple_acp.mcp import ExternalMcpError
-from maple_acp.rpc import EVERYTHING, JsonRpcPeer, Params, method_not_found
+from maple_acp.rpc import EVERYTHING, JsonRpcPeer, MessageTransport, Params, method_not_found
 from maple_acp.runtime import AgentService, RejectionKind, RelayValues, RuntimeRejection
 from maple_acp.wire import (
     BRIDGE_HELLO_METHOD,
@@ -146,7 +146,7 @@ class AcpConnection:
 
     def __init__(
         self,
-        stream: trio.abc.Stream,
+        stream: trio.abc.Stream | MessageTransport,
         *,
         runtime: AgentService,
         config: AcpServiceConfig,

@@ -99,18 +99,19 @@ class GoalFlow:
                     async with trio.open_nursery() as cycles:
                         async for event in events:
                             if isinstance(event, GoalChanged):
-                                await channel.send(session.projector.goal(event.goal))
+                                await channel.send(session.id, session.projector.goal(event.goal))
                             elif isinstance(event, ModeChanged):
                                 await channel.send_many(
-                                    session.projector.mode_change(event.mode.id, session.options())
+                                    session.id,
+                                    session.projector.mode_change(event.mode.id, session.options()),
                                 )
                             elif isinstance(event, BackgroundOutput):
                                 await channel.send_many(
-                                    session.projector.shell_output(event.output)
+                                    session.id, session.projector.shell_output(event.output)
                                 )
                             elif isinstance(event, BackgroundEnded):
                                 await channel.send(
-                                    session.projector.tool(event.tool_id, event.tool)
+                                    session.id, session.projector.tool(event.tool_id, event.tool)
                                 )
                             elif isinstance(event, CycleStarted):
                                 cycles.start_soon(self._pump_cycle, session, event.run)

@@ -241,10 +241,12 @@ class SessionOpener:
         """Send the visible history (then the title), before the answer, through the live
         projector."""
         lease = session.lease
-        await self._send_history(session.projector, await lease.replay_rows(), lease.image_data)
+        await self._send_history(
+            session.id, session.projector, await lease.replay_rows(), lease.image_data
+        )
         task = lease.task
         if task.title:
-            await self._channel.send(session.projector.title(task.title))
+            await self._channel.send(session.id, session.projector.title(task.title))
 
     async def transcript(self, request: TranscriptRequest) -> TranscriptResponse:
         """``_maple/transcript``: a stored session's history sent as a load replays it, to a
@@ -257,11 +259,14 @@ class SessionOpener:
         async def no_image(sha256: str) -> bytes | None:
             return None  # a terminal shows where an image was, not its bytes
 
-        await self._send_history(projector, items, no_image, missing_image="not shown")
+        await self._send_history(
+            request.session_id, projector, items, no_image, missing_image="not shown"
+        )
         return TranscriptResponse()
 
     async def _send_history(
         self,
+        session_id: str,
         projector: Projection,
         rows: Sequence[TimelineItem | MessageRow],
         image_data: Callable[[str], Awaitable[bytes | None]],
@@ -285,21 +290,22 @@ class SessionOpener:
 
         while True:
             slot = None
-            await channel.send_many(until_image())
+            await channel.send_many(session_id, until_image())
             if slot is None:
                 break
             message_id, image = slot.message_id, slot.image
             data = await image_data(image.sha256)
             if data is None:
                 await channel.send_many(
-                    projector.image_placeholder(message_id, image, missing_image)
+                    session_id, projector.image_placeholder(message_id, image, missing_image)
                 )
                 continue
             try:
-                await channel.send(projector.image(message_id, image, data))
+                await channel.send(session_id, projector.image(message_id, image, data))
             except OutboundFrameTooLarge:
                 await channel.send_many(
-                    projector.image_placeholder(message_id, image, "too large to replay")
+                    session_id,
+                    projector.image_placeholder(message_id, image, "too large to replay"),
                 )
 
     async def resume(self, request: ResumeSessionRequest) -> object:
@@ -319,7 +325,7 @@ class SessionOpener:
             # The current state comes after any replay and before the answer (in a version
             # that has one).
             running = session.lease.active_run is not None
-            await self._channel.send_many(session.projector.attached(running))
+            await self._channel.send_many(session.id, session.projector.attached(running))
         if session.stopped:
             raise unknown_session()
         logger.info("session %s resumed", session.id)
@@ -332,10 +338,10 @@ class SessionOpener:
         channel = self._channel
         goal = session.lease.goal
         if goal is not None:
-            await channel.send(session.projector.goal(goal))
+            await channel.send(session.id, session.projector.goal(goal))
         commands = session.lease.commands
         if commands:
-            await channel.send(session.projector.commands(commands))
+            await channel.send(session.id, session.projector.commands(commands))
 
     async def _after_answer(self, session: EdgeSession) -> None:
         """A new session's commands, sent once its answer is queued: a client must know the
@@ -348,7 +354,7 @@ class SessionOpener:
         async def follow() -> None:
             try:
                 with session.update_scope():
-                    await channel.send(session.projector.commands(commands))
+                    await channel.send(session.id, session.projector.commands(commands))
             except SessionClosed:
                 pass
 

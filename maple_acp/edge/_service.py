@@ -22,6 +22,7 @@ from maple_acp.edge._connection import DISCONNECT_CLEANUP_S, AcpConnection
 from maple_acp.edge._goals import GOAL_ACTIONS
 from maple_acp.edge._v1 import VERSION
 from maple_acp.listeners import Listener, UnixListener
+from maple_acp.rpc import MessageTransport
 from maple_acp.runtime import AgentService
 from maple_acp.runtime import PromptCapabilities as BackendPromptCapabilities
 from maple_acp.wire import (
@@ -283,8 +284,9 @@ class AcpService:
             return True
         return await self.runtime.has_task(session_id)
 
-    async def serve_stream(self, stream: trio.abc.Stream) -> None:
-        """Serve one ACP connection over ``stream`` until it ends.
+    async def serve_stream(self, stream: trio.abc.Stream | MessageTransport) -> None:
+        """Serve one ACP connection over ``stream`` (a byte stream, or a transport of whole
+        messages such as the network's) until it ends.
 
         Resource handling: the stream is closed when this returns; every lease the connection
         took is revoked and released (bounded) before it returns.

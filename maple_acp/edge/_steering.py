@@ -153,10 +153,10 @@ class SteeringFlow:
 
     async def _send_turn(self, session: EdgeSession, run: Run, was_locked: bool) -> None:
         if not was_locked:
-            await self._channel.send(session.projector.config_update(session.options()))
+            await self._channel.send(session.id, session.projector.config_update(session.options()))
         state = await self._pump(session, run)
         outcome = await run.wait()
         # Every update of the run is queued before its end, as before a prompt's answer.
         usage = outcome.usage if outcome.usage_reported else None
         ended = session.projector.turn_ended(state, usage, outcome.stop_reason)
-        await self._channel.send_many(ended)
+        await self._channel.send_many(session.id, ended)

@@ -89,7 +89,7 @@ class TrustDialog:
                 required=(_TRUST_FIELD,),
             ),
         )
-        response = await self._channel.elicit(params)
+        response = await self._channel.elicit(session.id, params)
         if isinstance(response, ElicitationAccept):
             value = (response.content or {}).get(_TRUST_FIELD)
             if not isinstance(value, bool):
@@ -106,7 +106,7 @@ class TrustDialog:
             TRUST_OPTIONS,
         )
         try:
-            response = await self._channel.request_permission(params)
+            response = await self._channel.request_permission(session.id, params)
         except (ProtocolError, ConnectionClosed, OutboundFrameTooLarge) as exc:
             logger.info("trust chooser failed; cancelling the turn: %s", exc)
             return None

@@ -176,12 +176,14 @@ class PromptTurns:
             acceptance.accept(session.dialect.acceptance_answer(run.user_message_id))
         try:
             await self._channel.send_many(
-                session.projector.accepted(run.user_message_id, prompt.text)
+                session.id, session.projector.accepted(run.user_message_id, prompt.text)
             )
             if acceptance is not None:
                 await acceptance.queued.wait()
             if not was_locked:
-                await self._channel.send(session.projector.config_update(session.options()))
+                await self._channel.send(
+                    session.id, session.projector.config_update(session.options())
+                )
             state = await self.pump(session, run)
         except BaseException:
             run.cancel()
@@ -203,10 +205,10 @@ class PromptTurns:
         """Send every event of ``run`` as it comes, framed by the dialect's run updates
         (v2's ``state_update``; none in v1); return the run's final state."""
         projector = session.projector
-        await self._channel.send_many(projector.run_started())
+        await self._channel.send_many(session.id, projector.run_started())
         state, reason = await self._pump_events(session, run)
         # After every update of the run, and after its permission questions ended.
-        await self._channel.send_many(projector.run_ended(state, reason))
+        await self._channel.send_many(session.id, projector.run_ended(state, reason))
         return state
 
     async def _pump_events(self, session: EdgeSession, run: Run) -> tuple[RunState, StopReason]:
@@ -268,7 +270,7 @@ class PromptTurns:
     async def _send_lines(self, session: EdgeSession, run: Run, lines: list[bytes]) -> bool:
         """Hand finished text lines to the peer; True if one was too large (turn ended)."""
         try:
-            await self._channel.send_lines(lines)
+            await self._channel.send_lines(session.id, lines)
         except OutboundFrameTooLarge as exc:
             await self._oversize(session, run, exc)
             return True
@@ -279,9 +281,9 @@ class PromptTurns:
         update = session.projector.event(event)
         try:
             if isinstance(update, list):
-                await self._channel.send_many(update)
+                await self._channel.send_many(session.id, update)
             elif update is not None:
-                await self._channel.send(update)
+                await self._channel.send(session.id, update)
         except OutboundFrameTooLarge as exc:
             await self._oversize(session, run, exc)
             return True
@@ -292,9 +294,10 @@ class PromptTurns:
         logger.warning("ending a turn: %s", exc)
         run.cancel()
         await self._channel.send_many(
+            session.id,
             session.projector.notice(
                 f"{run.id}-oversize", "An update was too large to send; the turn was ended."
-            )
+            ),
         )
 
     async def _ask_permission(self, session: EdgeSession, event: PermissionRequest) -> None:
@@ -303,9 +306,9 @@ class PromptTurns:
         projector = session.projector
         try:
             # While it waits the turn requires action (in a version that says so).
-            await self._channel.send_many(projector.permission_waiting())
+            await self._channel.send_many(session.id, projector.permission_waiting())
             response = await self._channel.request_permission(
-                projector.permission_request(event.request)
+                session.id, projector.permission_request(event.request)
             )
             answer = permission_answer(response)
         except (ProtocolError, ConnectionClosed, OutboundFrameTooLarge) as exc:
@@ -315,7 +318,7 @@ class PromptTurns:
             # then refuses the late answer and the run's own cancellation already denied it.
             event.responder.answer(answer)
         with contextlib.suppress(ConnectionClosed):
-            await self._channel.send_many(projector.permission_settled())
+            await self._channel.send_many(session.id, projector.permission_settled())
 
 
 class _Acceptance:

@@ -16,7 +16,8 @@ listens on, it is run the same way, the way trio runs long-lived things::
 
 Each accepted connection takes one of the host's connection slots (:meth:`ConnectionHost.
 try_admit`, the limit every listener counts in) and is handed to the host's ``serve_stream``
-as a trio stream: the listener knows the transport, never the protocol.
+as a trio stream (the socket: the peer frames lines) or a message transport (the network: whole
+messages with their route): the listener knows the transport, never the protocol.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from __future__ import annotations
 from typing import Protocol
 
 import trio
+
+from maple_acp.rpc import MessageTransport
 
 
 class ConnectionHost(Protocol):
@@ -36,7 +39,7 @@ class ConnectionHost(Protocol):
     def release(self) -> None:
         """Give a slot taken with :meth:`try_admit` back."""
 
-    async def serve_stream(self, stream: trio.abc.Stream) -> None:
+    async def serve_stream(self, stream: trio.abc.Stream | MessageTransport) -> None:
         """Serve one ACP connection over ``stream`` until it ends."""
 
     async def session_exists(self, session_id: str) -> bool:

@@ -24,6 +24,7 @@ import attrs
 import trio
 
 from maple_acp.net._channel import NetworkChannel
+from maple_acp.rpc import MessageTransport
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class NetworkHost(Protocol):
     def release(self) -> None:
         """Give a slot taken with :meth:`try_admit` back."""
 
-    async def serve_stream(self, stream: trio.abc.Stream) -> None:
+    async def serve_stream(self, stream: trio.abc.Stream | MessageTransport) -> None:
         """Serve one ACP connection over ``stream`` until it ends."""
 
     async def session_exists(self, session_id: str) -> bool:

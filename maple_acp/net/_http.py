@@ -13,11 +13,13 @@ opens the connection-scoped stream, or with ``Acp-Session-Id`` that session's st
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
+from json.encoder import encode_basestring_ascii
 from typing import Any, Final
 
+import orjson
 import trio
 
 from maple_acp.net._asgi import (
@@ -35,10 +37,11 @@ from maple_acp.net._asgi import (
     respond,
     until_disconnect,
 )
-from maple_acp.net._channel import parse_message, session_of_params
+from maple_acp.net._channel import AnswerCapture
 from maple_acp.net._connections import ConnectionTable, NetworkConnection
 from maple_acp.net._guard import Refusal, RequestGuard, bearer_from_header
 from maple_acp.net._streams import Attachment, EventStream, StreamEnded, StreamGone
+from maple_acp.rpc import Request, parse_message
 
 logger = logging.getLogger(__name__)
 
@@ -171,8 +174,9 @@ class StreamableHttpProfile:
         except trio.ClosedResourceError:
             return  # the client went away while sending: nobody to answer
         try:
-            message = parse_message(body)
-        except ValueError:
+            # Read for its method and session only: the connection's peer reads it exactly.
+            message = orjson.loads(body)
+        except orjson.JSONDecodeError:
             await respond(send, 400, cors, error_body("the body is not JSON"))
             return
         if isinstance(message, list):
@@ -182,9 +186,10 @@ class StreamableHttpProfile:
             await respond(send, 400, cors, error_body("the body is not a JSON-RPC message"))
             return
         if CONNECTION_HEADER not in headers:
-            # Its answer is found by its id: a string or an integer, as JSON-RPC allows.
-            if message.get("method") == "initialize" and type(message.get("id")) in (int, str):
-                await self._initialize(body, message, send, cors, generation)
+            # It must be a request to be answered: an id that is a string or an integer (of
+            # any size: the peer's own reading tells, as orjson reads a long one as a float).
+            if message.get("method") == "initialize" and _is_request(body):
+                await self._initialize(body, send, cors, generation)
             else:
                 await respond(send, 400, cors, error_body("Acp-Connection-Id is missing"))
             return
@@ -193,7 +198,7 @@ class StreamableHttpProfile:
             await respond(send, 404, cors, error_body("no such connection"))
             return
         method = message.get("method")
-        in_params = session_of_params(message)
+        in_params = _session_of_params(message)
         if method in SESSION_HEADER_METHODS and in_params is not None and in_params.strip():
             # A blank or missing session id is the JSON-RPC layer's to refuse (-32602).
             named = headers.get(SESSION_HEADER)
@@ -203,19 +208,15 @@ class StreamableHttpProfile:
                 )
                 return
         try:
-            await connection.channel.deliver(body, message)
+            # Its answer goes where its session's messages go.
+            await connection.channel.deliver(body, in_params if "id" in message else None)
         except trio.ClosedResourceError:
             await respond(send, 404, cors, error_body("no such connection"))
             return
         await respond(send, 202, cors)
 
     async def _initialize(
-        self,
-        body: bytes,
-        message: dict[str, Any],
-        send: Send,
-        cors: list[tuple[bytes, bytes]],
-        generation: int,
+        self, body: bytes, send: Send, cors: list[tuple[bytes, bytes]], generation: int
     ) -> None:
         if not self._connections.host.try_admit():
             logger.warning("refusing a network ACP connection: every connection slot is in use")
@@ -229,10 +230,9 @@ class StreamableHttpProfile:
             answer.append(line)
             answered.set()
 
-        connection.channel.capture(message.get("id"), take)
         await self._connections.start(connection)
         with contextlib.suppress(trio.ClosedResourceError):
-            await connection.channel.deliver(body, message)
+            await connection.channel.deliver(body, AnswerCapture(take))
         with trio.move_on_after(self._limits.initialize_timeout_s):
             await _first_of(answered.wait, connection.channel.wait_closed)
         if not answer:
@@ -345,18 +345,48 @@ class StreamableHttpProfile:
         await respond(send, 202, cors)
 
 
+def _session_of_params(message: dict[str, Any]) -> str | None:
+    params = message.get("params")
+    if isinstance(params, dict):
+        session_id = params.get("sessionId")
+        if isinstance(session_id, str):
+            return session_id
+    return None
+
+
+def _is_request(body: bytes) -> bool:
+    """Whether ``body`` is a request the peer will answer (an id that is a string or an
+    integer), as the peer reads it."""
+    parsed = parse_message(body)
+    return isinstance(parsed, Request) and type(parsed.id) in (int, str)
+
+
+#: A byte of a UTF-8 sequence for a character beyond ASCII.
+_NON_ASCII: Final = re.compile(rb"[\x80-\xff]")
+
+
 def _ascii(line: bytes) -> bytes:
     """``line`` with every non-ASCII character as a ``\\u`` escape: the same JSON value. A
     client that decodes each chunk it reads as UTF-8 on its own (the official Python SDK's
     SSE reader does) would otherwise fail on a character cut between two reads and lose the
-    stream."""
+    stream.
+
+    No parse: in JSON text a byte past ASCII occurs only inside a string, where the escape of
+    its character means that character. The span from the first such byte to the last is
+    escaped as a JSON string would be, and its quotes and backslashes (the only other
+    characters that escaping touches in JSON text, which holds no raw control characters)
+    are put back as they were."""
     if line.isascii():
         return line
-    try:
-        value = parse_message(line)
-    except ValueError:
+    first = _NON_ASCII.search(line)
+    last = _NON_ASCII.search(line[::-1])
+    if first is None or last is None:
         return line
-    return json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode()
+    start, end = first.start(), len(line) - last.start()
+    escaped = encode_basestring_ascii(line[start:end].decode(errors="surrogateescape"))[1:-1]
+    # A NUL never survives the escaping, so it can stand for a backslash meanwhile.
+    escaped = escaped.replace("\\\\", "\0").replace('\\"', '"').replace("\0", "\\")
+    return line[:start] + escaped.encode() + line[end:]
 
 
 async def _first_of(*waits: Callable[[], Awaitable[object]]) -> None:

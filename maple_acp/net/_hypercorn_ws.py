@@ -17,6 +17,12 @@ it did not mark: another hypercorn server in the same process keeps hypercorn's 
 - **Liveness.** A ping goes out every :data:`PING_INTERVAL_S`; a peer that leaves one
   unanswered for :data:`PONG_TIMEOUT_S` has vanished (a dropped network sends no FIN): its
   stream ends as if it had disconnected, so the application releases what it held.
+- **Many messages, one write.** The scope names :data:`SEND_MANY` among its extensions: the
+  application may send ``{"type": SEND_MANY, "messages": [...]}``, text messages given as their
+  UTF-8 bytes, framed together here and written to the socket at once. hypercorn writes each
+  ``websocket.send`` on its own (one system call per message, where the Unix socket writes a
+  batch of lines in one), and wsproto's framing of a message costs more than the peer's whole
+  work on it; a server's unmasked text frame is a header and the bytes (RFC 6455, 5.2).
 
 ``tests/net/test_websocket_bounds.py`` fails when hypercorn changes what this relies on.
 """
@@ -31,8 +37,9 @@ import attrs
 import trio
 from hypercorn.protocol import h2 as _h2_protocol
 from hypercorn.protocol import h11 as _h11_protocol
-from hypercorn.protocol.events import Event, Request, StreamClosed
-from hypercorn.protocol.ws_stream import WSStream
+from hypercorn.protocol.events import Data, Event, Request, StreamClosed
+from hypercorn.protocol.ws_stream import ASGIWebsocketState, WSStream
+from hypercorn.utils import UnexpectedMessageError
 from wsproto.connection import ConnectionState
 from wsproto.events import (
     BytesMessage,
@@ -44,6 +51,7 @@ from wsproto.events import (
 from wsproto.frame_protocol import CloseReason
 
 from maple_acp.net._errors import HttpSetupError
+from maple_acp.net._websocket import SEND_MANY
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +91,15 @@ def configure_websocket(config: Any, max_message_bytes: int) -> None:
                 "maple-acp does not know; install hypercorn 0.17 or 0.18"
             )
         setattr(module, "WSStream", BoundedWebSocketStream)  # noqa: B010
+
+
+def text_frame_header(size: int) -> bytes:
+    """The header of a final, unmasked text frame of ``size`` bytes (RFC 6455, 5.2)."""
+    if size < 126:
+        return bytes((0x81, size))
+    if size < 0x10000:
+        return b"\x81\x7e" + size.to_bytes(2, "big")
+    return b"\x81\x7f" + size.to_bytes(8, "big")
 
 
 class MessageTooLarge(Exception):
@@ -176,6 +193,36 @@ class BoundedWebSocketStream(WSStream):
                 self._keep_alive_scope.cancel()
                 self._close_wait_scope.cancel()
         await super().handle(event)
+
+    # hypercorn builds the scope in ``handle`` before the application starts: the extension is
+    # added as it is set, so the application sees it from its first look.
+    @property
+    def scope(self) -> Any:
+        return self._scope
+
+    @scope.setter
+    def scope(self, scope: Any) -> None:
+        if getattr(self.config, _POLICY_ATTRIBUTE, None) is not None:
+            scope["extensions"] = {**scope.get("extensions", {}), SEND_MANY: {}}
+        self._scope = scope
+
+    async def app_send(self, message: Any) -> None:
+        if message is None or message["type"] != SEND_MANY or self._policy is None:
+            await super().app_send(message)
+            return
+        if self.closed:
+            return  # as hypercorn's: the application may finish after the close
+        if self.state is not ASGIWebsocketState.CONNECTED:
+            raise UnexpectedMessageError(self.state, message["type"])
+        if self.connection.state is not ConnectionState.OPEN:
+            return  # closing: wsproto refuses a late message, and hypercorn drops it so
+        # Framed here, not by wsproto: no extension is ever accepted (see above) and no
+        # message is ever sent in parts, so a frame is its header and the message.
+        frames: list[bytes] = []
+        for data in message["messages"]:
+            frames.append(text_frame_header(len(data)))
+            frames.append(data)
+        await self.send(Data(stream_id=self.stream_id, data=b"".join(frames)))
 
     async def _accept(self, message: Any) -> None:
         await super()._accept(message)

@@ -1,5 +1,6 @@
-"""Newline-delimited JSON-RPC 2.0 over a Trio stream: framing, envelopes, request correlation,
-outbound credit and ``$/cancel_request``. Knows nothing of ACP methods.
+"""JSON-RPC 2.0 over a newline-delimited Trio stream or a message transport: framing,
+envelopes, request correlation, outbound credit and ``$/cancel_request``. Knows nothing of ACP
+methods.
 
 The sans-I/O core (:class:`LineFramer`, :func:`parse_message`, :class:`PendingRequests`,
 :class:`OutboundCredit`, :class:`AdmissionOrder`) is plain Python; :class:`JsonRpcPeer` is the
@@ -49,6 +50,7 @@ from ._handling import (
 from ._inbound import CANCEL_REQUEST_METHOD, MAX_CONCURRENT_REQUESTS
 from ._peer import EOF_GRACE_S, JsonRpcPeer
 from ._pending import PendingRequests
+from ._transport import LineTransport, MessageTransport, Received, Route
 
 __all__ = [
     "CANCEL_REQUEST_METHOD",
@@ -69,7 +71,9 @@ __all__ = [
     "InvalidMessage",
     "JsonRpcPeer",
     "LineFramer",
+    "LineTransport",
     "Message",
+    "MessageTransport",
     "Notification",
     "NotificationHandler",
     "OrderKey",
@@ -78,10 +82,12 @@ __all__ = [
     "Params",
     "Parsed",
     "PendingRequests",
+    "Received",
     "Request",
     "RequestHandler",
     "RequestId",
     "Response",
+    "Route",
     "RpcError",
     "admitted",
     "after_answer",

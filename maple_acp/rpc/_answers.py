@@ -17,6 +17,7 @@ from maple_acp._groups import single_exception
 from maple_acp.wire.errors import INTERNAL_ERROR, ProtocolError
 
 from ._envelope import Request, RequestId, encode_error, encode_result
+from ._transport import Route
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +58,11 @@ class BatchAnswer:
     and every slot is filled. A batch of notifications and answers only is answered with
     nothing at all (JSON-RPC 2.0, section 6)."""
 
-    __slots__ = ("handled", "ids", "lines", "missing", "sealed", "sent")
+    __slots__ = ("handled", "ids", "lines", "missing", "route", "sealed", "sent")
 
-    def __init__(self) -> None:
+    def __init__(self, route: Route = None) -> None:
+        #: The route of the batch's message: its answer goes back the same way.
+        self.route = route
         self.ids: list[RequestId] = []
         self.lines: list[bytes] = []
         self.missing = 0

@@ -25,6 +25,7 @@ from ._answers import BatchAnswer, encode_answer, internal_error, unwrap_protoco
 from ._envelope import Params, Request, RequestId, encode_error
 from ._exceptions import ConnectionClosed, OutboundFrameTooLarge
 from ._handling import FollowUp, OrderKey, RequestHandler, enter_handler, method_not_found
+from ._transport import Route
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,8 @@ CANCEL_REQUEST_METHOD: Final = "$/cancel_request"
 class InboundRequests:
     """The requests of one connection whose answers are not queued yet.
 
-    ``send`` queues a line, waiting for outbound credit; ``closed`` tells whether the
+    ``send`` queues a line on a route (an answer takes its request's), waiting for outbound
+    credit; ``closed`` tells whether the
     connection has ended (then a handler's :class:`ConnectionClosed` is a normal end)."""
 
     def __init__(
@@ -48,7 +50,7 @@ class InboundRequests:
         on_request: RequestHandler | None,
         order_key: OrderKey | None,
         max_concurrent: int,
-        send: Callable[[bytes], Awaitable[None]],
+        send: Callable[[bytes, Route], Awaitable[None]],
         closed: Callable[[], bool],
     ) -> None:
         if not 1 <= max_concurrent <= MAX_CONCURRENT_REQUESTS:
@@ -87,9 +89,10 @@ class InboundRequests:
         arrival: int,
         nursery: trio.Nursery,
         batch: BatchAnswer | None,
+        route: Route = None,
     ) -> bytes | None:
-        """Start ``request`` (read as frame ``arrival``) in a task of ``nursery``, or return
-        the refusal the reader must answer it with."""
+        """Start ``request`` (read as frame ``arrival``, its answer to take ``route``) in a
+        task of ``nursery``, or return the refusal the reader must answer it with."""
         if request.id in self._inflight:
             error = ProtocolError(INVALID_REQUEST, "request id is already in use by a request")
             return encode_error(request.id, error)
@@ -112,7 +115,7 @@ class InboundRequests:
         if batch is not None:
             batch.handled = True
             slot = (batch, batch.slot(request.id))
-        nursery.start_soon(self._run, request, scope, arrival, slot)
+        nursery.start_soon(self._run, request, scope, arrival, slot, route)
         return None
 
     async def _run(
@@ -121,9 +124,10 @@ class InboundRequests:
         scope: trio.CancelScope,
         arrival: int,
         slot: tuple[BatchAnswer, int] | None,
+        route: Route,
     ) -> None:
         try:
-            await self._handle(request, scope, arrival, slot)
+            await self._handle(request, scope, arrival, slot, route)
         finally:
             self._handlers -= 1
             if self._handlers == 0:
@@ -136,6 +140,7 @@ class InboundRequests:
         scope: trio.CancelScope,
         arrival: int,
         slot: tuple[BatchAnswer, int] | None,
+        route: Route,
     ) -> None:
         admit = partial(self.admission.admit, arrival)
         follow_ups = enter_handler(arrival, admit)
@@ -171,11 +176,11 @@ class InboundRequests:
             return
         try:
             try:
-                await self._send(line)
+                await self._send(line, route)
             except OutboundFrameTooLarge as exc:
                 logger.warning("answer to %r not sent: %s", request.method, exc)
                 error = ProtocolError(INTERNAL_ERROR, "internal error (answer too large)")
-                await self._send(encode_error(request.id, error))
+                await self._send(encode_error(request.id, error), route)
             if error is None:
                 for send in follow_ups:
                     await send()
@@ -207,7 +212,7 @@ class InboundRequests:
         try:
             while True:
                 try:
-                    await self._send(batch.encode())
+                    await self._send(batch.encode(), batch.route)
                     return
                 except OutboundFrameTooLarge as exc:
                     logger.warning("a batch answer is cut down: %s", exc)

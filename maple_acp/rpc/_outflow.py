@@ -77,6 +77,16 @@ class OutboundFlow:
         if self.waiters:
             self.grant()
 
+    def written(self, shared: tuple[int, int], reserved: tuple[int, int]) -> None:
+        """The writer wrote lines whose credit was ``shared`` (bytes, lines) of the shared
+        credit and ``reserved`` of the reply reserve: give it back, grant what now fits."""
+        if shared[1]:
+            self.credit.release(*shared)
+        if reserved[1]:
+            self.reserve.release(*reserved)
+        if self.waiters:
+            self.grant()
+
     def grant(self) -> None:
         """Grant waiters in order while the head one fits."""
         waiters = self.waiters

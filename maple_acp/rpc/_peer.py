@@ -1,7 +1,8 @@
-"""The Trio shell of one connection: the reader and the writer over a Stream, and the
+"""The Trio shell of one connection: the reader and the writer over a transport, and the
 outbound calls (requests, notifications, the streaming lines) that feed the writer.
 
-Every rule lives beside it: framing, envelopes, credit and who waits for it (``_outflow``),
+Every rule lives beside it: the transports (``_transport``: lines over a byte stream, or whole
+messages with their routes), envelopes, credit and who waits for it (``_outflow``),
 the inbound requests' tasks and their order (``_inbound``, ``_admission``), answers
 (``_answers``). The streaming path (``notify_encoded``, ``notify_lines``) stays inline here.
 """
@@ -36,18 +37,17 @@ from ._envelope import (
 )
 from ._exceptions import ConnectionClosed, FrameTooLong
 from ._faults import PeerFaults, went_away
-from ._framing import MAX_LINE_BYTES, LineFramer
+from ._framing import MAX_LINE_BYTES
 from ._handling import NotificationHandler, OrderKey, RequestHandler
 from ._inbound import CANCEL_REQUEST_METHOD, MAX_CONCURRENT_REQUESTS, InboundRequests
 from ._outflow import OutboundFlow
 from ._pending import OutgoingCall, PendingRequests
+from ._transport import MessageTransport, Route, as_transport, capped
 
 logger = logging.getLogger(__name__)
 
-#: Bytes asked of the transport per read (reads above 128 KiB pay an mmap each).
-READ_CHUNK_BYTES: Final = 64 * 1024
-#: The writer joins queued lines up to about this size into one ``send_all`` (one
-#: ``send_all`` per line caps near 90 k lines/s).
+#: The writer hands queued lines to the transport in batches of about this size (one
+#: ``send_all`` per line caps near 90 k lines/s on the socket).
 WRITE_BATCH_BYTES: Final = 64 * 1024
 #: After the other side finishes sending, requests already read get this long to be answered
 #: before the connection ends: a client may pipe requests and close its input at once. Short,
@@ -58,7 +58,9 @@ EOF_GRACE_S: Final = 1.0
 
 
 class JsonRpcPeer:
-    """A newline-delimited JSON-RPC 2.0 peer over one ``trio.abc.Stream``, both directions.
+    """A JSON-RPC 2.0 peer over one transport (a ``trio.abc.Stream``, framed in lines, or a
+    :class:`~maple_acp.rpc.MessageTransport`), both directions. What it sends takes a ``route``
+    (the session a message is about); an answer takes its request's route.
 
     Inbound requests go to ``on_request(method, params)``, each in its own task; its return
     value is the result, a :class:`ProtocolError` it raises is the error answer, and any other
@@ -84,7 +86,7 @@ class JsonRpcPeer:
 
     def __init__(
         self,
-        stream: trio.abc.Stream,
+        stream: trio.abc.Stream | MessageTransport,
         *,
         on_request: RequestHandler | None = None,
         on_notification: NotificationHandler | None = None,
@@ -96,9 +98,10 @@ class JsonRpcPeer:
         on_eof: Callable[[], None] | None = None,
         order_key: OrderKey | None = None,
     ) -> None:
-        self._stream = stream
+        self._transport = as_transport(stream, max_line_bytes=max_line_bytes)
+        # A message transport's messages are held to the frame cap here.
+        self._message_cap = None if self._transport.frames_inbound else max_line_bytes
         self._on_notification = on_notification
-        self._framer = LineFramer(max_line_bytes=max_line_bytes)
         self._flow = OutboundFlow(max_lines=max_outbound_lines, max_bytes=max_outbound_bytes)
         # The flow's credit and waiting line, read by the streaming path without a hop.
         self._credit = self._flow.credit
@@ -112,8 +115,8 @@ class JsonRpcPeer:
             closed=lambda: self._closed,
         )
         # (line, credit to give back once written: 0 when the sender holds it, negative when
-        # it is the reply reserve's)
-        self._outbox: deque[tuple[bytes, int]] = deque()
+        # it is the reply reserve's, the line's route)
+        self._outbox: deque[tuple[bytes, int, Route]] = deque()
         self._writer_lot = trio.lowlevel.ParkingLot()
         self._writer_parked = False
         self._queued = 0
@@ -162,7 +165,7 @@ class JsonRpcPeer:
         handlers run as tasks in the same nursery. Returns when the other side closes its end,
         the transport fails, an inbound line exceeds the cap, or :meth:`aclose` is called.
 
-        Resource handling: owns the stream from the moment it starts and closes it before
+        Resource handling: owns the transport from the moment it starts and closes it before
         returning. When the connection ends, in-flight request handlers are cancelled without
         an answer (there is nobody left to read it), lines still queued are dropped, every
         outgoing request still waiting fails at once with :class:`ConnectionClosed`, and so do
@@ -170,7 +173,7 @@ class JsonRpcPeer:
         No task outlives this call.
 
         Error handling: EOF, ``trio.BrokenResourceError`` and ``trio.ClosedResourceError`` from
-        the stream end the connection normally. A line longer than ``max_line_bytes`` ends it
+        the transport end the connection normally. A line longer than ``max_line_bytes`` ends it
         with a warning in the log and no answer. Malformed messages are answered (``-32700`` /
         ``-32600``) and the connection goes on; the reading task queues such replies without
         waiting (the shared credit if free now, else the reply reserve), so a full outbound
@@ -194,17 +197,17 @@ class JsonRpcPeer:
                 task_status.started()
         finally:
             self._end("the connection was shut down")
-            await trio.aclose_forcefully(self._stream)
+            await trio.aclose_forcefully(self._transport)
             self._finished.set()
 
     async def aclose(self) -> None:
-        """End the connection and wait until :meth:`serve` has finished (or close the stream
-        if it never ran). Idempotent."""
+        """End the connection and wait until :meth:`serve` has finished (or close the
+        transport if it never ran). Idempotent."""
         self._end("closed locally")
         if self._serving:
             await self._finished.wait()
         else:
-            await trio.aclose_forcefully(self._stream)
+            await trio.aclose_forcefully(self._transport)
 
     def _end(self, reason: str) -> None:
         if self._closed:
@@ -230,6 +233,7 @@ class JsonRpcPeer:
         *,
         hold_credit: bool = False,
         cancel_remote: bool = False,
+        route: Route = None,
     ) -> Any:
         """Send a request and return its result (``None`` for ``result: null``).
 
@@ -256,7 +260,7 @@ class JsonRpcPeer:
         charge = await self._acquire(len(line))
         call = OutgoingCall()
         self._pending.add(msg_id, call)
-        self._enqueue(line, 0 if hold_credit else charge)
+        self._enqueue(line, 0 if hold_credit else charge, route)
         try:
             await call.done.wait()
         finally:
@@ -264,14 +268,14 @@ class JsonRpcPeer:
                 logger.debug("abandoned outgoing request %d (%s)", msg_id, method)
                 if cancel_remote and not self._closed:
                     notice = encode_notification(CANCEL_REQUEST_METHOD, {"requestId": msg_id})
-                    self._enqueue(notice, 0)
+                    self._enqueue(notice, 0, route)
             if hold_credit:
                 self._flow.release(charge)
         if call.error is not None:
             raise call.error
         return call.result
 
-    async def notify(self, method: str, params: Any = None) -> None:
+    async def notify(self, method: str, params: Any = None, *, route: Route = None) -> None:
         """Queue a notification, waiting for outbound credit if the budget is spent.
 
         Returns once the line is queued, not written (see :meth:`drain`). While credit is
@@ -279,15 +283,16 @@ class JsonRpcPeer:
         no scheduler pass per line; it still raises ``trio.Cancelled`` when cancelled.
         Raises :class:`ConnectionClosed` and :class:`OutboundFrameTooLarge` like :meth:`request`.
         """
-        await self._send(encode_notification(method, params))
+        await self._send(encode_notification(method, params), route)
 
-    async def notify_encoded(self, line: bytes) -> None:
+    async def notify_encoded(self, line: bytes, route: Route = None) -> None:
         """:meth:`notify` for a complete, pre-encoded message line ending in one ``\\n``.
 
         ``ValueError`` if the line is empty or has a newline anywhere but at its end.
         """
         # The streaming hot path (one call per text chunk): the frame check, the credit and
-        # the hand-off are inlined rather than calls, with the same rules as _send.
+        # the hand-off are inlined rather than calls, with the same rules as _send; ``route``
+        # is not keyword-only, as a keyword-only default costs every call a slower path.
         size = len(line)
         if not size or line.find(b"\n") != size - 1:
             check_frame(line)  # raises the precise ValueError
@@ -297,13 +302,13 @@ class JsonRpcPeer:
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._credit_waiters or not self._credit.try_acquire(charge):
             await self._wait_for_credit(charge)
-        self._outbox.append((line, charge))
+        self._outbox.append((line, charge, route))
         self._queued += 1
         if self._writer_parked:
             self._writer_parked = False
             self._writer_lot.unpark()
 
-    async def notify_lines(self, lines: Sequence[bytes]) -> None:
+    async def notify_lines(self, lines: Sequence[bytes], route: Route = None) -> None:
         """:meth:`notify_encoded` for many lines, in order, as one hand-off: one cancellation
         check and one writer wake-up for the batch, its credit taken at once when it all fits
         (else line by line: what is queued goes to the writer first, then this waits).
@@ -311,9 +316,9 @@ class JsonRpcPeer:
         ``ValueError`` (before anything is queued) if a line is empty or has a newline
         anywhere but at its end. Raises like :meth:`notify` otherwise; on cancellation the
         lines already queued stay queued and the rest are not."""
-        queued = [(line, len(line) + FRAME_OVERHEAD_BYTES) for line in lines]
+        queued = [(line, len(line) + FRAME_OVERHEAD_BYTES, route) for line in lines]
         total = 0
-        for line, charge in queued:
+        for line, charge, _ in queued:
             if not line or line.find(b"\n") != charge - FRAME_OVERHEAD_BYTES - 1:
                 check_frame(line)  # raises the precise ValueError
             total += charge
@@ -355,8 +360,8 @@ class JsonRpcPeer:
         if self._written < target:
             raise ConnectionClosed(self._close_reason)
 
-    async def _send(self, line: bytes) -> None:
-        self._enqueue(line, await self._acquire(len(line)))
+    async def _send(self, line: bytes, route: Route = None) -> None:
+        self._enqueue(line, await self._acquire(len(line)), route)
 
     async def _acquire(self, size: int) -> int:
         # The streaming hot path: no scheduler pass while credit is available.
@@ -372,8 +377,8 @@ class JsonRpcPeer:
         if not await self._flow.wait(charge):
             raise ConnectionClosed(self._close_reason)
 
-    def _enqueue(self, line: bytes, release_charge: int) -> None:
-        self._outbox.append((line, release_charge))
+    def _enqueue(self, line: bytes, release_charge: int, route: Route) -> None:
+        self._outbox.append((line, release_charge, route))
         self._queued += 1
         self._wake_writer()
 
@@ -386,10 +391,8 @@ class JsonRpcPeer:
     async def _write_loop(self) -> None:
         outbox = self._outbox
         popleft = outbox.popleft
-        send_all = self._stream.send_all
+        send = self._transport.send
         flow = self._flow
-        credit = flow.credit
-        waiters = flow.waiters
         try:
             while True:
                 if not outbox:
@@ -397,14 +400,16 @@ class JsonRpcPeer:
                     await self._writer_lot.park()
                     continue
                 lines: list[bytes] = []
+                routes: list[Route] = []
                 size = 0
                 released_bytes = 0
                 released_lines = 0
                 reserve_bytes = 0
                 reserve_lines = 0
                 while outbox and size < WRITE_BATCH_BYTES:
-                    line, charge = popleft()
+                    line, charge, route = popleft()
                     lines.append(line)
+                    routes.append(route)
                     size += len(line)
                     if charge > 0:
                         released_bytes += charge
@@ -412,14 +417,9 @@ class JsonRpcPeer:
                     elif charge:
                         reserve_bytes -= charge
                         reserve_lines += 1
-                await send_all(lines[0] if len(lines) == 1 else b"".join(lines))
+                await send(lines, routes)
                 self._written += len(lines)
-                if released_lines:
-                    credit.release(released_bytes, released_lines)
-                if reserve_lines:
-                    flow.reserve.release(reserve_bytes, reserve_lines)
-                if waiters:
-                    flow.grant()
+                flow.written((released_bytes, released_lines), (reserve_bytes, reserve_lines))
                 drain_waiters = self._drain_waiters
                 while drain_waiters and drain_waiters[0][0] <= self._written:
                     drain_waiters.popleft()[1].set()
@@ -430,27 +430,27 @@ class JsonRpcPeer:
 
     async def _read_loop(self, nursery: trio.Nursery) -> None:
         reason = "the other side closed the connection"
+        receive = self._transport.receive
+        cap = self._message_cap
         try:
             while True:
                 try:
-                    data = await self._stream.receive_some(READ_CHUNK_BYTES)
+                    received = await receive()
+                    if received is None:
+                        await self._answer_after_eof()
+                        break
+                    lines, route = received
+                    if cap is not None:
+                        lines = capped(lines, cap)
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     reason = went_away("reading", exc)
                     break
-                if not data:
-                    last = self._framer.feed_eof()
-                    if last is not None:
-                        await self._dispatch(last, nursery)
-                    await self._answer_after_eof()
-                    break
-                try:
-                    lines = self._framer.feed(data if type(data) is bytes else bytes(data))
                 except FrameTooLong as exc:
                     logger.warning("closing the connection: %s", exc)
                     reason = str(exc)
                     break
                 for line in lines:
-                    await self._dispatch(line, nursery)
+                    await self._dispatch(line, nursery, route)
         except ConnectionClosed:
             pass
         self._end(reason)
@@ -467,28 +467,28 @@ class JsonRpcPeer:
             await self._requests.wait_for_handlers()
             await self.drain()
 
-    async def _dispatch(self, line: bytes, nursery: trio.Nursery) -> None:
+    async def _dispatch(self, line: bytes, nursery: trio.Nursery, route: Route) -> None:
         if self.accept_batches:
             members = split_batch(line)
             if isinstance(members, list):
                 # Each member is a frame of its own (the same limits, the same order); the
                 # batch is answered as one array once every request in it is answered.
-                batch = BatchAnswer()
+                batch = BatchAnswer(route)
                 for member in members:
                     self._frames_received += 1
-                    await self._dispatch_message(member, nursery, batch)
+                    await self._dispatch_message(member, nursery, batch, route)
                 batch.sealed = True
                 if batch.complete:
                     self._finish_batch_now(batch, nursery)
                 return
             if members is not None:
                 self._frames_received += 1
-                self._refuse(members)
+                self._refuse(members, None, route)
                 return
         self._frames_received += 1
-        await self._dispatch_message(parse_message(line), nursery, None)
+        await self._dispatch_message(parse_message(line), nursery, None, route)
 
-    def _refuse(self, message: InvalidMessage, batch: BatchAnswer | None = None) -> None:
+    def _refuse(self, message: InvalidMessage, batch: BatchAnswer | None, route: Route) -> None:
         reply = message.reply
         self._faults.log(
             ("malformed", reply.code), f"answering a malformed message: {reply.message}"
@@ -497,24 +497,26 @@ class JsonRpcPeer:
             call = self._pending.pop(message.response_id)
             if call is not None:
                 call.finish(error=reply.to_exception())
-        self._reply(encode_error(reply.id, reply.to_exception()), reply.id, batch)
+        self._reply(encode_error(reply.id, reply.to_exception()), reply.id, batch, route)
 
-    def _reply(self, line: bytes, msg_id: RequestId, batch: BatchAnswer | None) -> None:
+    def _reply(
+        self, line: bytes, msg_id: RequestId, batch: BatchAnswer | None, route: Route
+    ) -> None:
         """A reply the reader owes: queued at once, or put in its batch's answer."""
         if batch is None:
-            self._queue_reply(line)
+            self._queue_reply(line, route)
         else:
             batch.fill(batch.slot(msg_id), line)
 
     async def _dispatch_message(
-        self, message: Parsed, nursery: trio.Nursery, batch: BatchAnswer | None
+        self, message: Parsed, nursery: trio.Nursery, batch: BatchAnswer | None, route: Route
     ) -> None:
         if isinstance(message, Notification):
             await self._handle_notification(message)
         elif isinstance(message, Request):
-            refusal = self._requests.start(message, self._frames_received, nursery, batch)
+            refusal = self._requests.start(message, self._frames_received, nursery, batch, route)
             if refusal is not None:
-                self._reply(refusal, message.id, batch)
+                self._reply(refusal, message.id, batch, route)
         elif isinstance(message, Response):
             call = self._pending.pop(message.id)
             if call is None:
@@ -537,7 +539,7 @@ class JsonRpcPeer:
             else:
                 call.finish(error=message.to_exception())
         else:
-            self._refuse(message, batch)
+            self._refuse(message, batch, route)
 
     def _finish_batch_now(self, batch: BatchAnswer, nursery: trio.Nursery) -> None:
         """Queue a batch answer complete when the reader sealed it: without waiting when only
@@ -546,10 +548,10 @@ class JsonRpcPeer:
         if batch.handled:
             nursery.start_soon(self._requests.send_batch, batch)
         else:
-            self._queue_reply(batch.encode())
+            self._queue_reply(batch.encode(), batch.route)
             batch.sent.set()
 
-    def _queue_reply(self, line: bytes) -> None:
+    def _queue_reply(self, line: bytes, route: Route) -> None:
         """Queue a reply the reading task owes, without waiting: the shared credit if it is
         free now and no sender waits for it, else the reply reserve.
 
@@ -561,7 +563,7 @@ class JsonRpcPeer:
             raise ConnectionClosed(self._close_reason)
         charge = self._flow.take_reply(OutboundCredit.charge_for(len(line)))
         if charge is not None:
-            self._enqueue(line, charge)
+            self._enqueue(line, charge, route)
         else:
             reason = "the other side sends faulty messages without reading their replies"
             logger.warning("closing the connection: %s", reason)

@@ -47,7 +47,9 @@ class PeerHost:
         async def on_request(method: str, params: Any) -> Any:
             if method == "poke":
                 for n in range(params["n"], params["n"] + params.get("count", 1)):
-                    await peer.notify("session/update", {"sessionId": SESSION, "n": n})
+                    await peer.notify(
+                        "session/update", {"sessionId": SESSION, "n": n}, route=SESSION
+                    )
             return {}
 
         peer = JsonRpcPeer(stream, on_request=on_request)

@@ -45,7 +45,10 @@ class SayHost:
         async def on_request(method: str, params: Any) -> Any:
             if method == "say":
                 for n in range(params["count"]):
-                    await peer.notify("session/update", {"sessionId": params["sessionId"], "n": n})
+                    session_id = params["sessionId"]
+                    await peer.notify(
+                        "session/update", {"sessionId": session_id, "n": n}, route=session_id
+                    )
             return {}
 
         peer = JsonRpcPeer(stream, on_request=on_request)
