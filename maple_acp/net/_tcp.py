@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import resource
+import socket
 from typing import Any, Final
 
 import trio
@@ -194,16 +195,37 @@ class TcpWorker:
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         served: Any = stream
-        if self._ssl is not None:
-            served = trio.SSLStream(stream, self._ssl, server_side=True, https_compatible=True)
+        deadline = trio.current_time() + self._first_request_s
         try:
+            if not await _sends_anything(stream.socket, deadline):
+                # Closed, or silent for the whole deadline, before its first byte: nothing to
+                # hand hypercorn (most of a connect-and-close flood ends here, cheaply).
+                return
+            if self._ssl is not None:
+                served = trio.SSLStream(stream, self._ssl, server_side=True, https_compatible=True)
             connection = _TcpConnection(
-                self._app, self._config, self._context, self._state, served, self._first_request_s
+                self._app,
+                self._config,
+                self._context,
+                self._state,
+                served,
+                deadline - trio.current_time(),
             )
             await connection.run()
         finally:
             self.admission.release()
             await trio.aclose_forcefully(served)
+
+
+async def _sends_anything(sock: trio.socket.SocketType, deadline: float) -> bool:
+    """Whether the peer's first byte arrives before ``deadline``; ``False`` for a peer that
+    closed (or reset) first, or stayed silent. The byte is left where it is."""
+    with trio.move_on_at(deadline):
+        try:
+            return bool(await sock.recv(1, socket.MSG_PEEK))
+        except OSError:
+            return False
+    return False
 
 
 __all__ = [
