@@ -178,6 +178,16 @@ class SessionOpener:
             raise ProtocolError(INVALID_REQUEST, "the session is closing")
         servers = validate_servers(mcp_definitions(mcp_servers))
         held = table.get(session_id)
+        if held is not None and held.closing:
+            # A close admitted before this request (wire order): the client asked for the
+            # session to end first, so this request waits for that end, bounded by the
+            # close's own deadline, and then decides as if written after its answer.
+            await held.wait_gone()
+            held = table.get(session_id)
+        if table.is_tombstoned(session_id):
+            # That close missed its deadline: its cleanup goes on, and the id stays refused
+            # until the connection ends.
+            raise ProtocolError(INVALID_REQUEST, "the session is closing")
         if held is not None and not held.closing:
             return await self._reattach(held, cwd, additional, servers, resume=resume)
         if held is not None:

@@ -638,7 +638,8 @@ class Scenario:
             return
         if task.maybe_prompted:
             return
-        if close and session.created_here:
+        if close:
+            # A close ends an untouched task, whether this connection created or loaded it.
             task.deleted = True
         else:
             task.grace_until = (trio.current_time() if at is None else at) + GRACE_S
