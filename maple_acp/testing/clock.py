@@ -18,48 +18,14 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Callable
 from typing import Any
 
 import trio
 import trio.testing
 
+from maple_acp.runtime import hold_virtual_time
 
-async def _keep_busy(done: trio.Event) -> None:
-    # Runnable at every scheduler pass until ``done``: the autojump clock only jumps when no
-    # task is runnable.
-    while not done.is_set():
-        await trio.lowlevel.cancel_shielded_checkpoint()
-
-
-def hold_virtual_time(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap an async callable so virtual time stands still while it runs."""
-
-    @functools.wraps(fn)
-    async def call(*args: Any, **kwargs: Any) -> Any:
-        clock = trio.lowlevel.current_clock()
-        if not isinstance(clock, trio.testing.MockClock) or clock.autojump_threshold == math.inf:
-            # No clock that could jump: a busy task would hold nothing still, and with many
-            # calls queued the busy tasks starve the store's thread of the interpreter lock
-            # (256 sessions opened at once on a real clock took minutes instead of seconds).
-            return await fn(*args, **kwargs)
-        done = trio.Event()
-        error: Exception | None = None
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_keep_busy, done)
-            try:
-                result = await fn(*args, **kwargs)
-            except Exception as exc:
-                # Raised after the nursery, so the caller sees the store's own exception and
-                # not an exception group around it.
-                error = exc
-            finally:
-                done.set()
-        if error is not None:
-            raise error
-        return result
-
-    return call
+__all__ = ["ClockHoldingStore", "VirtualTimeStore", "hold_virtual_time"]
 
 
 class VirtualTimeStore:
