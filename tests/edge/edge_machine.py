@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 import trio
 import trio.testing
 from edge_harness import Harness, running_service
@@ -124,6 +125,29 @@ class Close:
 
 
 @dataclass(frozen=True)
+class CloseThenOpen:
+    """``session/close`` and then a load (or resume) of the same session, written back to
+    back in one write: the open waits for the close to finish, then decides."""
+
+    conn: int
+    task: int
+    method: str = "session/load"  # or "session/resume"
+    then: int | None = None
+
+
+@dataclass(frozen=True)
+class CancelThenPrompt:
+    """``session/cancel`` and then a prompt for the same session, written back to back in one
+    write: the cancel ends only the turn written before it; the prompt runs once that turn
+    ended."""
+
+    conn: int
+    task: int
+    script: str = "echo"
+    then: int | None = None
+
+
+@dataclass(frozen=True)
 class SetModel:
     conn: int
     task: int
@@ -175,6 +199,8 @@ Op = (
     | Prompt
     | Cancel
     | Close
+    | CloseThenOpen
+    | CancelThenPrompt
     | SetModel
     | AnswerLate
     | List
@@ -197,6 +223,10 @@ def _refused_before_close(call: Call) -> bool:
     """Whether the edge refused a delete of its own session before closing it (a run going)."""
     error = call.error
     return isinstance(error, ProtocolError) and "run going" in error.message
+
+
+def _frame(message: dict[str, Any]) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", **message}) + b"\n"
 
 
 class Violation(AssertionError):
@@ -250,6 +280,9 @@ class PromptRecord:
     epoch: int = 0
     #: A session/cancel reached it while it ran with nothing else in flight.
     cancelled_alone: bool = False
+    #: Written right after a cancel of its session, in the same write: that cancel is not
+    #: its own, so it must run (never refused because the cancelled turn is still ending).
+    after_cancel: bool = False
 
     @property
     def marker(self) -> str:
@@ -457,6 +490,56 @@ class Scenario:
         conn.nursery.start_soon(run)
         return call
 
+    def _issue_together(self, conn: Connection, lines: list[tuple[str, Any]]) -> list[Call]:
+        """Write ``lines`` (``(method, params)``; a ``None`` params' method is a notification
+        with ``{"sessionId": ...}`` given as the method's second item) in one write, so the
+        service reads them back to back; one :class:`Call` per request, in order."""
+        assert conn.client is not None
+        client = conn.client
+        raw: list[bytes] = []
+        calls: list[tuple[Call, str]] = []
+        for method, params in lines:
+            if method == "session/cancel":
+                raw.append(_frame({"method": method, "params": params}))
+                continue
+            msg_id = f"t{self._next()}"
+            call = Call(conn.slot, method, params, self.tick, self.settled)
+            conn.calls.append(call)
+            calls.append((call, msg_id))
+            raw.append(_frame({"id": msg_id, "method": method, "params": params}))
+
+        async def answer(call: Call, msg_id: str) -> None:
+            def found() -> Any:
+                return next(
+                    (
+                        f.message
+                        for f in client.frames
+                        if f.direction == "in"
+                        and isinstance(f.message, dict)
+                        and "method" not in f.message
+                        and f.message.get("id") == msg_id
+                    ),
+                    None,
+                )
+
+            await client.wait_until(lambda: found() is not None)
+            message = found()
+            if "error" in message:
+                error = message["error"]
+                call.error = ProtocolError(error["code"], error["message"])
+            else:
+                call.result = message["result"]
+            call.done = True
+            call.completed = self._next()
+            call.completed_time = trio.current_time()
+
+        assert conn.nursery is not None
+        # Started before the write: an answer cannot arrive before its waiter looks.
+        for call, msg_id in calls:
+            conn.nursery.start_soon(answer, call, msg_id)
+        conn.nursery.start_soon(client.peer.notify_lines, raw)
+        return [call for call, _ in calls]
+
     # -- operations ----------------------------------------------------------------------------
 
     async def run(self, ops: list[Op]) -> None:
@@ -514,17 +597,7 @@ class Scenario:
             self._prompt(conn, op)
         elif isinstance(op, Cancel):
             task = self.target(conn, op.task)
-            tick = self._next()
-            session = conn.sessions.get(task)
-            record = session.prompt if session is not None else None
-            early = record is not None and record.epoch == self.epoch
-            if early and CANCEL_BEFORE_RUN in self.tolerate:
-                pass  # it may have reached the wire before the prompt
-            elif record is not None:
-                if record.stopped_at is None and not early and self.settled:
-                    # The prompt was running, alone: this cancel must end it as cancelled.
-                    record.cancelled_alone = True
-                record.stopped_at = record.stopped_at or tick
+            self._cancel_model(conn, task)
             assert conn.client is not None
             await conn.client.cancel(task)
         elif isinstance(op, Close):
@@ -535,6 +608,21 @@ class Scenario:
                 call.params = {"sessionId": task, "_closing": session}
                 if session.prompt is not None:
                     session.prompt.stopped_at = session.prompt.stopped_at or call.issued
+        elif isinstance(op, CloseThenOpen):
+            task = self.target(conn, op.task)
+            session = conn.sessions.pop(task, None)
+            params = {"sessionId": task, "cwd": str(self.project), "mcpServers": []}
+            close, _opened = self._issue_together(
+                conn, [("session/close", {"sessionId": task}), (op.method, params)]
+            )
+            if session is not None:
+                close.params = {"sessionId": task, "_closing": session}
+                if session.prompt is not None:
+                    session.prompt.stopped_at = session.prompt.stopped_at or close.issued
+        elif isinstance(op, CancelThenPrompt):
+            task = self.target(conn, op.task)
+            self._cancel_model(conn, task)
+            self._prompt(conn, Prompt(op.conn, op.task, op.script), task=task, after_cancel=True)
         elif isinstance(op, SetModel):
             params = {
                 "sessionId": self.target(conn, op.task),
@@ -549,8 +637,24 @@ class Scenario:
         elif isinstance(op, List):
             self._issue(conn, "session/list", {})
 
-    def _prompt(self, conn: Connection, op: Prompt) -> None:
-        task = self.target(conn, op.task)
+    def _cancel_model(self, conn: Connection, task: str) -> None:
+        """The model's side of a ``session/cancel`` of ``task`` on ``conn``."""
+        tick = self._next()
+        session = conn.sessions.get(task)
+        record = session.prompt if session is not None else None
+        early = record is not None and record.epoch == self.epoch
+        if early and CANCEL_BEFORE_RUN in self.tolerate:
+            pass  # it may have reached the wire before the prompt
+        elif record is not None:
+            if record.stopped_at is None and not early and self.settled:
+                # The prompt was running, alone: this cancel must end it as cancelled.
+                record.cancelled_alone = True
+            record.stopped_at = record.stopped_at or tick
+
+    def _prompt(
+        self, conn: Connection, op: Prompt, *, task: str | None = None, after_cancel: bool = False
+    ) -> None:
+        task = self.target(conn, op.task) if task is None else task
         number = len(self.prompts)
         if op.script == "echo":
             text = f"/echo reply-{number}"
@@ -558,12 +662,24 @@ class Scenario:
             text = "/hang"
         else:
             text = f'/tool shell {{"command": "touch marker-{number}"}}'
-        call = self._issue(
-            conn,
-            "session/prompt",
-            {"sessionId": task, "prompt": [{"type": "text", "text": text}]},
+        params = {"sessionId": task, "prompt": [{"type": "text", "text": text}]}
+        if after_cancel:
+            # The cancel (the model's side is done) and the prompt, in one write.
+            (call,) = self._issue_together(
+                conn, [("session/cancel", {"sessionId": task}), ("session/prompt", params)]
+            )
+        else:
+            call = self._issue(conn, "session/prompt", params)
+        record = PromptRecord(
+            number,
+            conn.slot,
+            task,
+            op.script,
+            op.answer,
+            call,
+            epoch=self.epoch,
+            after_cancel=after_cancel,
         )
-        record = PromptRecord(number, conn.slot, task, op.script, op.answer, call, epoch=self.epoch)
         self.prompts.append(record)
         model = self.by_id.get(task)
         # Only a prompt on a session this connection holds (or may hold: a load still in
@@ -895,6 +1011,9 @@ class Scenario:
             return
         if session is None:
             self._expect(call, False, RESOURCE_NOT_FOUND, "not open on this connection")
+        elif record.after_cancel and not self.drained:
+            # Written right after a cancel: the turn that cancel ended is not its own.
+            self._expect(call, True, why="a prompt written after a cancel runs")
 
     def _apply_delete(self, conn: Connection, call: Call) -> None:
         task_id = call.params["sessionId"]
