@@ -1,4 +1,4 @@
-"""Virtual time for tests that also touch the SQLite store.
+"""Virtual time for tests that also touch the SQLite store, and waiting until all is quiet.
 
 ``trio.testing.MockClock(autojump_threshold=0)`` jumps to the next deadline as soon as every
 task is blocked — and a task waiting for a worker thread counts as blocked. A store call in
@@ -11,6 +11,17 @@ SQLite file, its transactions, its thread — is the real thing::
 
     async with temp_store(tmp_path) as store:
         runtime = make_demo_service(VirtualTimeStore(store))
+
+The runtime's own worker-thread calls (a directory canonicalised, a project scanned for skills)
+hold such a clock still by themselves (``maple_acp.runtime.in_worker_thread``). Under a frozen
+clock (``MockClock()``, whose autojump is off) nothing moves virtual time but the test: every
+deadline of the library - the one second a connection's requests get to be answered after
+the client finished sending, the five seconds of a close or a disconnect's cleanup, the
+provisional grace period and its sweep - is virtual time, so a step that waits for one blocks
+until the test calls ``clock.jump``.
+
+:func:`wait_quiet` waits until the service has nothing left to do that time does not decide:
+every task blocked, no worker thread working, no child process alive.
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import os
 from typing import Any
 
 import trio
@@ -25,7 +37,62 @@ import trio.testing
 
 from maple_acp.runtime import hold_virtual_time
 
-__all__ = ["ClockHoldingStore", "VirtualTimeStore", "hold_virtual_time"]
+__all__ = ["ClockHoldingStore", "VirtualTimeStore", "hold_virtual_time", "wait_quiet"]
+
+#: How long (real time) a wait for quiet sleeps between looks while a worker thread works.
+QUIET_POLL_S = 0.0005
+
+
+def _waits_for_a_thread(task: trio.lowlevel.Task) -> bool:
+    coro: Any = task.coro
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+        if frame is not None and frame.f_code is _TO_THREAD_CODE:
+            return True
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+    return any(
+        _waits_for_a_thread(child)
+        for nursery in task.child_nurseries
+        for child in nursery.child_tasks
+    )
+
+
+#: Worker threads (the store's own limiter included) all go through this function; a task
+#: suspended in it is waiting for real work that virtual time knows nothing of.
+_TO_THREAD_CODE = trio.to_thread.run_sync.__code__
+
+
+def _children_alive() -> bool:
+    """Whether this process has a live child (Linux's ``/proc``; elsewhere: never known)."""
+    try:
+        threads = os.listdir("/proc/self/task")
+    except OSError:
+        return False
+    for thread in threads:
+        try:
+            with open(f"/proc/self/task/{thread}/children") as handle:
+                if handle.read().strip():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+async def wait_quiet() -> None:
+    """Return once every task is blocked, no worker thread is working for one and no child
+    process is alive: what the service does next depends only on the test (a request, a
+    disconnect, virtual time moving). ``trio.testing.wait_all_tasks_blocked`` alone returns
+    while a thread works, since a task waiting for a thread counts as blocked.
+
+    Real time passes while it waits for a thread or a child; virtual time does not (a
+    clock with autojump stands still while a wait for quiet is the earliest waiter)."""
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    while True:
+        await trio.testing.wait_all_tasks_blocked()
+        if not (_waits_for_a_thread(root) or _children_alive()):
+            return
+        await trio.testing.wait_all_tasks_blocked(QUIET_POLL_S)
 
 
 class VirtualTimeStore:
@@ -64,7 +131,8 @@ class ClockHoldingStore:
 
     async def settled(self) -> None:
         """Return once every task is blocked and no store call is in flight: what
-        ``wait_all_tasks_blocked`` means under :class:`VirtualTimeStore`."""
+        ``wait_all_tasks_blocked`` means under :class:`VirtualTimeStore` (:func:`wait_quiet`
+        covers every worker thread, not only the store's)."""
         while True:
             await self._idle.wait()
             await trio.testing.wait_all_tasks_blocked()

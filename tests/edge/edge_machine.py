@@ -13,7 +13,6 @@ after only N scheduler checkpoints, so the two race inside the service.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +29,7 @@ from maple_acp.edge import AcpServiceConfig, HostLifecycle
 from maple_acp.rpc import ConnectionClosed
 from maple_acp.runtime import PROVISIONAL_SWEEP_INTERVAL_S
 from maple_acp.testing.client import AcpTestClient
+from maple_acp.testing.clock import wait_quiet
 from maple_acp.testing.demo import DEMO_ACCOUNT
 from maple_acp.testing.schema import AcpSchema, find_schema_dir
 from maple_acp.wire import ProtocolError
@@ -322,36 +322,6 @@ class Connection:
     tombstones: set[str] = field(default_factory=set)
 
 
-def _waits_for_a_thread(task: trio.lowlevel.Task) -> bool:
-    coro: Any = task.coro
-    while coro is not None:
-        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
-        if frame is not None and frame.f_code is _TO_THREAD_CODE:
-            return True
-        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
-    return any(
-        _waits_for_a_thread(child)
-        for nursery in task.child_nurseries
-        for child in nursery.child_tasks
-    )
-
-
-#: Worker threads (the store's own limiter included) all go through this function; a task
-#: suspended in it is waiting for real work that virtual time knows nothing of.
-_TO_THREAD_CODE = trio.to_thread.run_sync.__code__
-
-
-def _children_alive() -> bool:
-    for task in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{task}/children") as handle:
-                if handle.read().strip():
-                    return True
-        except FileNotFoundError:
-            continue
-    return False
-
-
 _SCHEMA: list[AcpSchema | None] = []
 
 
@@ -397,18 +367,7 @@ class Scenario:
 
     async def settle(self) -> None:
         """Until every task is blocked with no worker thread busy and no child alive."""
-        root = trio.lowlevel.current_root_task()
-        assert root is not None
-
-        def busy() -> bool:
-            return _waits_for_a_thread(root) or _children_alive()
-
-        while True:
-            await trio.testing.wait_all_tasks_blocked()
-            if not busy():
-                return
-            # Real time passes here (the cushion), virtual time does not.
-            await trio.testing.wait_all_tasks_blocked(0.0005)
+        await wait_quiet()
 
     def task_id(self, index: int) -> str:
         """The index-th known task (creation order), or an id nobody issued."""
