@@ -83,11 +83,17 @@ class HeldPermissions:
 
     def __init__(self) -> None:
         self._waiting: list[tuple[Mapping[str, Any], trio.Event, list[Any]]] = []
+        self._asked = trio.Event()
 
     @property
     def pending(self) -> int:
         """Questions asked and not answered yet."""
         return len(self._waiting)
+
+    async def wait_pending(self, count: int = 1) -> None:
+        """Until at least ``count`` questions wait for an answer."""
+        while len(self._waiting) < count:
+            await self._asked.wait()
 
     def answer_next(self, decision: Any) -> Mapping[str, Any]:
         """Answer the oldest waiting question with ``decision``; return its params."""
@@ -101,6 +107,8 @@ class HeldPermissions:
         slot: list[Any] = []
         entry = (params, answered, slot)
         self._waiting.append(entry)
+        self._asked.set()
+        self._asked = trio.Event()
         try:
             await answered.wait()
         finally:
