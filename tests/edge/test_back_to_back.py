@@ -13,8 +13,9 @@ import orjson
 import pytest
 import trio
 import trio.testing
-from edge_harness import Harness
+from edge_harness import Harness, running_service
 
+from maple_acp.edge import AcpServiceConfig
 from maple_acp.testing.client import AcpTestClient
 from maple_acp.wire import ProtocolError
 
@@ -160,3 +161,44 @@ async def test_a_prompted_session_closed_by_a_connection_that_loaded_it_is_kept(
         await loader.load_session(sid, str(project))
         assert await loader.close_session(sid) == {}
         assert await loader.load_session(sid, str(project)) is not None
+
+
+async def test_on_v2_a_prompt_written_right_after_a_cancel_is_accepted_and_runs(
+    tmp_path: Path,
+) -> None:
+    # v2 answers a prompt once its message is inserted: the second prompt is accepted (never
+    # -32600) once the cancelled turn ended, and its own turn runs to its end.
+    project = tmp_path / "project"
+    project.mkdir()
+    v2 = {"protocolVersion": 2, "info": {"name": "t", "version": "0"}, "capabilities": {}}
+    config = AcpServiceConfig(protocol_max=2)
+    async with running_service(tmp_path, config=config) as harness, harness.connect() as client:
+        await client.call("initialize", v2)
+        sid = (await client.call("session/new", {"cwd": str(project)}))["sessionId"]
+        for round_ in range(10):
+            hang_id, hang = request("session/prompt", prompt_params(sid, "/hang"))
+            await client.peer.notify_lines([hang])
+            (hung,) = await answers(client, [hang_id])
+            assert hung["result"]["messageId"]
+            next_id, following = request("session/prompt", prompt_params(sid, f"/echo v{round_}"))
+            since = len(client.frames)
+            await client.peer.notify_lines(
+                [notification("session/cancel", {"sessionId": sid}), following]
+            )
+            (accepted,) = await answers(client, [next_id])
+            assert accepted.get("result", {}).get("messageId"), accepted
+            said = ("agent_message", f"v{round_}")
+
+            def ran(said: tuple[str, str] = said, since: int = since) -> bool:
+                # Its text came, and both turns ended (v2 says so: the state turns idle).
+                idle = sum(
+                    1
+                    for f in client.frames[since:]
+                    if f.direction == "in"
+                    and b'"state_update"' in f.raw
+                    and f.message["params"]["update"].get("state") == "idle"
+                )
+                return idle >= 2 and said in {(k, t) for k, _, t in client.messages(sid)}
+
+            with trio.fail_after(10):
+                await client.wait_until(ran)
