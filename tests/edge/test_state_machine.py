@@ -153,7 +153,8 @@ def test_a_provisional_task_outlives_a_disconnect_only_for_its_grace_period() ->
     )
 
 
-def test_close_deletes_only_the_creators_untouched_task() -> None:
+def test_a_close_deletes_an_untouched_task_whoever_holds_it() -> None:
+    # Created on one connection, loaded and closed on another (acpx splits new and prompt).
     run_scenario(
         [
             New(0),
