@@ -252,6 +252,8 @@ class Call:
     raced: bool = False
     issued_time: float = field(default_factory=trio.current_time)
     completed_time: float = 0.0
+    #: The account signed in (as the model knows it) when it was issued.
+    account: str = ""
 
 
 @dataclass
@@ -432,7 +434,7 @@ class Scenario:
         return "allow"
 
     def _issue(self, conn: Connection, method: str, params: Any) -> Call:
-        call = Call(conn.slot, method, params, self._next(), self.settled)
+        call = Call(conn.slot, method, params, self._next(), self.settled, account=self.account)
         conn.calls.append(call)
 
         async def run() -> None:
@@ -462,7 +464,7 @@ class Scenario:
                 raw.append(_frame({"method": method, "params": params}))
                 continue
             msg_id = f"t{self._next()}"
-            call = Call(conn.slot, method, params, self.tick, self.settled)
+            call = Call(conn.slot, method, params, self.tick, self.settled, account=self.account)
             conn.calls.append(call)
             calls.append((call, msg_id))
             raw.append(_frame({"id": msg_id, "method": method, "params": params}))
@@ -1080,7 +1082,8 @@ class Scenario:
         if call.error is not None:
             return
         listed = {s["sessionId"] for s in call.result["sessions"]}
-        mine = {t.id for t in self.tasks if t.account == self.account}
+        # A list written before an account switch may be answered for either account.
+        mine = {t.id for t in self.tasks if t.account in (self.account, call.account)}
         surely = {t.id for t in self.tasks if t.prompted and t.account == self.account}
         maybe = {t.id for t in self.tasks if t.maybe_prompted}
         if listed - mine:
