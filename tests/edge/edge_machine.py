@@ -1036,9 +1036,10 @@ class Scenario:
         session: OpenSession | None = call.params.get("_closing")
         task_id = call.params["sessionId"]
         late = conn.sessions.get(task_id)
-        if call.error is None and late is not None and late.opened_by < call.issued:
-            # A load or resume issued before this close answered after it was issued: the
-            # service registered its session before the close looked, so this close ended it.
+        if call.error is None and late is not None and (late.opened_by < call.issued or call.raced):
+            # A load or resume issued before this close answered after it was issued (or one
+            # issued right after it, racing it, reached the wire first): the service
+            # registered its session before the close looked, so this close ended it.
             del conn.sessions[task_id]
             if session is None:
                 session = late
