@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from maple_acp.edge._client import ClientChannel
+from maple_acp.edge._closing import CLOSE_DEADLINE_S
 from maple_acp.edge._config import AcpServiceConfig
 from maple_acp.edge._dialect import Dialect, ImageSlot, Outbound, Projection, config_change
 from maple_acp.edge._errors import unknown_session
@@ -178,6 +179,18 @@ class SessionOpener:
             raise ProtocolError(INVALID_REQUEST, "the session is closing")
         servers = validate_servers(mcp_definitions(mcp_servers))
         held = table.get(session_id)
+        if held is not None and held.closing:
+            # A close admitted before this request (wire order): the client asked for the
+            # session to end first, so this request waits for that end (the close's own
+            # deadline bounds it; so does this wait, should the close fail) and then decides
+            # as if written after its answer.
+            with trio.move_on_after(CLOSE_DEADLINE_S):
+                await held.wait_gone()
+            held = table.get(session_id)
+        if table.is_tombstoned(session_id):
+            # That close missed its deadline: its cleanup goes on, and the id stays refused
+            # until the connection ends.
+            raise ProtocolError(INVALID_REQUEST, "the session is closing")
         if held is not None and not held.closing:
             return await self._reattach(held, cwd, additional, servers, resume=resume)
         if held is not None:

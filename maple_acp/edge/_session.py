@@ -7,7 +7,11 @@ operation barrier are the runtime's (``SessionLease.claim_prompt``, ``operation`
 - every task that may send a ``session/update`` for the session runs inside a cancel scope
   registered with :meth:`EdgeSession.update_scope`; :meth:`EdgeSession.stop_updates` cancels
   them all and refuses new ones, which is how "no update after the close response" holds;
-- a ``session/cancel`` is ordered against the prompt it cancels by inbound frame index.
+- a ``session/cancel`` is ordered against the prompt it cancels by inbound frame index, and a
+  prompt that arrived after a cancel waits for the cancelled turn to end instead of meeting it
+  (:meth:`EdgeSession.after_cancelled_turn`);
+- a request that must wait for a close admitted before it (a load, a resume) waits for
+  :meth:`EdgeSession.wait_gone`.
 """
 
 from __future__ import annotations
@@ -53,6 +57,11 @@ class EdgeSession:
         self.cancelled_at = 0
         #: Whether the trust question has been settled for this session's first prompt.
         self.trust_settled = False
+        #: The prompt holding the session's turn: its arrival, and an event set once its
+        #: answer is queued (or it failed).
+        self._turn: tuple[int, trio.Event] | None = None
+        #: Set once the connection no longer holds the session (closed, revoked, ended).
+        self._gone = trio.Event()
 
     # -- the prompt ----------------------------------------------------------------------------
 
@@ -110,6 +119,29 @@ class EdgeSession:
         """Whether a cancel or a close arrived after the prompt that arrived at ``arrival``."""
         return self.closing or self.cancelled_at > arrival
 
+    def begin_turn(self, arrival: int) -> trio.Event:
+        """The prompt that arrived at ``arrival`` holds the turn; set the returned event (or
+        call :meth:`end_turn`) once its answer is queued."""
+        ended = trio.Event()
+        self._turn = (arrival, ended)
+        return ended
+
+    def end_turn(self, ended: trio.Event) -> None:
+        ended.set()
+        if self._turn is not None and self._turn[1] is ended:
+            self._turn = None
+
+    async def after_cancelled_turn(self, arrival: int) -> None:
+        """Wait until no turn holds the session that a cancel written before the prompt that
+        arrived at ``arrival`` has cancelled: that prompt is not cancelled by it, and runs
+        once the cancelled turn ended (a turn nobody cancelled is not waited for). The
+        caller bounds the wait."""
+        while self._turn is not None:
+            started, ended = self._turn
+            if not started < self.cancelled_at < arrival:
+                return
+            await ended.wait()
+
     def _abort(self) -> None:
         for scope in self._abortable:
             scope.cancel()
@@ -132,6 +164,15 @@ class EdgeSession:
                 yield scope
             finally:
                 self._scopes.discard(scope)
+
+    def mark_gone(self) -> None:
+        """The connection no longer holds the session (the table calls this)."""
+        self._gone.set()
+
+    async def wait_gone(self) -> None:
+        """Until the connection no longer holds the session: a close bounds this by its own
+        deadline."""
+        await self._gone.wait()
 
     def stop_updates(self) -> None:
         """Synchronously end every task sending updates for this session (they are cancelled

@@ -104,11 +104,14 @@ class SessionTable:
         del self._sessions[session.id]
         if tombstone:
             self._tombstones.add(session.id)
+        session.mark_gone()
 
     def take_all(self) -> list[EdgeSession]:
         """Every session, removed from the table (the connection ended)."""
         sessions = list(self._sessions.values())
         self._sessions.clear()
+        for session in sessions:
+            session.mark_gone()
         return sessions
 
     @property

@@ -131,20 +131,51 @@ class PromptTurns:
         arrival: int,
         acceptance: _Acceptance | None,
     ) -> object:
-        answer = session.dialect.prompt_answer
+        # A cancel written before this prompt does not cancel it: the turn it cancelled is
+        # still ending, and this prompt runs once that turn's answer is queued (bounded: a
+        # turn that will not end leaves the slot held, and the claim below refuses).
+        with trio.move_on_after(CLOSE_DEADLINE_S):
+            await session.after_cancelled_turn(arrival)
         # The runtime's prompt slot: RUN_ACTIVE (-32600) while another prompt holds it.
         with session.lease.claim_prompt() as claim:
+            ended = session.begin_turn(arrival)
             # The slot is this prompt's: requests after it about the session may decide.
             admitted()
-            # A model that does not see images is refused before the trust question.
-            await session.lease.check_images(prompt)
             try:
-                with session.update_scope():
-                    return await self._turn(session, claim, prompt, arrival, acceptance)
-            except SessionClosed:
-                return answer(RunState.CANCELLED)
-            # A closed session's pump is cancelled from outside; the turn ends cancelled.
+                result = await self._claimed(session, claim, prompt, arrival, acceptance)
+            except BaseException:
+                session.end_turn(ended)
+                raise
+        if acceptance is not None:
+            session.end_turn(ended)
+        else:
+
+            async def answer_queued() -> None:
+                session.end_turn(ended)
+
+            # A prompt waiting for this turn starts once this answer is on its way, so its
+            # updates never come before it.
+            after_answer(answer_queued)
+        return result
+
+    async def _claimed(
+        self,
+        session: EdgeSession,
+        claim: PromptClaim,
+        prompt: Prompt,
+        arrival: int,
+        acceptance: _Acceptance | None,
+    ) -> object:
+        answer = session.dialect.prompt_answer
+        # A model that does not see images is refused before the trust question.
+        await session.lease.check_images(prompt)
+        try:
+            with session.update_scope():
+                return await self._turn(session, claim, prompt, arrival, acceptance)
+        except SessionClosed:
             return answer(RunState.CANCELLED)
+        # A closed session's pump is cancelled from outside; the turn ends cancelled.
+        return answer(RunState.CANCELLED)
 
     async def _turn(
         self,

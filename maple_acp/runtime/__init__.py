@@ -315,6 +315,7 @@ from maple_acp.runtime._session_events import (
 )
 from maple_acp.runtime._steering import MAX_WAITING_STEERS, SteeringOutcome
 from maple_acp.runtime._sweep import PROVISIONAL_SWEEP_INTERVAL_S
+from maple_acp.runtime._threads import hold_virtual_time, in_worker_thread
 from maple_acp.runtime._tools import (
     ExternalToolDefinition,
     ExternalToolRouter,
@@ -471,6 +472,8 @@ __all__ = [
     "exit_line",
     "external_mcp_spec",
     "find_project_skills",
+    "hold_virtual_time",
+    "in_worker_thread",
     "read_text_async",
     "resolve_in_root",
     "shell_row_text",

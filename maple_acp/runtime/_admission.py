@@ -8,10 +8,9 @@ import os
 from collections.abc import Collection, Sequence
 from typing import Final
 
-import trio
-
 from maple_acp.model import TaskPolicy, TaskRecord
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
+from maple_acp.runtime._threads import in_worker_thread
 
 #: Directories a session may name besides its working directory: each one is admitted, stored
 #: with the task and looked at on every file-tool call, so the set stays small.
@@ -48,7 +47,7 @@ def _canonical_directory_sync(path: str, what: str = _CWD) -> str:
 async def canonical_directory(path: str, what: str = _CWD) -> str:
     """The canonical form of an absolute, accessible directory (symlinks resolved). Raises
     ``RuntimeRejection(INVALID_CWD)``; ``what`` names the directory in its message."""
-    return await trio.to_thread.run_sync(_canonical_directory_sync, path, what)
+    return await in_worker_thread(_canonical_directory_sync, path, what)
 
 
 def _existing_directory_sync(path: str) -> str | None:
@@ -63,7 +62,7 @@ async def existing_directory(path: str) -> str | None:
     """The canonical form of the absolute directory ``path``, ``None`` when no accessible
     directory is there (a filter naming it matches nothing). Raises ``INVALID_CWD`` only for
     a path that is not absolute."""
-    return await trio.to_thread.run_sync(_existing_directory_sync, path)
+    return await in_worker_thread(_existing_directory_sync, path)
 
 
 def within_roots(root: str, allowed_roots: Sequence[str]) -> bool:

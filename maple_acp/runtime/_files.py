@@ -32,11 +32,11 @@ import stat
 from collections.abc import Sequence
 
 import attrs
-import trio
 
 from maple_acp._exceptions import MapleAcpError
 from maple_acp.model import FileDiff, ToolLocation
 from maple_acp.runtime import _beneath
+from maple_acp.runtime._threads import in_worker_thread
 
 #: The session's directories (project root first), or the one root as a string.
 Roots = str | Sequence[str]
@@ -207,19 +207,19 @@ def edit_text(
 
 
 async def read_text_async(root: Roots, path: str, *, max_chars: int = MAX_READ_CHARS) -> FileRead:
-    return await trio.to_thread.run_sync(lambda: read_text(root, path, max_chars=max_chars))
+    return await in_worker_thread(lambda: read_text(root, path, max_chars=max_chars))
 
 
 async def write_text_async(
     root: Roots, path: str, content: str, *, dry_run: bool = False
 ) -> FileChange:
-    return await trio.to_thread.run_sync(lambda: write_text(root, path, content, dry_run=dry_run))
+    return await in_worker_thread(lambda: write_text(root, path, content, dry_run=dry_run))
 
 
 async def edit_text_async(
     root: Roots, path: str, old_text: str, new_text: str, *, dry_run: bool = False
 ) -> FileChange:
-    return await trio.to_thread.run_sync(
+    return await in_worker_thread(
         lambda: edit_text(root, path, old_text, new_text, dry_run=dry_run)
     )
 

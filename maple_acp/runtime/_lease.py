@@ -471,10 +471,10 @@ class SessionLease:
 
     async def release(self, *, close: bool = False) -> None:
         """Revoke, then wait for cleanup: operations drained, children killed, and the task
-        freed. With ``close=True`` (an explicit close) a provisional task this lease created and
-        never prompted is deleted if its row is unchanged; otherwise (a disconnect) a still
-        provisional task gets the service's grace period. If the caller stops waiting (its
-        own deadline), cleanup goes on in the lease's task."""
+        freed. With ``close=True`` (an explicit close) a provisional task never prompted
+        (created by this lease or loaded by it) is deleted if its row is unchanged; otherwise
+        (a disconnect) a still provisional task gets the service's grace period. If the caller
+        stops waiting (its own deadline), cleanup goes on in the lease's task."""
         await self._life.release(close=close)
 
     async def serve(

@@ -47,16 +47,17 @@ class TaskRow:
 
 
 class ProvisionalRow:
-    """What decides the fate of a task's row when its lease ends: a close deletes a task the
-    lease created and never prompted, if the row is exactly as the lease last wrote it; a
-    disconnect starts the grace period of a task that is still provisional."""
+    """What decides the fate of a task's row when its lease ends: a close deletes a task
+    never prompted, if the row is exactly as the lease last wrote it (whether this lease
+    created it or loaded it: clients create a session in one process and use it from
+    another); a disconnect starts the grace period of a task that is still provisional."""
 
     def __init__(self, task: TaskRecord, *, created_here: bool) -> None:
         self.task_id = task.id
         self.surface = task.surface
         self.created_here = created_here
         # The row as this lease last wrote it; deletion needs it to be unchanged.
-        self._snapshot: TaskRecord | None = task if created_here and task.provisional else None
+        self._snapshot: TaskRecord | None = task if task.provisional else None
         self._prompted = not task.provisional
 
     @property
@@ -83,7 +84,9 @@ class ProvisionalRow:
         store = context.store
         grace = context.provisional_grace_ms
         snapshot = self._snapshot
-        deletable = close or grace == 0
+        # A grace of 0 deletes on disconnect only what this lease created (the seed's rule);
+        # a close ends an untouched task whoever holds it.
+        deletable = close or (grace == 0 and self.created_here)
         if snapshot is not None and deletable and await store.delete_task_if_unchanged(snapshot):
             logger.debug("deleted untouched provisional task %s", self.task_id)
             return

@@ -7,7 +7,8 @@ import os
 import stat
 
 import attrs
-import trio
+
+from maple_acp.runtime._threads import in_worker_thread
 
 #: Where project-provided skills live, relative to the project root.
 SKILLS_DIR = (".agents", "skills")
@@ -72,7 +73,7 @@ def find_project_skills(root: str) -> tuple[SkillInfo, ...]:
 
 
 async def find_project_skills_async(root: str) -> tuple[SkillInfo, ...]:
-    return await trio.to_thread.run_sync(find_project_skills, root)
+    return await in_worker_thread(find_project_skills, root)
 
 
 @attrs.frozen(kw_only=True)

@@ -13,11 +13,20 @@ against a real Unix socket or a connector subprocess's stdio::
 
 Permission requests and elicitations are answered by policies (see :data:`PermissionPolicy`);
 every one is recorded, and so is every update, in arrival order.
+
+Given a ``schema`` (``open_acp_client(stream, schema=load_acp_schema())``), the client checks
+every frame the agent sends against it as it arrives: the first violation is kept in
+:attr:`AcpTestClient.violation` and raised by :meth:`AcpTestClient.check` and when the block
+ends normally, so a test never forgets to look.
+
+A request answered with an error raises :class:`maple_acp.wire.ProtocolError` (``.code``,
+``.message``) from :meth:`AcpTestClient.call`; once the connection ended, a request still
+waiting (or a new one) raises :class:`maple_acp.rpc.ConnectionClosed`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -60,6 +69,54 @@ def _permission_answer(params: Mapping[str, Any], decision: Any) -> Any:
     return decision
 
 
+class HeldPermissions:
+    """A permission policy that holds every ``session/request_permission`` until the test
+    answers it: for tests whose steps decide when (and how) a question is answered::
+
+        held = HeldPermissions()
+        async with open_acp_client(stream, permission=held) as client:
+            ...
+            held.answer_next("allow")  # or "reject", "cancel", any answer object
+
+    A question still waiting when the connection ends is dropped with it (the agent fails it
+    closed)."""
+
+    def __init__(self) -> None:
+        self._waiting: list[tuple[Mapping[str, Any], trio.Event, list[Any]]] = []
+        self._asked = trio.Event()
+
+    @property
+    def pending(self) -> int:
+        """Questions asked and not answered yet."""
+        return len(self._waiting)
+
+    async def wait_pending(self, count: int = 1) -> None:
+        """Until at least ``count`` questions wait for an answer."""
+        while len(self._waiting) < count:
+            await self._asked.wait()
+
+    def answer_next(self, decision: Any) -> Mapping[str, Any]:
+        """Answer the oldest waiting question with ``decision``; return its params."""
+        params, answered, slot = self._waiting.pop(0)
+        slot.append(decision)
+        answered.set()
+        return params
+
+    async def __call__(self, params: Mapping[str, Any]) -> Any:
+        answered = trio.Event()
+        slot: list[Any] = []
+        entry = (params, answered, slot)
+        self._waiting.append(entry)
+        self._asked.set()
+        self._asked = trio.Event()
+        try:
+            await answered.wait()
+        finally:
+            if entry in self._waiting:
+                self._waiting.remove(entry)
+        return slot[0]
+
+
 @attrs.define
 class Frame:
     """One recorded line: ``message`` is the parsed JSON, or ``None`` if it did not parse."""
@@ -71,11 +128,16 @@ class Frame:
 
 class _RecordingStream(trio.abc.HalfCloseableStream):
     def __init__(
-        self, inner: trio.abc.Stream, frames: list[Frame], changed: Callable[[], None]
+        self,
+        inner: trio.abc.Stream,
+        frames: list[Frame],
+        changed: Callable[[], None],
+        arrived: Callable[[Frame], None] | None = None,
     ) -> None:
         self._inner = inner
         self._frames = frames
         self._changed = changed
+        self._arrived = arrived
         self._partial = {"in": b"", "out": b""}
 
     def _record(self, direction: str, data: bytes) -> None:
@@ -89,7 +151,10 @@ class _RecordingStream(trio.abc.HalfCloseableStream):
                 message = orjson.loads(line)
             except orjson.JSONDecodeError:
                 message = None
-            self._frames.append(Frame(direction, line, message))
+            frame = Frame(direction, line, message)
+            self._frames.append(frame)
+            if self._arrived is not None:
+                self._arrived(frame)
         self._changed()
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
@@ -120,20 +185,54 @@ class AcpTestClient:
         *,
         permission: PermissionPolicy = allow,
         elicitation: ElicitationPolicy | None = None,
+        schema: AcpSchema | None = None,
     ) -> None:
         self.frames: list[Frame] = []
         self.permission_policy = permission
         self.elicitation_policy = elicitation
         self.permission_requests: list[Mapping[str, Any]] = []
         self.elicitation_requests: list[Mapping[str, Any]] = []
+        #: The schema every arriving frame is checked against (``None``: not checked).
+        self.schema = schema
+        #: The first frame from the agent that broke the schema, if any.
+        self.violation: SchemaViolation | None = None
+        #: Request id -> method, of every request this client sent (what an answer is
+        #: checked against).
+        self._sent_methods: dict[Any, str] = {}
         self._changed = trio.Event()
         self._peer: JsonRpcPeer | None = None
+        self._serial = 0
 
     # --- plumbing ---------------------------------------------------------------------------
 
     def _notify_changed(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
+
+    def _arrived(self, frame: Frame) -> None:
+        """Check one frame against the schema as it moves (only the first violation is kept:
+        the rest often follow from it)."""
+        schema = self.schema
+        if schema is None:
+            return
+        if frame.direction == "out":
+            for sent in frame.message if isinstance(frame.message, list) else [frame.message]:
+                if isinstance(sent, dict) and "method" in sent and "id" in sent:
+                    self._sent_methods[sent["id"]] = sent["method"]
+            return
+        if self.violation is not None:
+            return
+        try:
+            if frame.message is None:
+                raise SchemaViolation(f"agent sent a non-JSON-RPC line: {frame.raw[:200]!r}")
+            validate_frames(schema, [("in", frame.message)], methods=self._sent_methods)
+        except SchemaViolation as violation:
+            self.violation = violation
+
+    def check(self) -> None:
+        """Raise the first schema violation seen so far (with a ``schema``)."""
+        if self.violation is not None:
+            raise self.violation
 
     @property
     def peer(self) -> JsonRpcPeer:
@@ -160,6 +259,43 @@ class AcpTestClient:
     async def call(self, method: str, params: Any = None) -> Any:
         """Send a request and return its result; an error answer raises ``ProtocolError``."""
         return await self.peer.request(method, params)
+
+    async def send(self, method: str, params: Any = None) -> str:
+        """Write a request and return its id without waiting for the answer (it is recorded
+        in :attr:`frames` when it comes: :meth:`answer` finds it). For steps that must not
+        wait: a prompt whose turn runs on, requests written back to back (:meth:`send_all`)."""
+        (msg_id,) = await self.send_all([(method, params)])
+        return msg_id
+
+    async def send_all(self, requests: Sequence[tuple[str, Any]]) -> list[str]:
+        """Write ``(method, params)`` requests in one write, so the agent reads them back to
+        back (wire order); ``session/cancel`` goes as the notification it is. Returns the
+        requests' ids in order."""
+        ids: list[str] = []
+        lines: list[bytes] = []
+        for method, params in requests:
+            message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
+            if method != "session/cancel":
+                self._serial += 1
+                message["id"] = f"sent-{self._serial}"
+                ids.append(message["id"])
+            lines.append(orjson.dumps(message) + b"\n")
+        await self.peer.notify_lines(lines)
+        return ids
+
+    def answer(self, msg_id: str) -> Any:
+        """The answer (the whole message) to the request ``msg_id``, or ``None`` until it
+        came."""
+        for frame in self.frames:
+            message = frame.message
+            if (
+                frame.direction == "in"
+                and isinstance(message, dict)
+                and "method" not in message
+                and message.get("id") == msg_id
+            ):
+                return message
+        return None
 
     async def notify(self, method: str, params: Any = None) -> None:
         await self.peer.notify(method, params)
@@ -298,14 +434,17 @@ async def open_acp_client(
     *,
     permission: PermissionPolicy = allow,
     elicitation: ElicitationPolicy | None = None,
+    schema: AcpSchema | None = None,
 ) -> AsyncIterator[AcpTestClient]:
-    """Run an :class:`AcpTestClient` over ``stream`` for the duration of the block.
+    """Run an :class:`AcpTestClient` over ``stream`` for the duration of the block; with a
+    ``schema``, every frame the agent sends is checked against it as it arrives, and the
+    first violation is raised when the block ends normally.
 
     Resource handling: the client owns ``stream`` and closes it when the block exits (which
     the service sees as a disconnect).
     """
-    client = AcpTestClient(permission=permission, elicitation=elicitation)
-    recording = _RecordingStream(stream, client.frames, client._notify_changed)
+    client = AcpTestClient(permission=permission, elicitation=elicitation, schema=schema)
+    recording = _RecordingStream(stream, client.frames, client._notify_changed, client._arrived)
     peer = JsonRpcPeer(recording, on_request=client._on_request)
     # A batch's answer is an array: its members are answers like any other.
     peer.accept_batches = True
@@ -316,3 +455,4 @@ async def open_acp_client(
             yield client
         finally:
             await peer.aclose()
+    client.check()

@@ -1,4 +1,4 @@
-"""Virtual time for tests that also touch the SQLite store.
+"""Virtual time for tests that also touch the SQLite store, and waiting until all is quiet.
 
 ``trio.testing.MockClock(autojump_threshold=0)`` jumps to the next deadline as soon as every
 task is blocked — and a task waiting for a worker thread counts as blocked. A store call in
@@ -11,6 +11,17 @@ SQLite file, its transactions, its thread — is the real thing::
 
     async with temp_store(tmp_path) as store:
         runtime = make_demo_service(VirtualTimeStore(store))
+
+The runtime's own worker-thread calls (a directory canonicalised, a project scanned for skills)
+hold such a clock still by themselves (``maple_acp.runtime.in_worker_thread``). Under a frozen
+clock (``MockClock()``, whose autojump is off) nothing moves virtual time but the test: every
+deadline of the library - the one second a connection's requests get to be answered after
+the client finished sending, the five seconds of a close or a disconnect's cleanup, the
+provisional grace period and its sweep - is virtual time, so a step that waits for one blocks
+until the test calls ``clock.jump``.
+
+:func:`wait_quiet` waits until the service has nothing left to do that time does not decide:
+every task blocked, no worker thread working, no child process alive.
 """
 
 from __future__ import annotations
@@ -18,48 +29,70 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Callable
+import os
 from typing import Any
 
 import trio
 import trio.testing
 
+from maple_acp.runtime import hold_virtual_time
 
-async def _keep_busy(done: trio.Event) -> None:
-    # Runnable at every scheduler pass until ``done``: the autojump clock only jumps when no
-    # task is runnable.
-    while not done.is_set():
-        await trio.lowlevel.cancel_shielded_checkpoint()
+__all__ = ["ClockHoldingStore", "VirtualTimeStore", "hold_virtual_time", "wait_quiet"]
+
+#: How long (real time) a wait for quiet sleeps between looks while a worker thread works.
+QUIET_POLL_S = 0.0005
 
 
-def hold_virtual_time(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap an async callable so virtual time stands still while it runs."""
+def _waits_for_a_thread(task: trio.lowlevel.Task) -> bool:
+    coro: Any = task.coro
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+        if frame is not None and frame.f_code is _TO_THREAD_CODE:
+            return True
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+    return any(
+        _waits_for_a_thread(child)
+        for nursery in task.child_nurseries
+        for child in nursery.child_tasks
+    )
 
-    @functools.wraps(fn)
-    async def call(*args: Any, **kwargs: Any) -> Any:
-        clock = trio.lowlevel.current_clock()
-        if not isinstance(clock, trio.testing.MockClock) or clock.autojump_threshold == math.inf:
-            # No clock that could jump: a busy task would hold nothing still, and with many
-            # calls queued the busy tasks starve the store's thread of the interpreter lock
-            # (256 sessions opened at once on a real clock took minutes instead of seconds).
-            return await fn(*args, **kwargs)
-        done = trio.Event()
-        error: Exception | None = None
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_keep_busy, done)
-            try:
-                result = await fn(*args, **kwargs)
-            except Exception as exc:
-                # Raised after the nursery, so the caller sees the store's own exception and
-                # not an exception group around it.
-                error = exc
-            finally:
-                done.set()
-        if error is not None:
-            raise error
-        return result
 
-    return call
+#: Worker threads (the store's own limiter included) all go through this function; a task
+#: suspended in it is waiting for real work that virtual time knows nothing of.
+_TO_THREAD_CODE = trio.to_thread.run_sync.__code__
+
+
+def _children_alive() -> bool:
+    """Whether this process has a live child (Linux's ``/proc``; elsewhere: never known)."""
+    try:
+        threads = os.listdir("/proc/self/task")
+    except OSError:
+        return False
+    for thread in threads:
+        try:
+            with open(f"/proc/self/task/{thread}/children") as handle:
+                if handle.read().strip():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+async def wait_quiet() -> None:
+    """Return once every task is blocked, no worker thread is working for one and no child
+    process is alive: what the service does next depends only on the test (a request, a
+    disconnect, virtual time moving). ``trio.testing.wait_all_tasks_blocked`` alone returns
+    while a thread works, since a task waiting for a thread counts as blocked.
+
+    Real time passes while it waits for a thread or a child; virtual time does not (a
+    clock with autojump stands still while a wait for quiet is the earliest waiter)."""
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    while True:
+        await trio.testing.wait_all_tasks_blocked()
+        if not (_waits_for_a_thread(root) or _children_alive()):
+            return
+        await trio.testing.wait_all_tasks_blocked(QUIET_POLL_S)
 
 
 class VirtualTimeStore:
@@ -98,7 +131,8 @@ class ClockHoldingStore:
 
     async def settled(self) -> None:
         """Return once every task is blocked and no store call is in flight: what
-        ``wait_all_tasks_blocked`` means under :class:`VirtualTimeStore`."""
+        ``wait_all_tasks_blocked`` means under :class:`VirtualTimeStore` (:func:`wait_quiet`
+        covers every worker thread, not only the store's)."""
         while True:
             await self._idle.wait()
             await trio.testing.wait_all_tasks_blocked()

@@ -16,7 +16,11 @@ from typing import Any, Final
 
 import orjson
 
-from maple_acp.testing.schema_source import cached_schema_dir, shared_schema_dir
+from maple_acp.testing.schema_source import (
+    cached_schema_dir,
+    resolve_schema_dir,
+    shared_schema_dir,
+)
 
 #: What each agent-side method answers with, by schema definition.
 RESULT_DEFINITIONS: Final[Mapping[str, str]] = {
@@ -72,6 +76,19 @@ def find_schema_dir(explicit: str | os.PathLike[str] | None = None) -> Path | No
         if (candidate / "schema.json").is_file():
             return candidate
     return None
+
+
+def load_acp_schema(version: int = 1) -> AcpSchema:
+    """The ACP schema a host's tests check frames against, wherever this library runs: the
+    directory :func:`find_schema_dir` finds (``ACP_SCHEMA_DIR`` first), else the pinned npm
+    package's copy, downloaded once (its sha256 checked) and cached in the user's cache
+    directory (:mod:`maple_acp.testing.schema_source`). ``version`` 2 is the v2 draft beside
+    it. Raises :class:`~maple_acp.testing.schema_source.SchemaUnavailable` (one line naming
+    ``ACP_SCHEMA_DIR``) when there is no way to get it, e.g. offline with an empty cache."""
+    directory = find_schema_dir() or resolve_schema_dir(os.environ)
+    if version == 2:
+        directory = directory.parent / "v2"
+    return AcpSchema(directory)
 
 
 class AcpSchema:
@@ -142,16 +159,22 @@ class AcpSchema:
         self.validate(definition, params)
 
 
-def validate_frames(schema: AcpSchema, frames: Iterable[tuple[str, Any]]) -> int:
+def validate_frames(
+    schema: AcpSchema,
+    frames: Iterable[tuple[str, Any]],
+    *,
+    methods: Mapping[Any, str] | None = None,
+) -> int:
     """Check every message an agent sent against ``schema``; return how many.
 
     ``frames`` are ``(direction, message)`` pairs in the order they moved: ``"out"`` to the
-    agent (its requests name the method each answer is checked against), ``"in"`` from it.
-    Answers are validated as the result type of the request they answer; error answers
-    against ``Error`` plus the error contract (one line, at most 500 chars).
+    agent (its requests name the method each answer is checked against), ``"in"`` from it;
+    ``methods`` adds requests sent earlier (id -> method). Answers are validated as the result
+    type of the request they answer; error answers against ``Error`` plus the error contract
+    (one line, at most 500 chars).
     """
     frames = list(frames)
-    methods: dict[Any, str] = {}
+    methods = dict(methods or {})
     for direction, message in frames:
         if direction != "out":
             continue

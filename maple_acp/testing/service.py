@@ -1,16 +1,19 @@
-"""A running ACP service over the demo runtime, reached by in-memory connections.
+"""A running ACP service over a real runtime and store, reached by in-memory connections: the
+demo backend, or the host's own.
 
 The shortest way for a host's tests (and ours) to talk ACP to a real ``AcpService`` with a
 real SQLite store::
 
-    async with running_demo_acp(tmp_path) as harness, harness.connect() as client:
-        await client.initialize()
-        sid = (await client.new_session(str(project)))["sessionId"]
-        assert (await client.prompt(sid, "/echo hi"))["stopReason"] == "end_turn"
+    async with running_acp(tmp_path, backend=MyEngine()) as harness:
+        async with harness.connect(initialize=True, schema=load_acp_schema()) as client:
+            sid = (await client.new_session(str(project)))["sessionId"]
+            assert (await client.prompt(sid, "hi"))["stopReason"] == "end_turn"
 
+``running_demo_acp(tmp_path)`` is the same over the demo backend, its catalog and policy.
 Each ``connect()`` is one more ACP connection over a memory stream pair; leaving it closes the
 client's end, which the service sees as a disconnect (and the block waits until the service has
-finished that connection's cleanup).
+finished that connection's cleanup). A state machine, whose steps cannot hold a ``with`` block
+open, uses :meth:`AcpHarness.open_connection` and :meth:`HarnessConnection.disconnect`.
 """
 
 from __future__ import annotations
@@ -24,12 +27,34 @@ from typing import Any
 import trio
 import trio.testing
 
+from maple_acp.backends.demo import DemoBackend, demo_catalog, demo_policy
 from maple_acp.edge import AcpService, AcpServiceConfig
-from maple_acp.runtime import AgentService
+from maple_acp.runtime import AgentBackend, AgentService, ModelCatalog, PermissionPolicy
 from maple_acp.testing.client import AcpTestClient, open_acp_client
 from maple_acp.testing.clock import VirtualTimeStore
-from maple_acp.testing.demo import DEMO_ACCOUNT, make_demo_service
+from maple_acp.testing.demo import DEMO_ACCOUNT
 from maple_acp.testing.store import STORE_FILE_NAME, temp_store
+
+
+class HarnessConnection:
+    """One ACP connection opened by :meth:`AcpHarness.open_connection`: its ``client``, and
+    :meth:`disconnect`."""
+
+    def __init__(self, client: AcpTestClient) -> None:
+        self.client = client
+        self.alive = True
+        self._stop = trio.Event()
+        self._finished = trio.Event()
+
+    async def disconnect(self) -> float:
+        """Close the client's end and return once the service finished this connection's
+        cleanup, with the virtual seconds that took (the library's bound is five; under a
+        frozen clock a cleanup that waits for a deadline blocks until the clock moves)."""
+        started = trio.current_time()
+        self.alive = False
+        self._stop.set()
+        await self._finished.wait()
+        return trio.current_time() - started
 
 
 class AcpHarness:
@@ -48,7 +73,8 @@ class AcpHarness:
     async def connect(
         self, *, initialize: bool = False, **client_options: Any
     ) -> AsyncIterator[AcpTestClient]:
-        """One ACP connection; ``client_options`` go to :func:`open_acp_client`."""
+        """One ACP connection; ``client_options`` go to :func:`open_acp_client` (a
+        ``permission`` policy, a ``schema`` every frame is checked against, ...)."""
         client_end, service_end = trio.testing.memory_stream_pair()
         done = trio.Event()
 
@@ -65,29 +91,86 @@ class AcpHarness:
             yield client
         await done.wait()
 
+    async def open_connection(
+        self, *, initialize: bool = False, **client_options: Any
+    ) -> HarnessConnection:
+        """:meth:`connect` without a ``with`` block: the connection lives in the harness's
+        nursery until :meth:`HarnessConnection.disconnect` (or the harness ends)."""
+
+        async def hold(*, task_status: trio.TaskStatus[HarnessConnection]) -> None:
+            connection: HarnessConnection | None = None
+            try:
+                async with self.connect(initialize=initialize, **client_options) as client:
+                    connection = HarnessConnection(client)
+                    task_status.started(connection)
+                    await connection._stop.wait()
+            finally:
+                if connection is not None:
+                    connection.alive = False
+                    connection._finished.set()
+
+        connection: HarnessConnection = await self._nursery.start(hold)
+        return connection
+
+
+@asynccontextmanager
+async def running_acp(
+    directory: str | os.PathLike[str],
+    *,
+    backend: AgentBackend,
+    catalog: ModelCatalog,
+    policy: PermissionPolicy,
+    config: AcpServiceConfig | None = None,
+    account: str = DEMO_ACCOUNT,
+    harness_type: type[AcpHarness] = AcpHarness,
+    hold_clock: Callable[[Any], Any] = VirtualTimeStore,
+    **runtime_options: Any,
+) -> AsyncIterator[AcpHarness]:
+    """The host's ``backend``, ``catalog`` and ``policy`` in a runtime signed in as
+    ``account``, over a store in ``directory/data``, and an ``AcpService`` on it.
+
+    ``runtime_options`` go to ``AgentService`` (``provisional_grace_s``,
+    ``relay_allow_list``, ``modes``, ...). The store is wrapped in ``hold_clock``
+    (:class:`~maple_acp.testing.clock.VirtualTimeStore`, or ``ClockHoldingStore`` for tests
+    that queue many store calls), so deadline tests may use a mock clock with a zero autojump
+    threshold. ``harness_type`` lets a test suite add its own helpers.
+
+    Resource handling: leaving the block cancels every connection still open, then stops the
+    runtime and closes the store."""
+    data = Path(directory) / "data"
+    data.mkdir(exist_ok=True)
+    async with temp_store(data) as store:
+        runtime_options.setdefault("installation_id", "test")
+        runtime = AgentService(
+            store=hold_clock(store),
+            backend=backend,
+            catalog=catalog,
+            policy=policy,
+            **runtime_options,
+        )
+        async with runtime, trio.open_nursery() as nursery:
+            runtime.sign_in(account)
+            acp = AcpService(runtime, config or AcpServiceConfig())
+            yield harness_type(runtime, acp, nursery, data / STORE_FILE_NAME)
+            nursery.cancel_scope.cancel()
+
 
 @asynccontextmanager
 async def running_demo_acp(
     directory: str | os.PathLike[str],
     *,
-    config: AcpServiceConfig | None = None,
-    harness_type: type[AcpHarness] = AcpHarness,
-    hold_clock: Callable[[Any], Any] = VirtualTimeStore,
-    **runtime_options: Any,
+    backend: AgentBackend | None = None,
+    catalog: ModelCatalog | None = None,
+    policy: PermissionPolicy | None = None,
+    **options: Any,
 ) -> AsyncIterator[AcpHarness]:
-    """A signed-in demo runtime over a store in ``directory/data`` and an ``AcpService`` on it.
-
-    ``runtime_options`` go to :func:`~maple_acp.testing.demo.make_demo_service` (a backend,
-    ``provisional_grace_s``, ``relay_allow_list``, ...). The store is wrapped in ``hold_clock``
-    (:class:`~maple_acp.testing.clock.VirtualTimeStore`, or ``ClockHoldingStore`` for tests
-    that queue many store calls), so deadline tests may use a mock clock with a zero autojump
-    threshold. ``harness_type`` lets a test suite add its own helpers."""
-    data = Path(directory) / "data"
-    data.mkdir(exist_ok=True)
-    async with temp_store(data) as store:
-        runtime = make_demo_service(hold_clock(store), **runtime_options)
-        async with runtime, trio.open_nursery() as nursery:
-            runtime.sign_in(DEMO_ACCOUNT)
-            acp = AcpService(runtime, config or AcpServiceConfig())
-            yield harness_type(runtime, acp, nursery, data / STORE_FILE_NAME)
-            nursery.cancel_scope.cancel()
+    """:func:`running_acp` over the demo backend, its catalog and its policy (each may be
+    replaced); ``options`` are :func:`running_acp`'s."""
+    async with running_acp(
+        directory,
+        backend=backend or DemoBackend(),
+        catalog=catalog or demo_catalog(),
+        policy=policy or demo_policy(),
+        **options,
+    ) as harness:
+        yield harness

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from maple_acp.model import TaskRecord, TaskSurface
+from maple_acp.runtime import hold_virtual_time
 from maple_acp.store import SqliteTaskStore
 
 #: The file name used inside the directory a test hands over.
@@ -25,7 +26,9 @@ async def open_temp_store(directory: str | os.PathLike[str]) -> SqliteTaskStore:
     """Open a store file inside ``directory`` (usually ``tmp_path``). The caller closes it
     (``await store.aclose()``); opening the same directory again reopens the same file, which
     is how a test simulates a restart."""
-    return await SqliteTaskStore.open(os.path.join(os.fspath(directory), STORE_FILE_NAME))
+    path = os.path.join(os.fspath(directory), STORE_FILE_NAME)
+    # Opening runs in the store's thread: a mock clock must not jump while it does.
+    return await hold_virtual_time(SqliteTaskStore.open)(path)
 
 
 @asynccontextmanager

@@ -13,7 +13,6 @@ after only N scheduler checkpoints, so the two race inside the service.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 import trio
 import trio.testing
 from edge_harness import Harness, running_service
@@ -29,6 +29,7 @@ from maple_acp.edge import AcpServiceConfig, HostLifecycle
 from maple_acp.rpc import ConnectionClosed
 from maple_acp.runtime import PROVISIONAL_SWEEP_INTERVAL_S
 from maple_acp.testing.client import AcpTestClient
+from maple_acp.testing.clock import wait_quiet
 from maple_acp.testing.demo import DEMO_ACCOUNT
 from maple_acp.testing.schema import AcpSchema, find_schema_dir
 from maple_acp.wire import ProtocolError
@@ -124,6 +125,29 @@ class Close:
 
 
 @dataclass(frozen=True)
+class CloseThenOpen:
+    """``session/close`` and then a load (or resume) of the same session, written back to
+    back in one write: the open waits for the close to finish, then decides."""
+
+    conn: int
+    task: int
+    method: str = "session/load"  # or "session/resume"
+    then: int | None = None
+
+
+@dataclass(frozen=True)
+class CancelThenPrompt:
+    """``session/cancel`` and then a prompt for the same session, written back to back in one
+    write: the cancel ends only the turn written before it; the prompt runs once that turn
+    ended."""
+
+    conn: int
+    task: int
+    script: str = "echo"
+    then: int | None = None
+
+
+@dataclass(frozen=True)
 class SetModel:
     conn: int
     task: int
@@ -175,6 +199,8 @@ Op = (
     | Prompt
     | Cancel
     | Close
+    | CloseThenOpen
+    | CancelThenPrompt
     | SetModel
     | AnswerLate
     | List
@@ -197,6 +223,10 @@ def _refused_before_close(call: Call) -> bool:
     """Whether the edge refused a delete of its own session before closing it (a run going)."""
     error = call.error
     return isinstance(error, ProtocolError) and "run going" in error.message
+
+
+def _frame(message: dict[str, Any]) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", **message}) + b"\n"
 
 
 class Violation(AssertionError):
@@ -222,6 +252,8 @@ class Call:
     raced: bool = False
     issued_time: float = field(default_factory=trio.current_time)
     completed_time: float = 0.0
+    #: The account signed in (as the model knows it) when it was issued.
+    account: str = ""
 
 
 @dataclass
@@ -250,6 +282,9 @@ class PromptRecord:
     epoch: int = 0
     #: A session/cancel reached it while it ran with nothing else in flight.
     cancelled_alone: bool = False
+    #: Written right after a cancel of its session, in the same write: that cancel is not
+    #: its own, so it must run (never refused because the cancelled turn is still ending).
+    after_cancel: bool = False
 
     @property
     def marker(self) -> str:
@@ -287,36 +322,6 @@ class Connection:
     calls: list[Call] = field(default_factory=list)
     deferred: list[tuple[PromptRecord, trio.Event]] = field(default_factory=list)
     tombstones: set[str] = field(default_factory=set)
-
-
-def _waits_for_a_thread(task: trio.lowlevel.Task) -> bool:
-    coro: Any = task.coro
-    while coro is not None:
-        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
-        if frame is not None and frame.f_code is _TO_THREAD_CODE:
-            return True
-        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
-    return any(
-        _waits_for_a_thread(child)
-        for nursery in task.child_nurseries
-        for child in nursery.child_tasks
-    )
-
-
-#: Worker threads (the store's own limiter included) all go through this function; a task
-#: suspended in it is waiting for real work that virtual time knows nothing of.
-_TO_THREAD_CODE = trio.to_thread.run_sync.__code__
-
-
-def _children_alive() -> bool:
-    for task in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{task}/children") as handle:
-                if handle.read().strip():
-                    return True
-        except FileNotFoundError:
-            continue
-    return False
 
 
 _SCHEMA: list[AcpSchema | None] = []
@@ -364,18 +369,7 @@ class Scenario:
 
     async def settle(self) -> None:
         """Until every task is blocked with no worker thread busy and no child alive."""
-        root = trio.lowlevel.current_root_task()
-        assert root is not None
-
-        def busy() -> bool:
-            return _waits_for_a_thread(root) or _children_alive()
-
-        while True:
-            await trio.testing.wait_all_tasks_blocked()
-            if not busy():
-                return
-            # Real time passes here (the cushion), virtual time does not.
-            await trio.testing.wait_all_tasks_blocked(0.0005)
+        await wait_quiet()
 
     def task_id(self, index: int) -> str:
         """The index-th known task (creation order), or an id nobody issued."""
@@ -440,7 +434,7 @@ class Scenario:
         return "allow"
 
     def _issue(self, conn: Connection, method: str, params: Any) -> Call:
-        call = Call(conn.slot, method, params, self._next(), self.settled)
+        call = Call(conn.slot, method, params, self._next(), self.settled, account=self.account)
         conn.calls.append(call)
 
         async def run() -> None:
@@ -456,6 +450,56 @@ class Scenario:
         assert conn.nursery is not None
         conn.nursery.start_soon(run)
         return call
+
+    def _issue_together(self, conn: Connection, lines: list[tuple[str, Any]]) -> list[Call]:
+        """Write ``lines`` (``(method, params)``; a ``None`` params' method is a notification
+        with ``{"sessionId": ...}`` given as the method's second item) in one write, so the
+        service reads them back to back; one :class:`Call` per request, in order."""
+        assert conn.client is not None
+        client = conn.client
+        raw: list[bytes] = []
+        calls: list[tuple[Call, str]] = []
+        for method, params in lines:
+            if method == "session/cancel":
+                raw.append(_frame({"method": method, "params": params}))
+                continue
+            msg_id = f"t{self._next()}"
+            call = Call(conn.slot, method, params, self.tick, self.settled, account=self.account)
+            conn.calls.append(call)
+            calls.append((call, msg_id))
+            raw.append(_frame({"id": msg_id, "method": method, "params": params}))
+
+        async def answer(call: Call, msg_id: str) -> None:
+            def found() -> Any:
+                return next(
+                    (
+                        f.message
+                        for f in client.frames
+                        if f.direction == "in"
+                        and isinstance(f.message, dict)
+                        and "method" not in f.message
+                        and f.message.get("id") == msg_id
+                    ),
+                    None,
+                )
+
+            await client.wait_until(lambda: found() is not None)
+            message = found()
+            if "error" in message:
+                error = message["error"]
+                call.error = ProtocolError(error["code"], error["message"])
+            else:
+                call.result = message["result"]
+            call.done = True
+            call.completed = self._next()
+            call.completed_time = trio.current_time()
+
+        assert conn.nursery is not None
+        # Started before the write: an answer cannot arrive before its waiter looks.
+        for call, msg_id in calls:
+            conn.nursery.start_soon(answer, call, msg_id)
+        conn.nursery.start_soon(client.peer.notify_lines, raw)
+        return [call for call, _ in calls]
 
     # -- operations ----------------------------------------------------------------------------
 
@@ -514,17 +558,7 @@ class Scenario:
             self._prompt(conn, op)
         elif isinstance(op, Cancel):
             task = self.target(conn, op.task)
-            tick = self._next()
-            session = conn.sessions.get(task)
-            record = session.prompt if session is not None else None
-            early = record is not None and record.epoch == self.epoch
-            if early and CANCEL_BEFORE_RUN in self.tolerate:
-                pass  # it may have reached the wire before the prompt
-            elif record is not None:
-                if record.stopped_at is None and not early and self.settled:
-                    # The prompt was running, alone: this cancel must end it as cancelled.
-                    record.cancelled_alone = True
-                record.stopped_at = record.stopped_at or tick
+            self._cancel_model(conn, task)
             assert conn.client is not None
             await conn.client.cancel(task)
         elif isinstance(op, Close):
@@ -535,6 +569,21 @@ class Scenario:
                 call.params = {"sessionId": task, "_closing": session}
                 if session.prompt is not None:
                     session.prompt.stopped_at = session.prompt.stopped_at or call.issued
+        elif isinstance(op, CloseThenOpen):
+            task = self.target(conn, op.task)
+            session = conn.sessions.pop(task, None)
+            params = {"sessionId": task, "cwd": str(self.project), "mcpServers": []}
+            close, _opened = self._issue_together(
+                conn, [("session/close", {"sessionId": task}), (op.method, params)]
+            )
+            if session is not None:
+                close.params = {"sessionId": task, "_closing": session}
+                if session.prompt is not None:
+                    session.prompt.stopped_at = session.prompt.stopped_at or close.issued
+        elif isinstance(op, CancelThenPrompt):
+            task = self.target(conn, op.task)
+            self._cancel_model(conn, task)
+            self._prompt(conn, Prompt(op.conn, op.task, op.script), task=task, after_cancel=True)
         elif isinstance(op, SetModel):
             params = {
                 "sessionId": self.target(conn, op.task),
@@ -549,8 +598,24 @@ class Scenario:
         elif isinstance(op, List):
             self._issue(conn, "session/list", {})
 
-    def _prompt(self, conn: Connection, op: Prompt) -> None:
-        task = self.target(conn, op.task)
+    def _cancel_model(self, conn: Connection, task: str) -> None:
+        """The model's side of a ``session/cancel`` of ``task`` on ``conn``."""
+        tick = self._next()
+        session = conn.sessions.get(task)
+        record = session.prompt if session is not None else None
+        early = record is not None and record.epoch == self.epoch
+        if early and CANCEL_BEFORE_RUN in self.tolerate:
+            pass  # it may have reached the wire before the prompt
+        elif record is not None:
+            if record.stopped_at is None and not early and self.settled:
+                # The prompt was running, alone: this cancel must end it as cancelled.
+                record.cancelled_alone = True
+            record.stopped_at = record.stopped_at or tick
+
+    def _prompt(
+        self, conn: Connection, op: Prompt, *, task: str | None = None, after_cancel: bool = False
+    ) -> None:
+        task = self.target(conn, op.task) if task is None else task
         number = len(self.prompts)
         if op.script == "echo":
             text = f"/echo reply-{number}"
@@ -558,12 +623,24 @@ class Scenario:
             text = "/hang"
         else:
             text = f'/tool shell {{"command": "touch marker-{number}"}}'
-        call = self._issue(
-            conn,
-            "session/prompt",
-            {"sessionId": task, "prompt": [{"type": "text", "text": text}]},
+        params = {"sessionId": task, "prompt": [{"type": "text", "text": text}]}
+        if after_cancel:
+            # The cancel (the model's side is done) and the prompt, in one write.
+            (call,) = self._issue_together(
+                conn, [("session/cancel", {"sessionId": task}), ("session/prompt", params)]
+            )
+        else:
+            call = self._issue(conn, "session/prompt", params)
+        record = PromptRecord(
+            number,
+            conn.slot,
+            task,
+            op.script,
+            op.answer,
+            call,
+            epoch=self.epoch,
+            after_cancel=after_cancel,
         )
-        record = PromptRecord(number, conn.slot, task, op.script, op.answer, call, epoch=self.epoch)
         self.prompts.append(record)
         model = self.by_id.get(task)
         # Only a prompt on a session this connection holds (or may hold: a load still in
@@ -638,7 +715,8 @@ class Scenario:
             return
         if task.maybe_prompted:
             return
-        if close and session.created_here:
+        if close:
+            # A close ends an untouched task, whether this connection created or loaded it.
             task.deleted = True
         else:
             task.grace_until = (trio.current_time() if at is None else at) + GRACE_S
@@ -894,6 +972,9 @@ class Scenario:
             return
         if session is None:
             self._expect(call, False, RESOURCE_NOT_FOUND, "not open on this connection")
+        elif record.after_cancel and not self.drained:
+            # Written right after a cancel: the turn that cancel ended is not its own.
+            self._expect(call, True, why="a prompt written after a cancel runs")
 
     def _apply_delete(self, conn: Connection, call: Call) -> None:
         task_id = call.params["sessionId"]
@@ -955,9 +1036,10 @@ class Scenario:
         session: OpenSession | None = call.params.get("_closing")
         task_id = call.params["sessionId"]
         late = conn.sessions.get(task_id)
-        if call.error is None and late is not None and late.opened_by < call.issued:
-            # A load or resume issued before this close answered after it was issued: the
-            # service registered its session before the close looked, so this close ended it.
+        if call.error is None and late is not None and (late.opened_by < call.issued or call.raced):
+            # A load or resume issued before this close answered after it was issued (or one
+            # issued right after it, racing it, reached the wire first): the service
+            # registered its session before the close looked, so this close ended it.
             del conn.sessions[task_id]
             if session is None:
                 session = late
@@ -1001,7 +1083,8 @@ class Scenario:
         if call.error is not None:
             return
         listed = {s["sessionId"] for s in call.result["sessions"]}
-        mine = {t.id for t in self.tasks if t.account == self.account}
+        # A list written before an account switch may be answered for either account.
+        mine = {t.id for t in self.tasks if t.account in (self.account, call.account)}
         surely = {t.id for t in self.tasks if t.prompted and t.account == self.account}
         maybe = {t.id for t in self.tasks if t.maybe_prompted}
         if listed - mine:

@@ -1,7 +1,8 @@
 """A Hypothesis-driven scenario machine over 2-3 ACP connections to one service.
 
 Each example is a list of operations (new, load and resume - a re-attach when the connection
-holds the session -, delete, prompt with every kind of permission answer, cancel, close, set the
+holds the session -, delete, prompt with every kind of permission answer, cancel, close, a close
+and a load or resume written back to back, a cancel and a prompt written back to back, set the
 model, disconnect, list, advance virtual time, account change, runtime stop) run inside one
 ``trio.run`` on a mock clock; ``edge_machine`` holds the engine and the invariants it checks
 after every settled step.
@@ -18,7 +19,9 @@ from edge_machine import (
     Advance,
     AnswerLate,
     Cancel,
+    CancelThenPrompt,
     Close,
+    CloseThenOpen,
     Delete,
     Disconnect,
     Initialize,
@@ -57,6 +60,16 @@ KINDS: dict[str, tuple[int, st.SearchStrategy[Op]]] = {
     "cancel": (3, st.builds(Cancel, conns, tasks, thens)),
     "close": (3, st.builds(Close, conns, tasks, thens)),
     "load": (4, st.builds(Load, conns, tasks, thens)),
+    "close_then_open": (
+        2,
+        st.builds(
+            CloseThenOpen, conns, tasks, st.sampled_from(["session/load", "session/resume"]), thens
+        ),
+    ),
+    "cancel_then_prompt": (
+        2,
+        st.builds(CancelThenPrompt, conns, tasks, st.sampled_from(["echo", "hang", "tool"]), thens),
+    ),
     "resume": (2, st.builds(Resume, conns, tasks, thens)),
     "delete": (2, st.builds(Delete, conns, tasks, thens)),
     "answer_late": (2, st.builds(AnswerLate, conns, thens)),
@@ -140,7 +153,8 @@ def test_a_provisional_task_outlives_a_disconnect_only_for_its_grace_period() ->
     )
 
 
-def test_close_deletes_only_the_creators_untouched_task() -> None:
+def test_a_close_deletes_an_untouched_task_whoever_holds_it() -> None:
+    # Created on one connection, loaded and closed on another (acpx splits new and prompt).
     run_scenario(
         [
             New(0),
@@ -278,5 +292,35 @@ def test_deletes_raced_by_prompts_news_and_account_changes() -> None:
             SwitchAccount("bare"),
             Prompt(1, 1, "hang", "deferred"),
             Close(0, 3),
+        ]
+    )
+
+
+def test_a_load_or_resume_written_right_after_a_close_opens_the_session_again() -> None:
+    run_scenario(
+        [
+            New(0),
+            Prompt(0, 0, "echo"),
+            CloseThenOpen(0, 0, "session/load"),
+            Prompt(0, 0, "hang"),
+            CloseThenOpen(0, 0, "session/resume"),
+            Prompt(0, 0, "echo"),
+            # An untouched session: the close removes it, and the load finds nothing.
+            New(0),
+            CloseThenOpen(0, 1, "session/load"),
+        ]
+    )
+
+
+def test_a_prompt_written_right_after_a_cancel_runs_after_the_cancelled_turn() -> None:
+    run_scenario(
+        [
+            New(0),
+            Prompt(0, 0, "hang"),
+            CancelThenPrompt(0, 0, "echo"),
+            Prompt(0, 0, "tool", "deferred"),
+            CancelThenPrompt(0, 0, "tool"),
+            CancelThenPrompt(0, 0, "hang"),
+            CancelThenPrompt(0, 0, "echo"),
         ]
     )

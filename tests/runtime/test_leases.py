@@ -170,14 +170,26 @@ async def test_disconnect_keeps_a_provisional_task_for_the_grace_period(
         reloaded = await service.store.get_task(task_id)
         assert reloaded is not None
         assert reloaded.provisional_expires_ms is None
-        await again.release(close=True)
-        # A loaded task is not deleted by close; its grace starts again.
+        await again.release()
+        # Released again without a close: its grace starts again.
         assert await service.store.get_task(task_id) is not None
         await trio.sleep(DEFAULT_PROVISIONAL_GRACE_S / 2)
         assert await service.sweep_provisional() == []
         # The periodic sweep removes it once the grace has expired.
         await trio.sleep(DEFAULT_PROVISIONAL_GRACE_S)
         assert await service.store.get_task(task_id) is None
+
+
+async def test_a_close_by_a_lease_that_loaded_an_untouched_task_deletes_it(
+    service: AgentService, project: Path
+) -> None:
+    # As a close by its creator does: clients create in one process and use it from another.
+    async with trio.open_nursery() as nursery:
+        lease = await nursery.start(service.serve_new_task, str(project))
+        await lease.release()
+        again = await nursery.start(service.serve_task, lease.task_id, str(project))
+        await again.release(close=True)
+        assert await service.store.get_task(lease.task_id) is None
 
 
 async def test_zero_grace_deletes_on_disconnect(tmp_path: Path, project: Path) -> None:
