@@ -514,6 +514,7 @@ async def test_live_updates_wait_for_the_end_of_a_replay(
         await wait_idle(client, sid)
         # ... and a command that prints all the while, past its turn.
         await client.prompt(sid, "/bg while :; do echo tick; sleep 0.005; done")
+        await wait_idle(client, sid, 2)
         with trio.fail_after(10):
             await client.wait_until(
                 lambda: any(u["sessionUpdate"] in live for u in client.updates(sid))
