@@ -18,6 +18,7 @@ from contextlib import contextmanager
 import trio
 
 from maple_acp.edge._dialect import ConfigOptions, Dialect, SessionSettings, config_options
+from maple_acp.edge._idempotency import PromptKeys
 from maple_acp.runtime import ModelChoices, SessionLease
 
 
@@ -53,6 +54,8 @@ class EdgeSession:
         self.cancelled_at = 0
         #: Whether the trust question has been settled for this session's first prompt.
         self.trust_settled = False
+        #: Keyed prompts (v2's ``idempotencyKey``) not answered yet.
+        self.prompt_keys = PromptKeys()
 
     # -- the prompt ----------------------------------------------------------------------------
 
