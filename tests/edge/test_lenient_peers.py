@@ -128,3 +128,25 @@ async def test_an_mcp_server_of_an_unknown_type_is_refused_naming_it(
         assert "mcpServers[0].type" in caught.value.message
         assert len((await client.list_sessions())["sessions"]) == before
     assert not started.exists()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("value", ["true", "false", 1, None])
+async def test_a_boolean_config_value_that_is_not_a_boolean_is_bad_params(
+    both: Harness, project: Path, version: int, value: Any
+) -> None:
+    async with connected(both, version) as client:
+        new = await client.call("session/new", {"cwd": str(project), "mcpServers": []})
+        sid = new["sessionId"]
+        change = {"sessionId": sid, "configId": "mode", "type": "boolean", "value": value}
+        with pytest.raises(ProtocolError) as caught:
+            await client.call("session/set_config_option", change)
+        assert caught.value.code == -32602
+        # Nothing changed, and the session goes on.
+        answer = await client.call(
+            "session/set_config_option",
+            {"sessionId": sid, "configId": "mode", "value": "plan"}
+            | ({"type": "id"} if version == 2 else {}),
+        )
+        [mode] = [o for o in answer["configOptions"] if o.get("id", o.get("configId")) == "mode"]
+        assert mode["currentValue"] == "plan"
