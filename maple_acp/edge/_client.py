@@ -13,8 +13,11 @@ call is a checkpoint; a cancelled request is withdrawn by the peer and its late 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from typing import Any, Final
+
+import trio
 
 from maple_acp.edge._dialect import ClientFeatures, Outbound
 from maple_acp.edge._projection import UPDATE_METHOD, encode_update
@@ -43,6 +46,9 @@ class ClientChannel:
         self._peer = peer
         #: What the client declared at ``initialize`` (nothing before it).
         self.features = ClientFeatures()
+        #: Sessions whose updates one task alone may send for now (a replay), with the task
+        #: and the event that ends the hold.
+        self._holds: dict[str, tuple[trio.lowlevel.Task, trio.Event]] = {}
 
     @property
     def closed(self) -> bool:
@@ -50,10 +56,33 @@ class ClientChannel:
 
     # -- session/update ----------------------------------------------------------------------
 
+    @asynccontextmanager
+    async def hold(self, session_id: str) -> AsyncIterator[None]:
+        """Within the block only the calling task sends updates of ``session_id``: every other
+        task's wait until it ends (a replay is never interleaved with live updates). A second
+        hold of the same session waits for the first to end."""
+        await self._held(session_id)
+        me = trio.lowlevel.current_task()
+        released = trio.Event()
+        self._holds[session_id] = (me, released)
+        try:
+            yield
+        finally:
+            del self._holds[session_id]
+            released.set()
+
+    async def _held(self, session_id: str) -> None:
+        while (hold := self._holds.get(session_id)) is not None:
+            if hold[0] is trio.lowlevel.current_task():
+                return
+            await hold[1].wait()
+
     async def send(self, session_id: str, update: Outbound) -> None:
         """Queue one ``session/update`` about ``session_id``: a typed notification, or a text
         chunk's line. (The session is the message's route: a transport with a stream per
         session sends it there.)"""
+        if self._holds:
+            await self._held(session_id)
         if type(update) is bytes:
             await self._peer.notify_encoded(update, session_id)
         else:
@@ -62,6 +91,8 @@ class ClientChannel:
     async def send_many(self, session_id: str, updates: Iterable[Outbound]) -> None:
         """Queue many updates in order, handed to the peer :data:`SEND_BATCH` lines at a time
         (a history replay: one hand-off per batch instead of one per line)."""
+        if self._holds:
+            await self._held(session_id)
         batch: list[bytes] = []
         for update in updates:
             batch.append(update if isinstance(update, bytes) else encode_update(update))
@@ -73,6 +104,8 @@ class ClientChannel:
 
     async def send_lines(self, session_id: str, lines: list[bytes]) -> None:
         """Queue finished update lines together (the streaming path: one hand-off)."""
+        if self._holds:
+            await self._held(session_id)
         await self._peer.notify_lines(lines, session_id)
 
     async def drain(self) -> None:

@@ -40,6 +40,7 @@ from maple_acp.edge._dialect import Dialect, InitializeParams
 from maple_acp.edge._errors import protocol_error
 from maple_acp.edge._forking import SessionForker
 from maple_acp.edge._goals import GoalFlow
+from maple_acp.edge._notifications import MalformedNotifications
 from maple_acp.edge._opening import SessionOpener
 from maple_acp.edge._sessions import SessionTable
 from maple_acp.edge._steering import SteeringFlow
@@ -179,6 +180,7 @@ class AcpConnection:
         self._initialized = False
         #: The latest ``session/cancel`` held for each session (see ``_cancel_in_order``).
         self._held_cancels: dict[str, int] = {}
+        self._malformed = MalformedNotifications()
         #: Filled by ``run``: the flows live in the connection's nursery, so they are built
         #: once it is open (before that no request can arrive).
         self._operations: dict[str, Handler] = {}
@@ -346,7 +348,11 @@ class AcpConnection:
 
     async def _on_notification(self, method: str, params: Any) -> None:
         if method == "session/cancel":
-            request = _checked_session_id(structure_params(params, CancelNotification))
+            try:
+                request = _checked_session_id(structure_params(params, CancelNotification))
+            except ProtocolError as exc:
+                self._malformed.ignore(method, exc.message)
+                return
             self._cancel_in_order(request.session_id)
         elif method == BRIDGE_HELLO_METHOD:
             self._hello(params)

@@ -381,6 +381,11 @@ class Projection(Protocol):
         """The current state, sent by a resume before its answer."""
         ...
 
+    def replay_complete(self) -> list[Outbound]:
+        """The end of a replay a resume asked for, its last update before the answer (in a
+        version whose resume replays)."""
+        ...
+
     def turn_ended(
         self, state: RunState, usage: Usage | None, reason: StopReason
     ) -> list[Outbound]:
@@ -408,6 +413,9 @@ class NoTurnFrames:
         return []
 
     def attached(self, running: bool) -> list[Outbound]:
+        return []
+
+    def replay_complete(self) -> list[Outbound]:
         return []
 
 

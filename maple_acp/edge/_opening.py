@@ -35,6 +35,7 @@ from maple_acp.edge._config import AcpServiceConfig
 from maple_acp.edge._dialect import Dialect, ImageSlot, Outbound, Projection, config_change
 from maple_acp.edge._errors import unknown_session
 from maple_acp.edge._prompt import mcp_definitions
+from maple_acp.edge._replay import held_if
 from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
 from maple_acp.mcp import ValidatedServer, validate_servers
@@ -332,13 +333,16 @@ class SessionOpener:
             resume=True,
         )
         with session.lease.operation(), session.update_scope():
-            if replay:
-                await self._replay(session)
-            await self._announce(session)
-            # The current state comes after any replay and before the answer (in a version
-            # that has one).
-            running = session.lease.active_run is not None
-            await self._channel.send_many(session.id, session.projector.attached(running))
+            async with held_if(self._channel, session.id, replay):
+                if replay:
+                    await self._replay(session)
+                await self._announce(session)
+                # The current state comes after any replay and before the answer (in a version
+                # that has one).
+                running = session.lease.active_run is not None
+                await self._channel.send_many(session.id, session.projector.attached(running))
+                if replay:
+                    await self._channel.send_many(session.id, session.projector.replay_complete())
         if session.stopped:
             raise unknown_session()
         logger.info("session %s resumed", session.id)

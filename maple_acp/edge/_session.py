@@ -22,6 +22,7 @@ from contextlib import contextmanager
 import trio
 
 from maple_acp.edge._dialect import ConfigOptions, Dialect, SessionSettings, config_options
+from maple_acp.edge._idempotency import PromptKeys
 from maple_acp.runtime import ModelChoices, SessionLease
 
 
@@ -62,6 +63,8 @@ class EdgeSession:
         self._turn: tuple[int, trio.Event] | None = None
         #: Set once the connection no longer holds the session (closed, revoked, ended).
         self._gone = trio.Event()
+        #: Keyed prompts (v2's ``idempotencyKey``) not answered yet.
+        self.prompt_keys = PromptKeys()
 
     # -- the prompt ----------------------------------------------------------------------------
 

@@ -20,8 +20,10 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
+import attrs
 import trio
 
 from maple_acp.edge._client import ClientChannel
@@ -51,7 +53,7 @@ from maple_acp.runtime import (
     TextChunk,
     ThoughtChunk,
 )
-from maple_acp.wire import PromptRequest, ProtocolError
+from maple_acp.wire import PromptRequest, ProtocolError, v2
 
 logger = logging.getLogger(__name__)
 
@@ -78,11 +80,22 @@ class PromptTurns:
         #: What the host's backend takes in a prompt besides text and resource links.
         self._accepts = accepts or PromptCapabilities()
 
-    async def prompt(self, request: PromptRequest) -> object:
+    async def prompt(self, request: PromptRequest | v2.V2PromptRequest) -> object:
         # The blocks first: a refused block is bad params whatever the session.
         prompt = read_prompt(request.prompt, self._accepts)
         session = self._table.live(request.session_id)
         arrival = request_arrival()
+        key = request.idempotency_key if isinstance(request, v2.V2PromptRequest) else None
+        if key is not None:
+            return await session.prompt_keys.answer(
+                session.lease,
+                key,
+                session.dialect.acceptance_answer,
+                partial(self._prompt, session, attrs.evolve(prompt, idempotency_key=key), arrival),
+            )
+        return await self._prompt(session, prompt, arrival)
+
+    async def _prompt(self, session: EdgeSession, prompt: Prompt, arrival: int) -> object:
         if session.dialect.answers_on_acceptance:
             # The answer leaves once the message is inserted; the turn goes on in the
             # connection's nursery, and ends in updates. Its updates (but the echo of the

@@ -96,7 +96,6 @@ from maple_acp.wire import (
     InitializeResponse,
     ListSessionsRequest,
     PermissionOption,
-    PromptRequest,
     ProtocolError,
     SessionConfigOption,
     SessionConfigSelect,
@@ -112,6 +111,8 @@ VERSION: Final = 2
 
 #: The one replay cursor this agent serves: the whole retained history.
 REPLAY_FROM_START: Final = "start"
+#: The update that ends a replay (upstream schema 1.18; alpha.12 takes it as an open kind).
+REPLAY_COMPLETE: Final = "replay_complete"
 #: The plan's id: a session has one plan, each update replaces it whole.
 PLAN_ID: Final = "plan"
 _STATUS: Final[dict[ToolStatus, str]] = {
@@ -139,7 +140,7 @@ _PARAMS: Final[Mapping[str, tuple[type[object], str]]] = {
     "session/new": (v2.V2NewSessionRequest, "new_session"),
     "session/resume": (v2.V2ResumeSessionRequest, "resume_session"),
     "session/list": (ListSessionsRequest, "list_sessions"),
-    "session/prompt": (PromptRequest, "prompt"),
+    "session/prompt": (v2.V2PromptRequest, "prompt"),
     "session/close": (CloseSessionRequest, "close_session"),
     "session/delete": (DeleteSessionRequest, "delete_session"),
     "session/set_config_option": (v2.V2SetSessionConfigOptionRequest, "set_config_option"),
@@ -474,6 +475,12 @@ class V2Projection:
         if running:
             return [_state(self.session_id, "requires_action" if self._waiting else "running")]
         return [_state(self.session_id, "idle")]
+
+    def replay_complete(self) -> list[Outbound]:
+        # Once per resume that named ``replayFrom``, even for an empty replay: a client takes
+        # a replay that ends without it (and without an answer) as cut short. Sessions have no
+        # child sessions yet, so there is no child's marker to send.
+        return [self._update(REPLAY_COMPLETE, {})]
 
 
 class V2Dialect:

@@ -99,11 +99,14 @@ class Prompt:
     checked ``images`` in the order the prompt gave them, and the embedded text
     ``resources`` for a backend that shows them apart. A plain ``str`` where a ``Prompt`` is
     taken is a text-only prompt. More than ``MAX_PROMPT_IMAGES`` images is ``INVALID_PROMPT``.
+    ``idempotency_key``, the client's key for the message, is stored with it (the store says
+    later which message a key inserted).
     """
 
     text: str
     images: tuple[PromptImage, ...] = attrs.field(default=(), validator=_at_most_max_images)
     resources: tuple[EmbeddedText, ...] = ()
+    idempotency_key: str | None = None
 
     @property
     def image_refs(self) -> tuple[ImageRef, ...]:

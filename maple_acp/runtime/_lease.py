@@ -315,6 +315,14 @@ class SessionLease:
             self._life.check_live()
             return data
 
+    async def keyed_message(self, key: str) -> str | None:
+        """The id of the user message a prompt with idempotency ``key`` inserted in this task,
+        if the task remembers the key."""
+        with self._life.operation():
+            message_id = await self._context.store.keyed_message(self.task_id, key)
+            self._life.check_live()
+            return message_id
+
     async def replay_rows(self) -> list[TimelineItem | MessageRow]:
         """``history()`` as a replay to a client needs it, cheaper to read: message rows may
         come as ``MessageRow`` values (see ``TaskStore.replay_rows``)."""

@@ -168,6 +168,7 @@ class LeaseTurns:
                         item,
                         now_ms=now,
                         blobs=prompt.image_bytes or None,
+                        idempotency_key=prompt.idempotency_key,
                     )
                     self._row.admitted(record)
                     history = await self.turn_inputs(run_id)

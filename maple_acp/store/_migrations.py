@@ -272,6 +272,20 @@ CREATE TABLE transcripts (
 ) WITHOUT ROWID
 """
 
+#: Step 11: prompt idempotency keys (``prompt_keys``): which user message each of a task's
+#: latest keys inserted, so that a prompt sent again with its key, even after a restart,
+#: inserts nothing. ``seq`` orders a task's keys for forgetting the oldest.
+_PROMPT_KEYS = """
+CREATE TABLE prompt_keys (
+    task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    key TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    PRIMARY KEY (task_id, key)
+) WITHOUT ROWID;
+CREATE INDEX prompt_keys_by_seq ON prompt_keys (task_id, seq)
+"""
+
 #: One schema step: a SQL script, or a function that runs inside the step's transaction (for
 #: a change of stored values that SQL cannot state exactly).
 Step = str | Callable[[sqlite3.Connection], None]
@@ -288,6 +302,7 @@ MIGRATIONS: tuple[Step, ...] = (
     _BLOBS,
     _THOUGHT_SIGNATURES,
     _TRANSCRIPTS,
+    _PROMPT_KEYS,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

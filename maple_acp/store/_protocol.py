@@ -100,14 +100,21 @@ class TaskStore(Protocol):
         *,
         now_ms: int,
         blobs: Mapping[str, bytes] | None = None,
+        idempotency_key: str | None = None,
     ) -> TaskRecord:
         """Durably append a user message and, in the same transaction, end the task's
         provisional state (clearing any grace expiry) and bump ``updated_ms``. Once this
         returns, the message survives a crash. The bytes of ``item.images`` come in ``blobs``
         (by SHA-256) and are stored once per hash, however many messages carry them; a blob
-        no stored task refers to any more is dropped when its last task is deleted. Raises
+        no stored task refers to any more is dropped when its last task is deleted. With an
+        ``idempotency_key``, the same transaction records that the key inserted this message
+        (see :meth:`keyed_message`; the task's latest 1,024 keys are kept). Raises
         ``StoreError`` if the task is gone, or an image's bytes are missing or do not match
         its hash."""
+
+    async def keyed_message(self, task_id: str, key: str) -> str | None:
+        """The id of the user message ``key`` inserted in ``task_id``, if it is one of the
+        task's remembered keys."""
 
     async def read_blob(self, sha256: str) -> bytes | None:
         """The bytes of a stored image, ``None`` if no task holds it any more."""

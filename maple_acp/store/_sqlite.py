@@ -30,6 +30,7 @@ from maple_acp.model import (
 from maple_acp.store import _blobs, _history, _tasks
 from maple_acp.store._lock import DataDirectoryLock
 from maple_acp.store._migrations import SCHEMA_VERSION, migrate
+from maple_acp.store._prompt_keys import message_for_key, remember_key_locked
 from maple_acp.store._protocol import ForkSourceMissing, StoreError, TaskStore
 from maple_acp.store._tasks import MAX_PAGE
 
@@ -275,6 +276,7 @@ class SqliteTaskStore:
         *,
         now_ms: int,
         blobs: Mapping[str, bytes] | None = None,
+        idempotency_key: str | None = None,
     ) -> TaskRecord:
         if item.kind is not ItemKind.USER:
             raise ValueError("only a user item can be admitted as a user message")
@@ -286,11 +288,17 @@ class SqliteTaskStore:
             task = _tasks.end_provisional(conn, task_id, now_ms)
             if item.images:
                 _blobs.put_images_locked(conn, task_id, item.images, blobs or {})
-            return task, _history.upsert_items_locked(conn, task_id, encoded)
+            lowest = _history.upsert_items_locked(conn, task_id, encoded)
+            if idempotency_key is not None:
+                remember_key_locked(conn, task_id, idempotency_key, item.item_id)
+            return task, lowest
 
         # Durability: the store runs WAL with synchronous=NORMAL, so once COMMIT returns the
         # transaction is in the WAL file; a killed process cannot lose it (see ``_connect``).
         return await self._write_items(task_id, change)
+
+    async def keyed_message(self, task_id: str, key: str) -> str | None:
+        return await self._run(lambda conn: message_for_key(conn, task_id, key))
 
     async def upsert_items(
         self, task_id: str, items: Sequence[TimelineItem], *, now_ms: int

@@ -81,6 +81,29 @@ class V2ResumeSessionRequest:
     meta: Meta | None = None
 
 
+#: Characters of a prompt's idempotency key, at most: a key names a retry (a UUID is 36);
+#: a longer one is a mistake or an attempt to fill the store.
+MAX_IDEMPOTENCY_KEY_CHARS = 256
+
+
+def _idempotency_key(instance: object, attribute: object, value: str | None) -> None:
+    if value is not None and not 0 < len(value) <= MAX_IDEMPOTENCY_KEY_CHARS:
+        raise WireValueError(
+            f"expected 1 to {MAX_IDEMPOTENCY_KEY_CHARS} characters", field="idempotencyKey"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class V2PromptRequest:
+    """``session/prompt`` with the Preview's ``idempotency_key``: a prompt sent again with the
+    same key inserts its message once."""
+
+    session_id: str
+    prompt: tuple[ContentBlock, ...]
+    idempotency_key: str | None = attrs.field(default=None, validator=_idempotency_key)
+    meta: Meta | None = None
+
+
 #: The value kinds of a config change this agent serves: every option it offers is a select.
 CONFIG_VALUE_TYPES = frozenset({"id"})
 

@@ -51,7 +51,10 @@ async def test_a_v2_session_resumes_with_its_history_after_a_restart(
             assert [t for k, _, t in client.messages(sid) if k == "agent_message"] == [
                 "before the restart"
             ]
-            assert client.updates(sid)[-1] == {"sessionUpdate": "state_update", "state": "idle"}
+            assert client.updates(sid)[-2:] == [
+                {"sessionUpdate": "state_update", "state": "idle"},
+                {"sessionUpdate": "replay_complete"},
+            ]
             await client.prompt(sid, "/echo after")
             await _idle_count(client, sid, 2)
             assert client.text(sid).endswith("after")

@@ -227,7 +227,39 @@ async def test_resume_replays_from_start_then_states_before_answering(
         kinds = [u["sessionUpdate"] for u in client.updates(sid)]
         assert not [kind for kind in kinds if kind.endswith("_chunk")]
         assert "plan_update" in kinds
-        assert kinds[-1] == "state_update"  # after the replay, before the answer
+        # After the replay and the current state, the one end-of-replay marker, then the answer.
+        assert kinds[-2:] == ["state_update", "replay_complete"]
+        assert kinds.count("replay_complete") == 1
+        assert client.updates(sid)[-1] == {"sessionUpdate": "replay_complete"}
+        client.validate(acp_schema_v2)
+
+
+async def test_every_resume_with_replay_from_ends_its_replay_once(
+    v2_harness: Harness, project: Path, acp_schema_v2: AcpSchema
+) -> None:
+    resume = {"cwd": str(project), "replayFrom": {"type": "start"}}
+    async with v2_client(v2_harness) as client:
+        # An empty history (a session not prompted yet): the marker all the same.
+        sid = (await client.call("session/new", {"cwd": str(project)}))["sessionId"]
+        with trio.fail_after(10):
+            await client.wait_until(lambda: bool(client.updates(sid)))  # its commands
+        seen = len(client.updates(sid))
+        await client.call("session/resume", {"sessionId": sid, **resume})
+        kinds = [u["sessionUpdate"] for u in client.updates(sid)[seen:]]
+        assert kinds == ["available_commands_update", "state_update", "replay_complete"]
+        # A re-attach by the connection that holds the session: once more, once.
+        await client.prompt(sid, "/echo hi")
+        await wait_idle(client, sid)
+        seen = len(client.updates(sid))
+        await client.call("session/resume", {"sessionId": sid, **resume})
+        kinds = [u["sessionUpdate"] for u in client.updates(sid)[seen:]]
+        assert kinds[0] == "user_message"
+        assert kinds[-1] == "replay_complete"
+        assert kinds.count("replay_complete") == 1
+        # Without replayFrom: no marker.
+        seen = len(client.updates(sid))
+        await client.call("session/resume", {"sessionId": sid, "cwd": str(project)})
+        assert "replay_complete" not in [u["sessionUpdate"] for u in client.updates(sid)[seen:]]
         client.validate(acp_schema_v2)
 
 
@@ -468,4 +500,34 @@ async def test_an_image_prompt_on_v2(
         assert answer["messageId"]
         await wait_idle(client, sid)
         assert states(client, sid) == ["running", "idle:end_turn"]
+        client.validate(acp_schema_v2)
+
+
+async def test_live_updates_wait_for_the_end_of_a_replay(
+    v2_harness: Harness, project: Path, acp_schema_v2: AcpSchema
+) -> None:
+    live = ("terminal_output_chunk", "terminal_update")
+    async with v2_client(v2_harness) as client:
+        sid = (await client.call("session/new", {"cwd": str(project)}))["sessionId"]
+        # A history of a few hundred lines (several hand-offs to the peer) ...
+        await client.prompt(sid, "/stream 400 16000")
+        await wait_idle(client, sid)
+        # ... and a command that prints all the while, past its turn.
+        await client.prompt(sid, "/bg while :; do echo tick; sleep 0.005; done")
+        await wait_idle(client, sid, 2)
+        with trio.fail_after(10):
+            await client.wait_until(
+                lambda: any(u["sessionUpdate"] in live for u in client.updates(sid))
+            )
+        for _ in range(3):
+            seen = len(client.updates(sid))
+            resume = {"sessionId": sid, "cwd": str(project), "replayFrom": {"type": "start"}}
+            await client.call("session/resume", resume)
+            kinds = [u["sessionUpdate"] for u in client.updates(sid)[seen:]]
+            first = kinds.index("user_message")
+            end = kinds.index("replay_complete")
+            assert not [kind for kind in kinds[first:end] if kind in live]
+        await client.call(
+            "_session/background", {"sessionId": sid, "action": "stop", "handle": "bg-1"}
+        )
         client.validate(acp_schema_v2)

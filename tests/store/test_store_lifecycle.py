@@ -81,6 +81,7 @@ DOCUMENTED_SCHEMA = {
     "blobs": ["sha256", "data"],
     "blob_refs": ["task_id", "sha256"],
     "transcripts": ["task_id", "run_id", "covered_seq", "body"],
+    "prompt_keys": ["task_id", "key", "message_id", "seq"],
 }
 
 

@@ -52,6 +52,7 @@ async def test_a_schema_8_file_gains_the_column_with_its_rows_unsigned(tmp_path:
     try:
         conn.execute("ALTER TABLE items DROP COLUMN signature")
         conn.execute("DROP TABLE transcripts")
+        conn.execute("DROP TABLE prompt_keys")
         conn.execute("PRAGMA user_version = 8")
         assert migrate(conn) == 8
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

@@ -53,6 +53,7 @@ async def test_a_schema_9_file_gains_an_empty_table(tmp_path: Path) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("DROP TABLE transcripts")
+        conn.execute("DROP TABLE prompt_keys")
         conn.execute("PRAGMA user_version = 9")
         assert migrate(conn) == 9
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
