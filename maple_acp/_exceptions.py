@@ -59,8 +59,9 @@ Not part of the tree, on purpose, each for its reason:
   ``ExternalToolError``);
 - the command line's ``CliError``, a ``click.ClickException`` so click prints it as one line and
   exits 1 (and ``click``'s own usage errors);
-- the test helpers' ``SchemaViolation``, an ``AssertionError`` so a test runner reports a frame
-  that breaks the ACP schema as a failed assertion.
+- the test helpers' ``SchemaViolation`` and ``InvariantViolation``, each an ``AssertionError`` so a
+  test runner reports a frame that breaks the ACP schema, or a broken promise of the library,
+  as a failed assertion.
 
 The stdlib-only connector has its own small tree (``maple_acp_connector.EndpointError``) because
 it must not import this package.
