@@ -5,6 +5,8 @@ plain functions with time standing still between them."""
 
 from __future__ import annotations
 
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -205,3 +207,22 @@ def test_a_driver_runs_steps_and_holds_time_still_between_them() -> None:
         assert driver.run(trio.sleep, 0) is None  # the loop goes on after a failed step
     finally:
         driver.close()
+
+
+def test_quiet_does_not_wait_for_children_the_run_did_not_start() -> None:
+    # Another test's process still running, and one ended but not yet reaped: neither is the
+    # service's, so neither may hold a step open.
+    running = subprocess.Popen(["sleep", "30"])
+    ended = subprocess.Popen(["true"])
+    try:
+        time.sleep(0.2)  # ended by now, and not reaped: a zombie
+        driver = TrioDriver()
+        try:
+            assert driver.run(trio.sleep, 5) is None
+            assert driver.clock.current_time() == 5.0
+        finally:
+            driver.close()
+    finally:
+        running.kill()
+        running.wait()
+        ended.wait()

@@ -62,20 +62,48 @@ def _waits_for_a_thread(task: trio.lowlevel.Task) -> bool:
 _TO_THREAD_CODE = trio.to_thread.run_sync.__code__
 
 
-def _children_alive() -> bool:
-    """Whether this process has a live child (Linux's ``/proc``; elsewhere: never known)."""
+#: The children this process already had when a run first waited for quiet (another test's
+#: server, a browser still closing): not the service's, so never waited for.
+_FOREIGN_CHILDREN: trio.lowlevel.RunVar[frozenset[str]] = trio.lowlevel.RunVar(
+    "maple_acp_foreign_children"
+)
+
+
+def _live_children() -> set[str]:
+    """The pids of this process's children that have not ended (Linux's ``/proc``; elsewhere:
+    none known). An ended child not yet reaped (a zombie) is not alive."""
     try:
         threads = os.listdir("/proc/self/task")
     except OSError:
-        return False
+        return set()
+    found: set[str] = set()
     for thread in threads:
         try:
             with open(f"/proc/self/task/{thread}/children") as handle:
-                if handle.read().strip():
-                    return True
+                found.update(handle.read().split())
         except OSError:
             continue
-    return False
+    alive = set()
+    for pid in found:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                # "pid (comm) state ...": the state follows the last ')'.
+                state = handle.read().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            alive.add(pid)
+    return alive
+
+
+def _children_alive() -> bool:
+    """Whether a child this run started is alive."""
+    try:
+        foreign = _FOREIGN_CHILDREN.get()
+    except LookupError:
+        foreign = frozenset(_live_children())
+        _FOREIGN_CHILDREN.set(foreign)
+    return bool(_live_children() - foreign)
 
 
 async def wait_quiet() -> None:
