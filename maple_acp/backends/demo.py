@@ -35,6 +35,9 @@ echoed back (consecutive lines as one message): ``/usr/bin/env is missing`` is t
     Send the whole plan: one entry per ``;``-separated step, in order. A step that starts with
     ``[x]`` is completed, ``[>]`` in progress, anything else (or ``[ ]``) pending. ``/plan``
     alone sends an empty plan.
+``/plan-md TEXT``
+    Send the whole plan as Markdown: the rest of the line, each ``\\n`` a new line.
+    ``/plan-md`` alone clears the plan.
 ``/title TEXT``
     Rename the task (not as a user rename).
 ``/tool shell {"command": "..."}``
@@ -176,6 +179,11 @@ DEMO_COMMANDS = (
         name="plan",
         description="Send a plan; steps split by ';', [x] completed, [>] in progress",
         input_hint="[x] STEP; [>] STEP; STEP",
+    ),
+    CommandInfo(
+        name="plan-md",
+        description="Send a Markdown plan; \\n starts a new line",
+        input_hint="# PLAN\\n- STEP",
     ),
     CommandInfo(name="title", description="Rename the session", input_hint="TEXT"),
     CommandInfo(
@@ -344,6 +352,9 @@ class DemoBackend(Backend):
     async def _plan(self, turn: Turn, rest: str) -> None:
         await turn.send_plan(parse_plan(rest))
 
+    async def _plan_markdown(self, turn: Turn, rest: str) -> None:
+        await turn.send_markdown_plan(rest.replace("\\n", "\n"))
+
     async def _title(self, turn: Turn, rest: str) -> None:
         await turn.set_title(rest)
 
@@ -505,6 +516,7 @@ _DIRECTIVES: dict[str, _Directive] = {
     "usage": DemoBackend._usage,
     "context": DemoBackend._context,
     "plan": DemoBackend._plan,
+    "plan-md": DemoBackend._plan_markdown,
     "title": DemoBackend._title,
     "tool": DemoBackend._tool,
     "bg": lambda demo, turn, rest: demo._shell(turn, {"command": rest, "background": True}),

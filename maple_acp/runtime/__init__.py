@@ -277,6 +277,7 @@ from maple_acp.runtime._modes import (
 from maple_acp.runtime._offer import (
     MAX_COMMANDS,
     MAX_PLAN_ENTRIES,
+    MAX_PLAN_MARKDOWN_CHARS,
     external_mcp_spec,
 )
 from maple_acp.runtime._permissions import (
@@ -348,6 +349,7 @@ __all__ = [
     "MAX_LIST_PAGE",
     "MAX_MESSAGE_CHARS",
     "MAX_PLAN_ENTRIES",
+    "MAX_PLAN_MARKDOWN_CHARS",
     "MAX_PROMPT_IMAGES",
     "MAX_READ_CHARS",
     "MAX_RELAY_TOTAL_BYTES",

@@ -412,6 +412,12 @@ _TAGGED_UNIONS: Final = (
         members={"content": u.Content, "diff": u.Diff},
     ),
     _TaggedUnion(
+        union=u.PlanUpdateContent,
+        noun="plan content type",
+        key="type",
+        members={"items": u.PlanItems, "markdown": u.PlanMarkdown},
+    ),
+    _TaggedUnion(
         union=u.SessionUpdate,
         noun="session update",
         key="sessionUpdate",
@@ -422,6 +428,8 @@ _TAGGED_UNIONS: Final = (
             "tool_call": u.ToolCall,
             "tool_call_update": u.ToolCallUpdate,
             "plan": u.Plan,
+            "plan_update": u.PlanUpdate,
+            "plan_removed": u.PlanRemoved,
             "available_commands_update": u.AvailableCommandsUpdate,
             "config_option_update": u.ConfigOptionUpdate,
             "current_mode_update": u.CurrentModeUpdate,

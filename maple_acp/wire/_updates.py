@@ -120,6 +120,43 @@ class Plan:
 
 
 @attrs.frozen(kw_only=True)
+class PlanItems:
+    """A checklist plan, tagged ``type: "items"`` in a ``plan_update``."""
+
+    plan_id: str
+    entries: tuple[PlanEntry, ...]
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class PlanMarkdown:
+    """A Markdown plan, tagged ``type: "markdown"`` in a ``plan_update``."""
+
+    plan_id: str
+    content: str
+    meta: Meta | None = None
+
+
+#: Tagged on ``type``.
+PlanUpdateContent = PlanItems | PlanMarkdown
+
+
+@attrs.frozen(kw_only=True)
+class PlanUpdate:
+    """The whole plan of one id (v1 1.29's unstable kind, sent to a client that declared
+    ``clientCapabilities.plan``; v2's own)."""
+
+    plan: PlanUpdateContent
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class PlanRemoved:
+    plan_id: str
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
 class UnstructuredCommandInput:
     hint: str
     meta: Meta | None = None
@@ -224,6 +261,8 @@ SessionUpdate = (
     | ToolCall
     | ToolCallUpdate
     | Plan
+    | PlanUpdate
+    | PlanRemoved
     | AvailableCommandsUpdate
     | ConfigOptionUpdate
     | CurrentModeUpdate
