@@ -34,10 +34,7 @@ echoed back (consecutive lines as one message): ``/usr/bin/env is missing`` is t
 ``/plan STEP; STEP; ...``
     Send the whole plan: one entry per ``;``-separated step, in order. A step that starts with
     ``[x]`` is completed, ``[>]`` in progress, anything else (or ``[ ]``) pending. ``/plan``
-    alone sends an empty plan.
-``/plan-md TEXT``
-    Send the whole plan as Markdown: the rest of the line, each ``\\n`` a new line.
-    ``/plan-md`` alone clears the plan.
+    alone sends an empty plan. ``/plan-md TEXT``: the plan as Markdown (``\\n``: a new line).
 ``/title TEXT``
     Rename the task (not as a user rename).
 ``/tool shell {"command": "..."}``
@@ -180,11 +177,7 @@ DEMO_COMMANDS = (
         description="Send a plan; steps split by ';', [x] completed, [>] in progress",
         input_hint="[x] STEP; [>] STEP; STEP",
     ),
-    CommandInfo(
-        name="plan-md",
-        description="Send a Markdown plan; \\n starts a new line",
-        input_hint="# PLAN\\n- STEP",
-    ),
+    CommandInfo(name="plan-md", description="Send a Markdown plan", input_hint="MARKDOWN"),
     CommandInfo(name="title", description="Rename the session", input_hint="TEXT"),
     CommandInfo(
         name="tool",
@@ -352,9 +345,6 @@ class DemoBackend(Backend):
     async def _plan(self, turn: Turn, rest: str) -> None:
         await turn.send_plan(parse_plan(rest))
 
-    async def _plan_markdown(self, turn: Turn, rest: str) -> None:
-        await turn.send_markdown_plan(rest.replace("\\n", "\n"))
-
     async def _title(self, turn: Turn, rest: str) -> None:
         await turn.set_title(rest)
 
@@ -516,7 +506,7 @@ _DIRECTIVES: dict[str, _Directive] = {
     "usage": DemoBackend._usage,
     "context": DemoBackend._context,
     "plan": DemoBackend._plan,
-    "plan-md": DemoBackend._plan_markdown,
+    "plan-md": lambda demo, turn, rest: turn.send_markdown_plan(rest.replace("\\n", "\n")),
     "title": DemoBackend._title,
     "tool": DemoBackend._tool,
     "bg": lambda demo, turn, rest: demo._shell(turn, {"command": rest, "background": True}),

@@ -121,8 +121,9 @@ class Plan:
 
 @attrs.frozen(kw_only=True)
 class PlanItems:
-    """A checklist plan, tagged ``type: "items"`` in a ``plan_update``."""
+    """A checklist plan in a ``plan_update``."""
 
+    type: Literal["items"] = "items"
     plan_id: str
     entries: tuple[PlanEntry, ...]
     meta: Meta | None = None
@@ -130,14 +131,15 @@ class PlanItems:
 
 @attrs.frozen(kw_only=True)
 class PlanMarkdown:
-    """A Markdown plan, tagged ``type: "markdown"`` in a ``plan_update``."""
+    """A Markdown plan in a ``plan_update``."""
 
+    type: Literal["markdown"] = "markdown"
     plan_id: str
     content: str
     meta: Meta | None = None
 
 
-#: Tagged on ``type``.
+#: Told apart by their own ``type`` field (the host only sends them).
 PlanUpdateContent = PlanItems | PlanMarkdown
 
 

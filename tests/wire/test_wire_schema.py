@@ -256,6 +256,8 @@ EXTRA_KEYS = {
     "BooleanPropertySchema": {"type"},
     "SessionConfigSelect": {"type"},
     "SetSessionConfigOptionRequest": {"type", "value"},
+    "PlanItems": {"type"},
+    "PlanMarkdown": {"type"},
     # ``fork`` is the unstable schema's (checked against it by the edge's initialize test).
     "SessionCapabilities": {"fork"},
     # ``plan`` is the unstable schema's (v1 1.29); its PlanCapabilities is checked below.
