@@ -189,10 +189,12 @@ class TimelineItem:
     kind: ItemKind
     created_ms: int
     run_id: str | None = None
-    #: Message text for user/assistant/thought rows; the request summary for tool rows.
+    #: Message text for user/assistant/thought rows; the request summary for tool rows; a
+    #: Markdown plan for a ``PLAN`` row (empty for a checklist).
     text: str = ""
     tool: ToolState | None = None
-    #: The whole plan, for a row of kind ``PLAN`` (empty otherwise).
+    #: The whole checklist plan, for a row of kind ``PLAN`` (empty otherwise, and for a
+    #: Markdown plan or a cleared one).
     plan: tuple[PlanEntry, ...] = ()
     #: The images of a ``USER`` row, in the order the prompt gave them (its text comes first).
     images: tuple[ImageRef, ...] = ()

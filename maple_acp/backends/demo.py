@@ -34,7 +34,7 @@ echoed back (consecutive lines as one message): ``/usr/bin/env is missing`` is t
 ``/plan STEP; STEP; ...``
     Send the whole plan: one entry per ``;``-separated step, in order. A step that starts with
     ``[x]`` is completed, ``[>]`` in progress, anything else (or ``[ ]``) pending. ``/plan``
-    alone sends an empty plan.
+    alone sends an empty plan. ``/plan-md TEXT``: the plan as Markdown (``\\n``: a new line).
 ``/title TEXT``
     Rename the task (not as a user rename).
 ``/tool shell {"command": "..."}``
@@ -177,6 +177,7 @@ DEMO_COMMANDS = (
         description="Send a plan; steps split by ';', [x] completed, [>] in progress",
         input_hint="[x] STEP; [>] STEP; STEP",
     ),
+    CommandInfo(name="plan-md", description="Send a Markdown plan", input_hint="MARKDOWN"),
     CommandInfo(name="title", description="Rename the session", input_hint="TEXT"),
     CommandInfo(
         name="tool",
@@ -505,6 +506,7 @@ _DIRECTIVES: dict[str, _Directive] = {
     "usage": DemoBackend._usage,
     "context": DemoBackend._context,
     "plan": DemoBackend._plan,
+    "plan-md": lambda demo, turn, rest: turn.send_markdown_plan(rest.replace("\\n", "\n")),
     "title": DemoBackend._title,
     "tool": DemoBackend._tool,
     "bg": lambda demo, turn, rest: demo._shell(turn, {"command": rest, "background": True}),

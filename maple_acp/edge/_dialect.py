@@ -202,6 +202,8 @@ class ClientFeatures:
     notices: bool = False
     #: Compaction updates (else it is sent none).
     compaction: bool = False
+    #: Plan operations, ``plan_update`` and ``plan_removed`` (else the legacy ``plan``).
+    plans: bool = False
 
 
 def config_options(
@@ -445,10 +447,16 @@ class Dialect(Protocol):
         ...
 
     def projection(
-        self, session_id: str, *, notices: bool = False, compaction: bool = False
+        self,
+        session_id: str,
+        *,
+        notices: bool = False,
+        compaction: bool = False,
+        plans: bool = False,
     ) -> Projection:
         """A session's updates; ``notices``: the client shows notice updates; ``compaction``:
-        it follows compactions (else it is sent none)."""
+        it follows compactions (else it is sent none); ``plans``: it takes plan operations
+        (else the legacy ``plan``; a version whose baseline has them ignores it)."""
         ...
 
     def client_features(self, request: InitializeParams) -> ClientFeatures:

@@ -128,6 +128,7 @@ class SessionOpener:
             self._dialect(),
             notices=self._channel.features.notices,
             compaction=self._channel.features.compaction,
+            plans=self._channel.features.plans,
         )
         table.register(session)
         nursery.start_soon(self._watch, session)

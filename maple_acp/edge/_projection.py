@@ -65,6 +65,11 @@ from maple_acp.wire import (
     Notice,
     NoticeSeverity,
     Plan,
+    PlanItems,
+    PlanMarkdown,
+    PlanRemoved,
+    PlanUpdate,
+    PlanUpdateContent,
     SessionConfigOption,
     SessionInfoUpdate,
     SessionMode,
@@ -89,6 +94,8 @@ UPDATE_METHOD: Final = "session/update"
 DIFF_TRUNCATED: Final = CUT_DIFF
 #: Titles and notices are short by nature; a longer one is cut.
 MAX_TITLE_CHARS: Final = 500
+#: The id of a session's plan: a session has one plan, and each update replaces it whole.
+PLAN_ID: Final = "plan"
 
 _STATUS: Final[dict[ToolStatus, ToolCallStatus]] = {
     ToolStatus.PENDING: "pending",
@@ -162,6 +169,15 @@ def text_template(session_id: str, kind: ChunkKind) -> TextTemplate | None:
     return head, middle, tail
 
 
+def _first_line(markdown: str) -> str:
+    """The first line of a Markdown plan that says something, for a client that shows only
+    a checklist."""
+    for line in markdown.splitlines():
+        if line.strip():
+            return line.strip()
+    return markdown.strip()
+
+
 def mode_state(settings: SessionSettings) -> SessionModeState:
     """The session's current mode and every mode the host offers."""
     return SessionModeState(
@@ -206,8 +222,20 @@ def _diff(diff: FileDiff) -> Diff:
 class SessionProjector:
     """Builds every ``session/update`` of one session."""
 
-    def __init__(self, session_id: str, *, notices: bool = False, compaction: bool = False) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        notices: bool = False,
+        compaction: bool = False,
+        plans: bool = False,
+    ) -> None:
         self.session_id = session_id
+        #: The client takes plan operations (``plan_update``, ``plan_removed``: v1's
+        #: ``clientCapabilities.plan``, every v2 client); others get the legacy ``plan``.
+        self.plans = plans
+        #: Whether the client holds a plan now (a cleared plan is removed only then).
+        self._plan_shown = False
         #: The client shows ``notice`` updates (``clientCapabilities.session.notices``).
         self.notices = notices
         #: The client follows compactions (``clientCapabilities.session.compaction``); others
@@ -358,20 +386,42 @@ class SessionProjector:
     def current_mode(self, mode_id: str) -> SessionNotification:
         return self._wrap(CurrentModeUpdate(current_mode_id=mode_id))
 
-    def plan(self, entries: Sequence[PlanEntry]) -> SessionNotification:
-        """The whole plan (ACP replaces the client's plan with each one)."""
-        return self._wrap(
-            Plan(
-                entries=tuple(
-                    wire.PlanEntry(
-                        content=bound_text(entry.content, MAX_TITLE_CHARS),
-                        priority=entry.priority.value,
-                        status=entry.status.value,
-                    )
-                    for entry in entries
-                )
+    def plan_operation(
+        self, entries: Sequence[PlanEntry], markdown: str = ""
+    ) -> SessionNotification | None:
+        """The update for the whole plan as it stands now (a checklist, Markdown, or neither:
+        cleared). A client that takes plan operations gets ``plan_update``, or for a cleared
+        plan ``plan_removed`` if it holds one (else nothing); others get :meth:`plan`, a
+        Markdown plan as one entry holding its first line."""
+        if not self.plans:
+            if markdown and not entries:
+                entries = (PlanEntry(content=_first_line(markdown)),)
+            return self.plan(entries)
+        if not entries and not markdown:
+            shown, self._plan_shown = self._plan_shown, False
+            return self._wrap(PlanRemoved(plan_id=PLAN_ID)) if shown else None
+        self._plan_shown = True
+        content: PlanUpdateContent
+        if entries:
+            content = PlanItems(plan_id=PLAN_ID, entries=self._plan_entries(entries))
+        else:
+            content = PlanMarkdown(plan_id=PLAN_ID, content=markdown)
+        return self._wrap(PlanUpdate(plan=content))
+
+    def _plan_entries(self, entries: Sequence[PlanEntry]) -> tuple[wire.PlanEntry, ...]:
+        return tuple(
+            wire.PlanEntry(
+                content=bound_text(entry.content, MAX_TITLE_CHARS),
+                priority=entry.priority.value,
+                status=entry.status.value,
             )
+            for entry in entries
         )
+
+    def plan(self, entries: Sequence[PlanEntry]) -> SessionNotification:
+        """The whole plan as the legacy ``plan`` update (ACP replaces the client's plan with
+        each one)."""
+        return self._wrap(Plan(entries=self._plan_entries(entries)))
 
     def context_usage(
         self, used: int, size: int, cost_usd: float | None = None
@@ -477,6 +527,8 @@ class SessionProjector:
                 if item.tool is not None:
                     yield self.tool(item_id, item.tool, summary=text)
             elif kind is ItemKind.PLAN and index == latest_plan:
-                yield self.plan(item.plan)
+                update = self.plan_operation(item.plan, item.text)
+                if update is not None:
+                    yield update
             elif kind is ItemKind.COMPACTION and self.compaction:
                 yield self.compaction_update(item_id, "completed", summary=text)

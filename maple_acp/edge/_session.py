@@ -39,14 +39,17 @@ class EdgeSession:
         *,
         notices: bool = False,
         compaction: bool = False,
+        plans: bool = False,
     ) -> None:
         self.lease = lease
         self.id = lease.task_id
         #: The protocol version of the connection that opened the session, and its updates
         #: (``notices``: the client shows notice updates; ``compaction``: it follows
-        #: compactions).
+        #: compactions; ``plans``: it takes plan operations).
         self.dialect = dialect
-        self.projector = dialect.projection(self.id, notices=notices, compaction=compaction)
+        self.projector = dialect.projection(
+            self.id, notices=notices, compaction=compaction, plans=plans
+        )
         self.choices = choices
         #: Set once the close started; a second close or any new operation is refused.
         self.closing = False

@@ -132,7 +132,7 @@ class V1Projection(NoTurnFrames, SessionProjector):
         if isinstance(event, TitleChanged):
             return self.title(event.title)
         if isinstance(event, PlanUpdated):
-            return self.plan(event.entries)
+            return self.plan_operation(event.entries, event.markdown)
         if isinstance(event, ContextUsage):
             return self.context_usage(event.used, event.size, event.cost_usd)
         if isinstance(event, CommandsChanged):
@@ -194,6 +194,7 @@ class V1Dialect:
             elicitation_form=elicitation is not None and elicitation.form is not None,
             notices=session is not None and session.notices is not None,
             compaction=session is not None and session.compaction is not None,
+            plans=request.client_capabilities.plan is not None,
         )
 
     def initialize_answer(self, answer: InitializeResponse) -> InitializeResponse:
@@ -208,9 +209,14 @@ class V1Dialect:
         return None  # never asked: a v1 prompt is answered when its turn ends
 
     def projection(
-        self, session_id: str, *, notices: bool = False, compaction: bool = False
+        self,
+        session_id: str,
+        *,
+        notices: bool = False,
+        compaction: bool = False,
+        plans: bool = False,
     ) -> V1Projection:
-        return V1Projection(session_id, notices=notices, compaction=compaction)
+        return V1Projection(session_id, notices=notices, compaction=compaction, plans=plans)
 
     def new_answer(
         self,

@@ -113,8 +113,7 @@ VERSION: Final = 2
 REPLAY_FROM_START: Final = "start"
 #: The update that ends a replay (upstream schema 1.18; alpha.12 takes it as an open kind).
 REPLAY_COMPLETE: Final = "replay_complete"
-#: The plan's id: a session has one plan, each update replaces it whole.
-PLAN_ID: Final = "plan"
+
 _STATUS: Final[dict[ToolStatus, str]] = {
     ToolStatus.PENDING: "pending",
     ToolStatus.IN_PROGRESS: "in_progress",
@@ -214,7 +213,7 @@ class V2Projection:
 
     def __init__(self, session_id: str, *, notices: bool = True, compaction: bool = False) -> None:
         self.session_id = session_id
-        self._text = SessionProjector(session_id)
+        self._text = SessionProjector(session_id, plans=True)
         self.text_line = self._text.text_line
         self.text = self._text.text
         self.notice = self._text.notice
@@ -239,7 +238,7 @@ class V2Projection:
         if isinstance(event, TitleChanged):
             return self.title(event.title)
         if isinstance(event, PlanUpdated):
-            return self.plan(event.entries)
+            return self.plan(event.entries, event.markdown)
         if isinstance(event, ContextUsage):
             return self._shared(self._text.context_usage(event.used, event.size, event.cost_usd))
         if isinstance(event, CommandsChanged):
@@ -322,19 +321,12 @@ class V2Projection:
     def goal(self, goal: GoalRecord | None) -> bytes:
         return self._shared(self._text.goal(goal))
 
-    def plan(self, entries: Sequence[PlanEntry]) -> bytes:
-        items = v2.V2PlanItems(
-            plan_id=PLAN_ID,
-            entries=tuple(
-                v2.V2PlanEntry(
-                    content=bound_text(entry.content, MAX_TITLE_CHARS),
-                    priority=entry.priority.value,
-                    status=entry.status.value,
-                )
-                for entry in entries
-            ),
-        )
-        return self._update("plan_update", v2.V2PlanUpdate(plan=items))
+    def plan(self, entries: Sequence[PlanEntry], markdown: str = "") -> bytes | None:
+        """``plan_update`` (items or Markdown) with the session's one plan id, or
+        ``plan_removed`` once a plan the client holds is cleared: v1's plan operations have
+        v2's shape."""
+        update = self._text.plan_operation(entries, markdown)
+        return None if update is None else self._shared(update)
 
     def commands(self, commands: Sequence[CommandInfo]) -> bytes:
         return self._update(
@@ -410,7 +402,9 @@ class V2Projection:
                 if item.tool is not None:
                     yield self.tool(item_id, item.tool, summary=text)
             elif kind is ItemKind.PLAN and index == latest_plan:
-                yield self.plan(item.plan)
+                plan = self.plan(item.plan, item.text)
+                if plan is not None:
+                    yield plan
 
     # -- permission questions ----------------------------------------------------------------
 
@@ -493,15 +487,21 @@ class V2Dialect:
     accepts_batches: Final = True
 
     def projection(
-        self, session_id: str, *, notices: bool = True, compaction: bool = False
+        self,
+        session_id: str,
+        *,
+        notices: bool = True,
+        compaction: bool = False,
+        plans: bool = True,
     ) -> V2Projection:
+        # Plan operations are v2's own plan updates: every v2 client takes them.
         return V2Projection(session_id, notices=notices, compaction=compaction)
 
     def client_features(self, request: InitializeParams) -> ClientFeatures:
         # v2's elicitation is another shape; the trust question asks with the chooser. A
         # notice is a baseline v2 update, shown by every client that knows it. Compactions
-        # are not projected to v2 yet.
-        return ClientFeatures(notices=True)
+        # are not projected to v2 yet. Plan operations are v2's baseline plan updates.
+        return ClientFeatures(notices=True, plans=True)
 
     def initialize_answer(self, answer: InitializeResponse) -> v2.V2InitializeResponse:
         v1_session = answer.agent_capabilities.session_capabilities

@@ -95,9 +95,9 @@ Backends
     with its catalog while MCP servers are connected), ``tools`` (relay-bearing context),
     ``skills``, ``goal``; it reports through ``send_text``/``send_thought``,
     ``send_tool_row`` (diffs and locations bounded), ``ask_permission``, ``report_usage``,
-    ``report_context``, ``send_plan``, ``set_commands``, ``set_title``, ``notice``,
-    ``set_goal``; it takes the user's steering messages with ``steering()``. An optional
-    ``available_commands()`` gives ``lease.commands``.
+    ``report_context``, ``send_plan`` (or ``send_markdown_plan``), ``set_commands``,
+    ``set_title``, ``notice``, ``set_goal``; it takes the user's steering messages with
+    ``steering()``. An optional ``available_commands()`` gives ``lease.commands``.
 
 Permissions
     The host's ``PermissionPolicy`` classifies each tool request as allow or ask;
@@ -277,6 +277,7 @@ from maple_acp.runtime._modes import (
 from maple_acp.runtime._offer import (
     MAX_COMMANDS,
     MAX_PLAN_ENTRIES,
+    MAX_PLAN_MARKDOWN_CHARS,
     external_mcp_spec,
 )
 from maple_acp.runtime._permissions import (
@@ -349,6 +350,7 @@ __all__ = [
     "MAX_LIST_PAGE",
     "MAX_MESSAGE_CHARS",
     "MAX_PLAN_ENTRIES",
+    "MAX_PLAN_MARKDOWN_CHARS",
     "MAX_PROMPT_IMAGES",
     "MAX_READ_CHARS",
     "MAX_RELAY_TOTAL_BYTES",

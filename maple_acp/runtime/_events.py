@@ -125,10 +125,12 @@ class TitleChanged:
 
 @attrs.frozen
 class PlanUpdated:
-    """The backend's whole plan, as it stands now (each update replaces the previous one)."""
+    """The backend's whole plan, as it stands now (each update replaces the previous one):
+    a checklist (``entries``) or Markdown (``markdown``); neither is a cleared plan."""
 
     run_id: str
     entries: tuple[PlanEntry, ...]
+    markdown: str = ""
 
 
 @attrs.frozen

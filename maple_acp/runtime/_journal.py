@@ -73,7 +73,8 @@ class RunJournal:
         self._ids = 0
         self._messages: dict[str, _Message] = {}
         self._tools: dict[str, ToolState] = {}
-        self._plans: dict[str, tuple[PlanEntry, ...]] = {}
+        #: Each plan row: its checklist and its Markdown (one of them, or neither: cleared).
+        self._plans: dict[str, tuple[tuple[PlanEntry, ...], str]] = {}
         self._emitted: dict[str, ToolState] = {}
         self._order: list[str] = []
         self._dirty: set[str] = set()
@@ -141,11 +142,12 @@ class RunJournal:
         self._current = None
         return tool_id not in self._emitted
 
-    def add_plan(self, entries: tuple[PlanEntry, ...]) -> None:
-        """Record a whole plan as a new history row (the latest one of a task wins)."""
+    def add_plan(self, entries: tuple[PlanEntry, ...], markdown: str = "") -> None:
+        """Record a whole plan as a new history row (the latest one of a task wins); a
+        Markdown plan is the row's text."""
         plan_id = self.next_id("p")
         self._order.append(plan_id)
-        self._plans[plan_id] = entries
+        self._plans[plan_id] = (entries, markdown)
         self._dirty.add(plan_id)
         self._current = None
 
@@ -208,7 +210,8 @@ class RunJournal:
                         kind=ItemKind.PLAN,
                         created_ms=now,
                         run_id=self.run_id,
-                        plan=plan,
+                        plan=plan[0],
+                        text=plan[1],
                     )
                 )
             elif message is not None:

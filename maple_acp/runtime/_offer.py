@@ -18,6 +18,9 @@ logger = logging.getLogger(__name__)
 MAX_PLAN_ENTRIES = 256
 #: Characters of one plan entry.
 MAX_PLAN_ENTRY_CHARS = 2_000
+#: Characters of a Markdown plan: as much as a whole checklist plan may hold in its first
+#: 32 entries, enough for a page of steps and notes, not a document.
+MAX_PLAN_MARKDOWN_CHARS = 64_000
 #: Commands a backend may declare.
 MAX_COMMANDS = 256
 #: A command's name, and its one-line description or input hint.
@@ -56,6 +59,14 @@ def bounded_plan(entries: Sequence[PlanEntry]) -> tuple[PlanEntry, ...]:
         content = truncate(entry.content, MAX_PLAN_ENTRY_CHARS, CUT_TEXT)
         plan.append(entry if content is entry.content else attrs.evolve(entry, content=content))
     return tuple(plan)
+
+
+def bounded_markdown_plan(markdown: str) -> str:
+    if not isinstance(markdown, str):
+        raise TypeError("a Markdown plan is a str")
+    if not markdown.strip():
+        return ""  # nothing to show: a cleared plan, like an empty checklist
+    return truncate(markdown, MAX_PLAN_MARKDOWN_CHARS, CUT_TEXT)
 
 
 class CommandBounds:

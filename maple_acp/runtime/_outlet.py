@@ -213,11 +213,11 @@ class RunOutlet:
         name = one_line(request.name, MAX_LOGGED_NAME_CHARS)
         logger.info("permission for tool %s in run %s: %s", name, self.run_id, outcome)
 
-    async def send_plan(self, entries: tuple[PlanEntry, ...]) -> None:
-        self._journal.add_plan(entries)
+    async def send_plan(self, entries: tuple[PlanEntry, ...], markdown: str = "") -> None:
+        self._journal.add_plan(entries, markdown)
         # Written at once, like a tool row: the latest plan is part of the replayed history.
         await self._journal.flush()
-        await self._queue.send(PlanUpdated(self.run_id, entries))
+        await self._queue.send(PlanUpdated(self.run_id, entries, markdown))
 
     async def send_commands(self, commands: tuple[CommandInfo, ...]) -> None:
         self.hooks.set_commands(commands)

@@ -35,7 +35,7 @@ from maple_acp.runtime._events import (
 )
 from maple_acp.runtime._live_output import ShellOutput
 from maple_acp.runtime._modes import tool_category
-from maple_acp.runtime._offer import bounded_commands, bounded_plan
+from maple_acp.runtime._offer import bounded_commands, bounded_markdown_plan, bounded_plan
 from maple_acp.runtime._outlet import RunOutlet
 from maple_acp.runtime._permissions import ToolRequest
 from maple_acp.runtime._tools import BackgroundShells, ShellResult, ToolContext, ToolUnavailable
@@ -348,6 +348,12 @@ class Turn:
         """The whole plan as it stands now (the caller replaces its previous one). It is
         also written to the task history, whose latest plan is replayed on load."""
         await self._outlet.send_plan(bounded_plan(entries))
+
+    async def send_markdown_plan(self, markdown: str) -> None:
+        """The whole plan as Markdown (it replaces the previous plan, whichever its form).
+        An empty text clears the plan, like an empty list. Written to the history like
+        :meth:`send_plan`."""
+        await self._outlet.send_plan((), bounded_markdown_plan(markdown))
 
     async def report_context(self, used: int, size: int, *, cost_usd: float | None = None) -> None:
         """How many tokens of the model's context window are in use (``used`` may exceed

@@ -291,15 +291,14 @@ def _all_fields(cls: type) -> tuple[type, frozenset[str]]:
     return cls, frozenset(a.name for a in attrs.fields(cls))
 
 
-#: Fields that fall back to their default when malformed, as the schema's
-#: ``x-deserialize-default-on-error`` asks. Applied where an error would only lock a peer out
-#: (capability negotiation and implementation info); ``_meta`` is lenient everywhere. Fields that
-#: steer what the agent does (session requests, prompts, answers) stay strict.
 #: Fields written as ``null`` rather than left out when they are ``None``: the schema allows
 #: both, but a client may tell the two apart (Toad shows a new file's diff only when
 #: ``oldText`` is present and ``null``).
 _NULL_WRITTEN_FIELDS: Final[dict[type, frozenset[str]]] = {u.Diff: frozenset({"old_text"})}
-
+#: Fields that fall back to their default when malformed, as the schema's
+#: ``x-deserialize-default-on-error`` asks. Applied where an error would only lock a peer out
+#: (capability negotiation and implementation info); ``_meta`` is lenient everywhere. Fields that
+#: steer what the agent does (session requests, prompts, answers) stay strict.
 _LENIENT_FIELDS: Final[dict[type, frozenset[str]]] = dict(
     [
         (ini.InitializeRequest, frozenset({"client_capabilities", "client_info"})),
@@ -422,6 +421,8 @@ _TAGGED_UNIONS: Final = (
             "tool_call": u.ToolCall,
             "tool_call_update": u.ToolCallUpdate,
             "plan": u.Plan,
+            "plan_update": u.PlanUpdate,
+            "plan_removed": u.PlanRemoved,
             "available_commands_update": u.AvailableCommandsUpdate,
             "config_option_update": u.ConfigOptionUpdate,
             "current_mode_update": u.CurrentModeUpdate,

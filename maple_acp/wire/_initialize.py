@@ -83,12 +83,20 @@ class ElicitationCapabilities:
 
 
 @attrs.frozen(kw_only=True)
+class PlanCapabilities:
+    """Present when the client takes ``plan_update`` and ``plan_removed`` (v1 1.29, unstable)."""
+
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
 class ClientCapabilities:
     fs: FileSystemCapabilities = FileSystemCapabilities()
     terminal: bool = False
     session: ClientSessionCapabilities | None = None
     auth: AuthCapabilities = AuthCapabilities()
     elicitation: ElicitationCapabilities | None = None
+    plan: PlanCapabilities | None = None
     meta: Meta | None = None
 
 

@@ -120,6 +120,45 @@ class Plan:
 
 
 @attrs.frozen(kw_only=True)
+class PlanItems:
+    """A checklist plan in a ``plan_update``."""
+
+    type: Literal["items"] = "items"
+    plan_id: str
+    entries: tuple[PlanEntry, ...]
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class PlanMarkdown:
+    """A Markdown plan in a ``plan_update``."""
+
+    type: Literal["markdown"] = "markdown"
+    plan_id: str
+    content: str
+    meta: Meta | None = None
+
+
+#: Told apart by their own ``type`` field (the host only sends them).
+PlanUpdateContent = PlanItems | PlanMarkdown
+
+
+@attrs.frozen(kw_only=True)
+class PlanUpdate:
+    """The whole plan of one id (v1 1.29's unstable kind, sent to a client that declared
+    ``clientCapabilities.plan``; v2's own)."""
+
+    plan: PlanUpdateContent
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class PlanRemoved:
+    plan_id: str
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
 class UnstructuredCommandInput:
     hint: str
     meta: Meta | None = None
@@ -224,6 +263,8 @@ SessionUpdate = (
     | ToolCall
     | ToolCallUpdate
     | Plan
+    | PlanUpdate
+    | PlanRemoved
     | AvailableCommandsUpdate
     | ConfigOptionUpdate
     | CurrentModeUpdate

@@ -251,26 +251,6 @@ class V2ToolCallUpdate:
 
 
 @attrs.frozen(kw_only=True)
-class V2PlanEntry:
-    content: str
-    priority: str
-    status: str
-
-
-@attrs.frozen(kw_only=True)
-class V2PlanItems:
-    type: Literal["items"] = "items"
-    plan_id: str
-    entries: tuple[V2PlanEntry, ...]
-
-
-@attrs.frozen(kw_only=True)
-class V2PlanUpdate:
-    plan: V2PlanItems
-    meta: Meta | None = None
-
-
-@attrs.frozen(kw_only=True)
 class V2TextCommandInput:
     type: Literal["text"] = "text"
     hint: str

@@ -236,3 +236,17 @@ async def test_a_malformed_stored_value_is_a_store_error(
             conn.close()
         with pytest.raises(StoreError):
             await store.history("t")
+
+
+async def test_a_markdown_plan_is_its_row_text_across_a_reopen(tmp_path: Path) -> None:
+    markdown = "# Plan\n\n- [x] read\n- write ☃"
+    item = TimelineItem(item_id="p1", kind=ItemKind.PLAN, created_ms=1, run_id="r", text=markdown)
+    async with temp_store(tmp_path) as store:
+        await store.create_task(task_record(id="t"))
+        await store.upsert_items("t", [text_item("a1"), item], now_ms=2)
+    async with temp_store(tmp_path) as store:
+        history = await store.history("t")
+        replay = await store.replay_rows("t")
+    for rows in (history, replay):
+        [plan] = [r for r in rows if isinstance(r, TimelineItem) and r.kind is ItemKind.PLAN]
+        assert (plan.plan, plan.text) == ((), markdown)

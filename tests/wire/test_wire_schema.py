@@ -117,14 +117,26 @@ def test_every_agent_result_validates(call: tuple[str, Any]) -> None:
 @given(acp_st.client_requests())
 def test_every_request_we_send_to_the_client_validates(call: tuple[str, Any]) -> None:
     method, params = call
-    validate(emitted(params, wire.CLIENT_METHODS[method].params), PARAMS_DEFS[method])
+    data = emitted(params, wire.CLIENT_METHODS[method].params)
+    validate(data, PARAMS_DEFS[method], unstable=_plan_operation(data.get("update")))
+
+
+#: Update kinds v1 1.29 defines only in its unstable file (sent to a client that declared
+#: ``clientCapabilities.plan``).
+_PLAN_OPERATIONS = frozenset({"plan_update", "plan_removed"})
+
+
+def _plan_operation(update: Any) -> bool:
+    return isinstance(update, dict) and update.get("sessionUpdate") in _PLAN_OPERATIONS
 
 
 @given(acp_st.session_updates())
 def test_every_session_update_variant_validates(update: wire.SessionUpdate) -> None:
-    validate(emitted(update, wire.SessionUpdate), "SessionUpdate")
+    data = emitted(update, wire.SessionUpdate)
+    unstable = _plan_operation(data)
+    validate(data, "SessionUpdate", unstable=unstable)
     notification = wire.SessionNotification(session_id="s1", update=update)
-    validate(emitted(notification), "SessionNotification")
+    validate(emitted(notification), "SessionNotification", unstable=unstable)
 
 
 @given(acp_st.agent_requests())
@@ -244,8 +256,12 @@ EXTRA_KEYS = {
     "BooleanPropertySchema": {"type"},
     "SessionConfigSelect": {"type"},
     "SetSessionConfigOptionRequest": {"type", "value"},
+    "PlanItems": {"type"},
+    "PlanMarkdown": {"type"},
     # ``fork`` is the unstable schema's (checked against it by the edge's initialize test).
     "SessionCapabilities": {"fork"},
+    # ``plan`` is the unstable schema's (v1 1.29); its PlanCapabilities is checked below.
+    "ClientCapabilities": {"plan"},
 }
 #: Our own extensions, which the ACP schema does not define.
 EXTENSIONS = {
@@ -281,6 +297,17 @@ def test_fields_match_the_schema_key_for_key(cls: type) -> None:
         **{
             name: UNSTABLE_DEFS[name]
             for name in ("ForkSessionRequest", "ForkSessionResponse", "SessionForkCapabilities")
+        },
+        # Plan operations, sent to a client that declared ``clientCapabilities.plan``.
+        **{
+            name: UNSTABLE_DEFS[name]
+            for name in (
+                "PlanCapabilities",
+                "PlanItems",
+                "PlanMarkdown",
+                "PlanRemoved",
+                "PlanUpdate",
+            )
         },
     }
     schema_keys: set[str] = set()

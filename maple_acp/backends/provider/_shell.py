@@ -342,10 +342,13 @@ class ProviderEngine(Backend):
             )
         if turn.planning:
             system += f"\n\n{PLANNING_PROMPT}"
-        plans = [item for item in history if item.kind is ItemKind.PLAN and item.plan]
-        if plans and plans[-1].run_id not in sent:
+        plans = [item for item in history if item.kind is ItemKind.PLAN]
+        # The latest plan only: a cleared one (no entries, no Markdown) is no plan at all.
+        if plans and (plans[-1].plan or plans[-1].text) and plans[-1].run_id not in sent:
             # A plan is not a message a provider accepts back; the model still should know it.
-            steps = "\n".join(f"- [{e.status.value}] {e.content}" for e in plans[-1].plan)
+            steps = plans[-1].text or "\n".join(
+                f"- [{e.status.value}] {e.content}" for e in plans[-1].plan
+            )
             system += f"\n\nYour plan so far (update it with update_plan):\n{steps}"
         return system
 

@@ -21,6 +21,7 @@ import trio
 from maple_acp.model import FileDiff, PlanEntry, PlanPriority, PlanStatus, ToolLocation
 from maple_acp.runtime import (
     EXTERNAL_MCP_TOOL,
+    MAX_PLAN_MARKDOWN_CHARS,
     FileChange,
     FileToolError,
     ToolRequest,
@@ -130,8 +131,9 @@ NATIVE_TOOLS: tuple[Any, ...] = (
 
 PLAN_TOOL = _spec(
     UPDATE_PLAN,
-    "Show the user your plan for this task as a list of steps (the whole list each time), "
-    "and update it as steps start and finish.",
+    "Show the user your plan for this task, the whole plan each time: either entries (a list "
+    "of steps, updated as they start and finish) or markdown (the plan as a Markdown "
+    "document), never both. An empty list or text clears the plan.",
     {
         "entries": {
             "type": "array",
@@ -144,9 +146,13 @@ PLAN_TOOL = _spec(
                 },
                 "required": ["content", "status"],
             },
-        }
+        },
+        "markdown": {
+            "type": "string",
+            "description": f"The plan as Markdown, at most {MAX_PLAN_MARKDOWN_CHARS} characters.",
+        },
     },
-    ["entries"],
+    [],
 )
 
 
@@ -199,8 +205,15 @@ async def run_tool_call(turn: Turn, call: ToolCall, row_id: str) -> ToolResult:
         await row.update(ToolStatus.PENDING, raw_input={"arguments": (call.arguments or "")[:4096]})
         return await row.fail(refusal)
     if call.name == UPDATE_PLAN:
-        # A plan is shown as a plan, not as a tool row.
-        return await _update_plan(turn, _parse_arguments(call.arguments))
+        # A plan is shown as a plan, not as a tool row; a call that cannot be one fails a row,
+        # so the user sees the model tried.
+        args = _parse_arguments(call.arguments)
+        problem = args if isinstance(args, str) else await _update_plan(turn, args)
+        if problem is None:
+            return ToolResult(content="plan updated")
+        row = _Row(turn, row_id, call.name)
+        await row.update(ToolStatus.PENDING, raw_input={"arguments": (call.arguments or "")[:4096]})
+        return await row.fail(problem)
     row = _Row(turn, row_id, call.name)
     args = _parse_arguments(call.arguments)
     if isinstance(args, str):
@@ -393,25 +406,35 @@ async def _external(row: _Row, turn: Turn, args: Mapping[str, Any]) -> ToolResul
     return await row.done(text, raw_output=result)
 
 
-async def _update_plan(turn: Turn, args: dict[str, Any] | str) -> ToolResult:
-    if isinstance(args, str):
-        return ToolResult(content=f"error: {args}")
-    raw = args.get("entries")
+async def _update_plan(turn: Turn, args: Mapping[str, Any]) -> str | None:
+    """Send the plan the call gives; ``None`` when it was sent, else why it cannot be."""
+    raw, markdown = args.get("entries"), args.get("markdown")
+    if raw is not None and markdown is not None:
+        return "give either entries or markdown, not both"
+    if markdown is not None:
+        if not isinstance(markdown, str):
+            return "markdown must be a string"
+        if len(markdown) > MAX_PLAN_MARKDOWN_CHARS:
+            return f"markdown is longer than {MAX_PLAN_MARKDOWN_CHARS} characters"
+        await turn.send_markdown_plan(markdown)
+        return None
+    if raw is None:
+        return "give the plan as entries or as markdown"
     if not isinstance(raw, list) or len(raw) > MAX_PLAN_ENTRIES:
-        return ToolResult(content=f"error: entries must be a list of at most {MAX_PLAN_ENTRIES}")
+        return f"entries must be a list of at most {MAX_PLAN_ENTRIES}"
     entries = []
     for item in raw:
         content = item.get("content") if isinstance(item, dict) else None
         if not isinstance(content, str) or not content.strip():
-            return ToolResult(content="error: every entry needs a non-blank content")
+            return "every entry needs a non-blank content"
         try:
             status = PlanStatus(item.get("status", "pending"))
             priority = PlanPriority(item.get("priority", "medium"))
         except ValueError:
-            return ToolResult(content="error: unknown status or priority")
+            return "unknown status or priority"
         entries.append(PlanEntry(content=content[:500], status=status, priority=priority))
     await turn.send_plan(entries)
-    return ToolResult(content="plan updated")
+    return None
 
 
 def _external_available(turn: Turn) -> bool:

@@ -23,6 +23,7 @@ from provider_support import TEST_KEY, answering, one_turn, open_lease
 
 from maple_acp.model import ItemKind, ToolStatus
 from maple_acp.runtime import (
+    MAX_PLAN_MARKDOWN_CHARS,
     MAX_READ_CHARS,
     AgentService,
     ContextUsage,
@@ -520,9 +521,65 @@ async def test_the_model_shows_its_plan(
         ("read the code", "completed", "medium"),
         ("fix the bug", "in_progress", "high"),
     ]
-    assert not rows(events)
+    # A plan is no tool row; a call that cannot be one fails a row the user sees.
+    shown = rows(events)
+    assert {r.tool.name for r in shown} == {"update_plan"}
+    assert shown[-1].tool.status is ToolStatus.FAILED
+    assert shown[-1].tool.output_text == "every entry needs a non-blank content"
     results = [r.body["messages"][-1]["content"] for r in provider.chat_requests()[1:]]
     assert results == ["plan updated", "error: every entry needs a non-blank content"]
+
+
+async def test_the_model_may_write_its_plan_as_markdown(
+    service: AgentService, provider: LoopbackProvider, project: Path
+) -> None:
+    markdown = "# Fix the bug\n\n1. read the code\n2. **fix** it"
+    provider.add(tool_call_reply(("p", "update_plan", {"markdown": markdown})), text_reply("ok"))
+    events, outcome = await one_turn(service, project, "plan it")
+    assert outcome.state is RunState.COMPLETED
+    (update,) = [e for e in events if isinstance(e, PlanUpdated)]
+    assert (update.entries, update.markdown) == ((), markdown)
+    assert not rows(events)
+    assert provider.chat_requests()[1].body["messages"][-1]["content"] == "plan updated"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        (
+            {"entries": [{"content": "a", "status": "pending"}], "markdown": "# a"},
+            "give either entries or markdown, not both",
+        ),
+        ({}, "give the plan as entries or as markdown"),
+        (
+            {"markdown": "x" * (MAX_PLAN_MARKDOWN_CHARS + 1)},
+            f"markdown is longer than {MAX_PLAN_MARKDOWN_CHARS} characters",
+        ),
+        (
+            {"entries": [{"content": "s", "status": "pending"}] * 65},
+            "entries must be a list of at most 64",
+        ),
+        ({"markdown": 7}, "markdown must be a string"),
+    ],
+)
+async def test_a_plan_call_that_is_no_plan_fails_its_row(
+    service: AgentService,
+    provider: LoopbackProvider,
+    project: Path,
+    arguments: dict[str, Any],
+    reason: str,
+) -> None:
+    provider.add(tool_call_reply(("bad", "update_plan", arguments)), text_reply("sorry"))
+    events, outcome = await one_turn(service, project, "plan it")
+    assert outcome.state is RunState.COMPLETED
+    assert not [e for e in events if isinstance(e, PlanUpdated)]
+    final = rows(events)[-1].tool
+    assert (final.name, final.status, final.output_text) == (
+        "update_plan",
+        ToolStatus.FAILED,
+        reason,
+    )
+    assert provider.chat_requests()[1].body["messages"][-1]["content"] == f"error: {reason}"
 
 
 async def relayed_turn(
