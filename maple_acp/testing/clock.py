@@ -62,16 +62,23 @@ def _waits_for_a_thread(task: trio.lowlevel.Task) -> bool:
 _TO_THREAD_CODE = trio.to_thread.run_sync.__code__
 
 
-#: The children this process already had when a run first waited for quiet (another test's
-#: server, a browser still closing): not the service's, so never waited for.
+#: The children this process already had when a run began serving (another test's server, a
+#: browser still closing): not the service's, so never waited for. Noted by
+#: :func:`ignore_present_children`; a run that noted none waits for every live child.
 _FOREIGN_CHILDREN: trio.lowlevel.RunVar[frozenset[str]] = trio.lowlevel.RunVar(
-    "maple_acp_foreign_children"
+    "maple_acp_foreign_children", frozenset()
 )
 
 
+def ignore_present_children() -> None:
+    """Note the children this process has now as none of this run's: :func:`wait_quiet`
+    never waits for them (the kit's harness and driver call it before anything starts)."""
+    _FOREIGN_CHILDREN.set(frozenset(_live_children()))
+
+
 def _live_children() -> set[str]:
-    """The pids of this process's children that have not ended (Linux's ``/proc``; elsewhere:
-    none known). An ended child not yet reaped (a zombie) is not alive."""
+    """The pids of this process's children (Linux's ``/proc``; elsewhere: none known). An
+    ended child not yet reaped counts: its parent still has to notice it ended."""
     try:
         threads = os.listdir("/proc/self/task")
     except OSError:
@@ -83,27 +90,12 @@ def _live_children() -> set[str]:
                 found.update(handle.read().split())
         except OSError:
             continue
-    alive = set()
-    for pid in found:
-        try:
-            with open(f"/proc/{pid}/stat") as handle:
-                # "pid (comm) state ...": the state follows the last ')'.
-                state = handle.read().rpartition(")")[2].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state not in ("Z", "X"):
-            alive.add(pid)
-    return alive
+    return found
 
 
 def _children_alive() -> bool:
-    """Whether a child this run started is alive."""
-    try:
-        foreign = _FOREIGN_CHILDREN.get()
-    except LookupError:
-        foreign = frozenset(_live_children())
-        _FOREIGN_CHILDREN.set(foreign)
-    return bool(_live_children() - foreign)
+    """Whether a child of this run (one not noted as foreign) is alive."""
+    return bool(_live_children() - _FOREIGN_CHILDREN.get())
 
 
 async def wait_quiet() -> None:

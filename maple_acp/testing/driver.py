@@ -45,7 +45,7 @@ import outcome
 import trio
 import trio.testing
 
-from maple_acp.testing.clock import wait_quiet
+from maple_acp.testing.clock import ignore_present_children, wait_quiet
 
 __all__ = ["STEP_TIMEOUT_S", "TrioDriver"]
 
@@ -78,6 +78,7 @@ class TrioDriver:
             self._token = trio.lowlevel.current_trio_token()
             self._stop = trio.Event()
             try:
+                ignore_present_children()
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
                     ready.set()

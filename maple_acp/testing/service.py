@@ -31,7 +31,7 @@ from maple_acp.backends.demo import DemoBackend, demo_catalog, demo_policy
 from maple_acp.edge import AcpService, AcpServiceConfig
 from maple_acp.runtime import AgentBackend, AgentService, ModelCatalog, PermissionPolicy
 from maple_acp.testing.client import AcpTestClient, open_acp_client
-from maple_acp.testing.clock import VirtualTimeStore
+from maple_acp.testing.clock import VirtualTimeStore, ignore_present_children
 from maple_acp.testing.demo import DEMO_ACCOUNT
 from maple_acp.testing.store import STORE_FILE_NAME, temp_store
 
@@ -139,6 +139,7 @@ async def running_acp(
     runtime and closes the store."""
     data = Path(directory) / "data"
     data.mkdir(exist_ok=True)
+    ignore_present_children()
     async with temp_store(data) as store:
         runtime_options.setdefault("installation_id", "test")
         runtime = AgentService(
