@@ -8,7 +8,7 @@ Both sides go through the same host (the demo runtime and the ACP service, in th
 over an in-memory connection read by the test client): ``/stream`` sends N MiB of agent
 message text in 64 KiB chunks; ``/tool shell`` runs a command printing N MiB, which the host
 reads and shows as snapshots of its tail. CPU is this process's (the command's own CPU is its
-process's, not the host's). Target (issue 38): the shell's host CPU per byte at most 2x the
+process's, not the host's). Target: the shell's host CPU per byte at most 2x the
 text's. Memory: the peak traced allocation while a background command prints M MiB must stay
 within a few MiB, whatever M.
 """
