@@ -45,6 +45,7 @@ from maple_acp.edge import (
     HostLifecycle,
     ListenerError,
 )
+from maple_acp.listeners import UnixListener
 from maple_acp.runtime import AgentService
 from maple_acp.store import SqliteTaskStore
 
@@ -76,7 +77,7 @@ async def trio_host(socket_path: Path, data_dir: Path, ready: asyncio.Future[Tri
             acp = AcpService(runtime, AcpServiceConfig())
             lifecycle = HostLifecycle(runtime, acp)
             async with trio.open_nursery() as nursery:
-                await acp.start(nursery, socket_path)
+                await acp.start(nursery, UnixListener(socket_path))
                 with trio.CancelScope() as stop:
                     # Same thread as the asyncio loop: setting its future here is safe.
                     ready.set_result(

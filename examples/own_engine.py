@@ -32,6 +32,7 @@ import trio
 
 from maple_acp.config import PrivateDirectoryError, make_private_dir
 from maple_acp.edge import AcpService, AcpServiceConfig, HostLifecycle, ListenerError
+from maple_acp.listeners import UnixListener
 from maple_acp.runtime import (
     AgentService,
     AskForTools,
@@ -147,7 +148,7 @@ async def serve(socket_path: Path, data_dir: Path) -> None:
             lifecycle = HostLifecycle(runtime, acp)
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async with trio.open_nursery() as nursery:
-                    await acp.start(nursery, socket_path)
+                    await acp.start(nursery, UnixListener(socket_path))
                     print(f"own engine: serving on {socket_path}", file=sys.stderr, flush=True)
                     async for _ in signals:
                         break

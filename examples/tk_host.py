@@ -69,6 +69,7 @@ from maple_acp.edge import (
     HostLifecycle,
     ListenerError,
 )
+from maple_acp.listeners import UnixListener
 from maple_acp.runtime import AgentService, HeldTask
 from maple_acp.store import SqliteTaskStore, StoreError
 
@@ -390,7 +391,7 @@ async def start_service(
     acp: AcpService, nursery: trio.Nursery, socket_path: Path, window: HostWindow
 ) -> None:
     try:
-        endpoint = await acp.start(nursery, socket_path)
+        endpoint = await acp.start(nursery, UnixListener(socket_path))
     except (ListenerError, ConfigError) as reason:
         logger.error("the ACP service did not start: %s", reason)
         window.command_done(refused=str(reason))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -308,6 +309,18 @@ def test_the_unix_and_network_listeners_stand_beside_each_other() -> None:
     assert taken, "the network listener stands on the listener shape"
     assert taken.isdisjoint(unix_names), sorted(taken & unix_names)
     assert floor(LISTENER_SHAPE) in allowed["edge"]
+    # The edge runs the listeners a host gives it and opens none: from their floor it takes
+    # the shape and the errors, never a listener (nor does it reach the network's).
+    edge_takes = names_imported_from(floor_modules("edge"), "maple_acp.listeners")
+    listeners = importlib.import_module("maple_acp.listeners")
+    opened = {
+        name
+        for name in edge_takes & unix_names
+        if not (isinstance(kind := getattr(listeners, name), type) and issubclass(kind, Exception))
+    }
+    assert not opened, sorted(opened)
+    for module in floor_modules("edge"):
+        assert all(floor(found) != "net" for found in reachable(graph, module)), module
 
 
 # -- the checks check ---------------------------------------------------------------------------

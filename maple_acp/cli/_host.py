@@ -212,6 +212,7 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
 
     from maple_acp.backends import ProviderCatalog
     from maple_acp.edge import AcpService, HostLifecycle
+    from maple_acp.listeners import UnixListener
     from maple_acp.runtime import (
         DEFAULT_PROVISIONAL_GRACE_S,
         AgentService,
@@ -251,7 +252,7 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
             acp = AcpService(runtime, config, engine_status=engine.as_json)
             lifecycle = HostLifecycle(runtime, acp)
             async with trio.open_nursery() as nursery:
-                await acp.start(nursery, options.endpoint)
+                await acp.start(nursery, UnixListener(options.endpoint))
                 if options.network is not None:
                     from maple_acp.net import NetworkListener, token_path
 

@@ -21,7 +21,7 @@ from maple_acp.edge._config import (
 from maple_acp.edge._connection import DISCONNECT_CLEANUP_S, AcpConnection
 from maple_acp.edge._goals import GOAL_ACTIONS
 from maple_acp.edge._v1 import VERSION
-from maple_acp.listeners import Listener, UnixListener
+from maple_acp.listeners import Listener
 from maple_acp.rpc import MessageTransport
 from maple_acp.runtime import AgentService
 from maple_acp.runtime import PromptCapabilities as BackendPromptCapabilities
@@ -134,18 +134,18 @@ class _ListenerRun:
 
 
 class _Ready:
-    """The ``task_status`` a listener reports to: keeps its address, then tells the starter
-    (converted, for :meth:`AcpService.serve_unix`'s ``Path``)."""
+    """The ``task_status`` a listener reports to: keeps its address for :meth:`AcpService.
+    status`, then tells the starter."""
 
-    def __init__(self, run: _ListenerRun, tell: Callable[[str], None]) -> None:
+    def __init__(self, run: _ListenerRun, started: trio.TaskStatus[str]) -> None:
         self._run = run
-        self._tell = tell
+        self._started = started
 
     def started(self, value: str | None = None) -> None:
         if value is None:
             raise TypeError("a listener reports where it serves")
         self._run.address = value
-        self._tell(value)
+        self._started.started(value)
 
 
 @attrs.frozen(kw_only=True)
@@ -331,38 +331,15 @@ class AcpService:
     async def _listen_in(
         self, listener: Listener, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        await self._serve_listener(listener, lambda address: task_status.started(address))
-
-    async def _serve_listener(self, listener: Listener, tell: Callable[[str], None]) -> None:
-        """Run ``listener`` for this service, known to :meth:`stop` and :meth:`status`;
-        ``tell`` hears where it serves once it is ready."""
+        """Run ``listener`` for this service, known to :meth:`stop` and :meth:`status`."""
         run = _ListenerRun(listener)
         self._listeners.append(run)
         try:
             with run.scope:
-                await listener.serve(self, task_status=_Ready(run, tell))
+                await listener.serve(self, task_status=_Ready(run, task_status))
         finally:
             self._listeners.remove(run)
             run.stopped.set()
-
-    async def serve_unix(
-        self, path: Path, *, task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Listen on the owner-only Unix socket at ``path`` until cancelled or :meth:`stop`:
-        :meth:`listen` with a :class:`~maple_acp.listeners.UnixListener`, run in the caller's
-        task and reporting the ``Path``.
-
-        Resource handling: the socket file exists exactly while this runs (a stale one is
-        replaced, ours is removed on exit); every connection ends when this returns.
-
-        Error handling: :class:`~maple_acp.listeners.ListenerError` before
-        ``task_status.started`` when the endpoint rules refuse the path (a symlink, a
-        non-socket, a shared directory, a live service already there). Connections beyond
-        ``max_connections`` are closed at accept and logged.
-        """
-        await self._serve_listener(
-            UnixListener(path), lambda address: task_status.started(Path(address))
-        )
 
     # -- host lifecycle ----------------------------------------------------------------------
 
@@ -379,11 +356,12 @@ class AcpService:
             ),
         )
 
-    async def start(self, nursery: trio.Nursery, path: Path) -> Path:
-        """Start listening on the Unix socket at ``path`` in ``nursery`` and persist
-        "enabled" for the signed-in account. Then, in the background, the wire codecs are
-        built (see :func:`_warm_codecs`)."""
-        endpoint: Path = await nursery.start(self.serve_unix, path)
+    async def start(self, nursery: trio.Nursery, listener: Listener) -> str:
+        """:meth:`listen` with ``listener`` (the host's Unix socket, a
+        ``maple_acp.listeners.UnixListener``), then persist "enabled" for the signed-in
+        account; return where it serves. Then, in the background, the wire codecs are built
+        (see :func:`_warm_codecs`)."""
+        endpoint = await self.listen(nursery, listener)
         self._persist(True)
         nursery.start_soon(_warm_codecs)
         return endpoint
@@ -415,9 +393,9 @@ class AcpService:
         if persist:
             self._persist(False)
 
-    async def restore_enabled(self, nursery: trio.Nursery, path: Path) -> bool:
-        """After sign-in: start the Unix socket listener if the account left it enabled, with
-        the policy saved for that account. True if it was started."""
+    async def restore_enabled(self, nursery: trio.Nursery, listener: Listener) -> bool:
+        """After sign-in: start ``listener`` (the host's Unix socket) if the account left it
+        enabled, with the policy saved for that account. True if it was started."""
         account = self.runtime.account
         if self._state is None or account is None or self.running:
             return False
@@ -431,7 +409,7 @@ class AcpService:
                 max_connections=saved.max_connections,
             )
         )
-        await self.listen(nursery, UnixListener(path))
+        await self.listen(nursery, listener)
         return True
 
 

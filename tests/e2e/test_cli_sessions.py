@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from maple_acp.backends.demo import DEMO_MODELS
+from maple_acp.listeners import UnixListener
 from maple_acp.runtime import StaticModelCatalog
 from maple_acp.testing.service import running_demo_acp
 from maple_acp.wire import ProtocolError
@@ -187,7 +188,7 @@ async def test_show_needs_no_model_a_session_whose_model_left_the_catalog(
             running_demo_acp(short_dir, catalog=remaining) as harness,
             trio.open_nursery() as nursery,
         ):
-            await harness.acp.start(nursery, socket)
+            await harness.acp.start(nursery, UnixListener(socket))
             async with harness.connect() as client:
                 await client.initialize()
                 with pytest.raises(ProtocolError) as refused:

@@ -12,6 +12,7 @@ from typing import Any
 import trio
 
 from maple_acp.edge import AcpService, AcpServiceConfig, HostLifecycle
+from maple_acp.listeners import UnixListener
 from maple_acp.runtime import (
     AgentService,
     AskForTools,
@@ -58,7 +59,7 @@ async def host(directory: Path) -> AsyncIterator[Path]:
             runtime.sign_in("test-account")
             acp = AcpService(runtime, AcpServiceConfig())
             async with trio.open_nursery() as nursery:
-                await acp.start(nursery, socket_path)
+                await acp.start(nursery, UnixListener(socket_path))
                 yield socket_path
                 await HostLifecycle(runtime, acp).shutdown()
                 nursery.cancel_scope.cancel()

@@ -24,6 +24,7 @@ from maple_acp.edge import (
     HostLifecycle,
     ServiceStateFile,
 )
+from maple_acp.listeners import UnixListener
 from maple_acp.rpc import ConnectionClosed
 from maple_acp.testing.client import open_acp_client
 from maple_acp.testing.schema import AcpSchema
@@ -34,7 +35,7 @@ async def test_unix_socket_session(
 ) -> None:
     path = tmp_path / "run" / "acp.sock"
     async with trio.open_nursery() as nursery:
-        await nursery.start(harness.acp.serve_unix, path)
+        await harness.acp.listen(nursery, UnixListener(path))
         assert harness.acp.status().running
         stream = await trio.open_unix_socket(os.fspath(path))
         async with open_acp_client(stream) as client:
@@ -56,7 +57,7 @@ async def test_ninth_connection_refused_eight_stay_usable(
 ) -> None:
     path = tmp_path / "acp.sock"
     async with trio.open_nursery() as nursery:
-        await nursery.start(harness.acp.serve_unix, path)
+        await harness.acp.listen(nursery, UnixListener(path))
         async with trio.open_nursery() as clients:
             opened = []
             for _ in range(8):
@@ -87,9 +88,9 @@ async def test_second_service_on_the_same_endpoint_is_refused(
     path = tmp_path / "acp.sock"
     other = AcpService(harness.runtime)
     async with trio.open_nursery() as nursery:
-        await nursery.start(harness.acp.serve_unix, path)
+        await harness.acp.listen(nursery, UnixListener(path))
         with pytest.raises(EndpointInUse):
-            await other.serve_unix(path)
+            await other.listen(nursery, UnixListener(path))
         assert harness.acp.status().running
         nursery.cancel_scope.cancel()
 
@@ -100,7 +101,7 @@ async def test_start_stop_persist_and_restore(harness: Harness, tmp_path: Path) 
     config = AcpServiceConfig(allowed_roots=(str(tmp_path),), max_connections=3)
     acp = AcpService(harness.runtime, config, state_dir=state_dir)
     async with trio.open_nursery() as nursery:
-        await acp.start(nursery, path)
+        await acp.start(nursery, UnixListener(path))
         saved = ServiceStateFile(state_dir).load("demo-account")
         assert saved.enabled
         assert saved.max_connections == 3
@@ -110,18 +111,18 @@ async def test_start_stop_persist_and_restore(harness: Harness, tmp_path: Path) 
         await acp.stop()
         assert not ServiceStateFile(state_dir).load("demo-account").enabled
         # Disabled: nothing to restore.
-        assert not await acp.restore_enabled(nursery, path)
-        await acp.start(nursery, path)
+        assert not await acp.restore_enabled(nursery, UnixListener(path))
+        await acp.start(nursery, UnixListener(path))
         # A host shutdown (not the user's choice) keeps "enabled" for the next launch.
         await acp.stop(persist=False)
         fresh = AcpService(harness.runtime, AcpServiceConfig(), state_dir=state_dir)
-        assert await fresh.restore_enabled(nursery, path)
+        assert await fresh.restore_enabled(nursery, UnixListener(path))
         assert fresh.config.max_connections == 3
         assert fresh.config.allowed_roots == (str(tmp_path.resolve()),)
         assert path.exists()
         await fresh.stop(persist=False)
         # Restarting after a stop works.
-        await fresh.start(nursery, path)
+        await fresh.start(nursery, UnixListener(path))
         await fresh.stop()
         nursery.cancel_scope.cancel()
 
@@ -129,10 +130,10 @@ async def test_start_stop_persist_and_restore(harness: Harness, tmp_path: Path) 
 async def test_restore_needs_a_signed_in_account(harness: Harness, tmp_path: Path) -> None:
     acp = AcpService(harness.runtime, state_dir=tmp_path / "state")
     async with trio.open_nursery() as nursery:
-        await acp.start(nursery, tmp_path / "acp.sock")
+        await acp.start(nursery, UnixListener(tmp_path / "acp.sock"))
         await acp.stop(persist=False)
         harness.runtime.sign_out()
-        assert not await acp.restore_enabled(nursery, tmp_path / "acp.sock")
+        assert not await acp.restore_enabled(nursery, UnixListener(tmp_path / "acp.sock"))
 
 
 async def test_lifecycle_stops_acp_first_then_the_runtime(
@@ -141,7 +142,7 @@ async def test_lifecycle_stops_acp_first_then_the_runtime(
     path = tmp_path / "acp.sock"
     lifecycle = HostLifecycle(harness.runtime, harness.acp)
     async with trio.open_nursery() as nursery:
-        await nursery.start(harness.acp.serve_unix, path)
+        await harness.acp.listen(nursery, UnixListener(path))
         stream = await trio.open_unix_socket(os.fspath(path))
         async with open_acp_client(stream) as client:
             sid = (await client.new_session(str(project)))["sessionId"]
