@@ -23,8 +23,8 @@ from typing import Final, Protocol
 import attrs
 import trio
 
+from maple_acp.listeners import ConnectionHost
 from maple_acp.net._channel import NetworkChannel
-from maple_acp.rpc import MessageTransport
 
 logger = logging.getLogger(__name__)
 
@@ -41,20 +41,9 @@ INITIALIZE_TIMEOUT_S: Final = 30.0
 TOKEN_CHECK_INTERVAL_S: Final = 0.25
 
 
-class NetworkHost(Protocol):
-    """What the listener needs of the ACP service (``maple_acp.edge.AcpService`` is one)."""
-
-    def try_admit(self) -> bool:
-        """Take a connection slot (the limit the Unix socket counts in too)."""
-
-    def release(self) -> None:
-        """Give a slot taken with :meth:`try_admit` back."""
-
-    async def serve_stream(self, stream: trio.abc.Stream | MessageTransport) -> None:
-        """Serve one ACP connection over ``stream`` until it ends."""
-
-    async def session_exists(self, session_id: str) -> bool:
-        """Whether a session by this id exists for the host's account (open or stored)."""
+#: What the listener needs of the ACP service: the shape every listener's host has
+#: (``maple_acp.edge.AcpService`` is one).
+NetworkHost = ConnectionHost
 
 
 class TokenWatch(Protocol):

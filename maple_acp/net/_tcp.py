@@ -95,10 +95,10 @@ class _TcpConnection(TCPServer):
         context: WorkerContext,
         state: ConnectionState,
         stream: Any,
-        first_request_s: float,
+        first_request_by: float,
     ) -> None:
         super().__init__(app, config, context, state, stream)
-        self._first_request = trio.CancelScope(deadline=trio.current_time() + first_request_s)
+        self._first_request = trio.CancelScope(deadline=first_request_by)
         self._reading = True
 
     async def run(self) -> None:
@@ -204,12 +204,7 @@ class TcpWorker:
             if self._ssl is not None:
                 served = trio.SSLStream(stream, self._ssl, server_side=True, https_compatible=True)
             connection = _TcpConnection(
-                self._app,
-                self._config,
-                self._context,
-                self._state,
-                served,
-                deadline - trio.current_time(),
+                self._app, self._config, self._context, self._state, served, deadline
             )
             await connection.run()
         finally:
