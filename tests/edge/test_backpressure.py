@@ -9,10 +9,11 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-import orjson
 import trio
 import trio.testing
 from edge_harness import Harness, running_service
+from line_client import LineClient as BaseLineClient
+from line_client import socket_pair_for
 
 from maple_acp.edge import AcpServiceConfig
 from maple_acp.runtime import ToolState, ToolStatus, Turn
@@ -25,27 +26,8 @@ UPDATE_CHARS = 100
 MEMORY_BOUND = 8 * 1024 * 1024
 
 
-class LineClient:
-    """A raw client over a real socket, so the kernel's buffers are the real ones."""
-
-    def __init__(self, stream: trio.SocketStream) -> None:
-        self.stream = stream
-        self.buffer = b""
-        self.next_id = 0
-
-    async def send(self, method: str, params: Any) -> int:
-        self.next_id += 1
-        line = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
-        await self.stream.send_all(orjson.dumps(line) + b"\n")
-        return self.next_id
-
-    async def read(self) -> Any:
-        while b"\n" not in self.buffer:
-            data = await self.stream.receive_some(65536)
-            assert data, "the service closed the connection"
-            self.buffer += data
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        return orjson.loads(line)
+class LineClient(BaseLineClient):
+    """The raw client, counting the message text it reads on the way to an answer."""
 
     async def answer(self, request_id: int) -> tuple[Any, int]:
         """Read until the answer to ``request_id``; also count the message text read on the
@@ -63,10 +45,7 @@ class LineClient:
 
 
 async def _connect(harness: Harness, nursery: trio.Nursery) -> LineClient:
-    ours, theirs = socket.socketpair()
-    service_end = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
-    nursery.start_soon(harness.acp.serve_stream, service_end)
-    return LineClient(trio.SocketStream(trio.socket.from_stdlib_socket(ours)))
+    return LineClient(socket_pair_for(harness, nursery))
 
 
 async def test_stalled_client_bounds_host_memory_and_loses_nothing(

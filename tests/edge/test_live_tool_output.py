@@ -15,11 +15,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 import trio
 import trio.testing
 from edge_harness import Harness, running_service
+from line_client import LineClient as BaseLineClient
+from line_client import socket_pair_for
 
 from maple_acp.edge import CLOSE_DEADLINE_S, AcpServiceConfig
 from maple_acp.runtime import LIVE_TAIL_CHARS, MAX_BACKGROUND_COMMANDS, AskForTools
@@ -226,27 +227,8 @@ async def test_v2_background_command_is_a_terminal_that_ends_with_its_status(
         assert client.validate(acp_schema_v2) > 0
 
 
-class LineClient:
-    """A raw client over a real socket pair: it can stop reading for real."""
-
-    def __init__(self, stream: trio.SocketStream) -> None:
-        self.stream = stream
-        self.buffer = b""
-        self.next_id = 0
-
-    async def send(self, method: str, params: Any) -> int:
-        self.next_id += 1
-        line = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
-        await self.stream.send_all(orjson.dumps(line) + b"\n")
-        return self.next_id
-
-    async def read(self) -> Any:
-        while b"\n" not in self.buffer:
-            data = await self.stream.receive_some(65536)
-            assert data, "the service closed the connection"
-            self.buffer += data
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        return orjson.loads(line)
+class LineClient(BaseLineClient):
+    """The raw client, keeping the updates it reads on the way to an answer."""
 
     async def answer(self, request_id: int) -> tuple[Any, list[dict[str, Any]]]:
         updates: list[dict[str, Any]] = []
@@ -263,18 +245,14 @@ async def test_a_client_that_stops_reading_gets_coalesced_snapshots_and_bounded_
 ) -> None:
     allow_all = AskForTools(frozenset())
     async with running_service(tmp_path, policy=allow_all) as harness, trio.open_nursery() as n:
-        ours, theirs = socket.socketpair()
-        n.start_soon(
-            harness.acp.serve_stream, trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
-        )
-        client = LineClient(trio.SocketStream(trio.socket.from_stdlib_socket(ours)))
+        client = LineClient(socket_pair_for(harness, n))
         new, _ = await client.answer(
             await client.send("session/new", {"cwd": str(project), "mcpServers": []})
         )
         sid = new["result"]["sessionId"]
         # A command far larger than every buffer between it and the client: the socket's, the
         # outbound credit, the run's queue.
-        ours.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         command = f"seq 1 {SEQ_LINES}; seq 1 {SEQ_LINES}; seq 1 {SEQ_LINES}"
         tracemalloc.start()
         try:
