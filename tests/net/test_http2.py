@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import shutil
 import ssl
-import subprocess
 from pathlib import Path
 
 import httpx2
 import pytest
 import trio
-from net_support import DEADLINE, INITIALIZE, NetHost, SseReader, net_host, rpc
+from net_support import (
+    DEADLINE,
+    INITIALIZE,
+    NetHost,
+    SseReader,
+    net_host,
+    rpc,
+    self_signed_certificate,
+)
 
 JSON = {"Content-Type": "application/json"}
 
@@ -47,23 +54,10 @@ async def test_h2c_with_prior_knowledge_on_loopback() -> None:
             assert await list_over(host, client) == "HTTP/2"
 
 
-def _certificate(directory: Path) -> tuple[Path, Path]:
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-        timeout=DEADLINE,
-    )  # fmt: skip
-    return cert, key
-
-
 async def test_tls_offers_http2_by_alpn(tmp_path: Path) -> None:
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not on this machine")
-    cert, key = await trio.to_thread.run_sync(_certificate, tmp_path)
+    cert, key = await trio.to_thread.run_sync(self_signed_certificate, tmp_path)
     async with net_host(tls_cert=cert, tls_key=key) as host:
         assert host.url.startswith("https://127.0.0.1:")
         context = ssl.create_default_context(cafile=str(cert))

@@ -8,8 +8,6 @@ WARNING whatever ``--log-level`` says."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
 import ssl
 from collections.abc import AsyncIterator, Iterator
@@ -22,12 +20,8 @@ import pytest
 import trio
 import wsproto
 import wsproto.events
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from e2e.host_processes import Host, private_short_dir, running_host
-from net_support import DEADLINE, INITIALIZE, SseReader, rpc
+from net_support import DEADLINE, INITIALIZE, SseReader, rpc, self_signed_certificate
 
 from maple_acp.net import read_or_create_token
 
@@ -42,40 +36,6 @@ def short_dir() -> Iterator[Path]:
     """A socket path must fit in sun_path."""
     with private_short_dir() as path:
         yield path
-
-
-def _certificate(directory: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 and its key (0600)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-            ),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    key_path.chmod(0o600)
-    return cert_path, key_path
 
 
 @asynccontextmanager
@@ -171,7 +131,7 @@ async def test_no_token_or_cookie_in_a_debug_log_over_http1_h2c_and_websocket(
 
 
 async def test_no_token_or_cookie_in_a_debug_log_over_tls_with_http2(short_dir: Path) -> None:
-    cert, key = await trio.to_thread.run_sync(_certificate, short_dir)
+    cert, key = await trio.to_thread.run_sync(self_signed_certificate, short_dir)
     args = ("--tls-cert", os.fspath(cert), "--tls-key", os.fspath(key))
     async with debug_host(short_dir, *args) as (host, url, token):
         assert url.startswith("https://127.0.0.1:")

@@ -9,9 +9,7 @@ fails when hypercorn changes what that subclass relies on."""
 
 from __future__ import annotations
 
-import datetime
 import inspect
-import ipaddress
 import logging
 import os
 import resource
@@ -28,14 +26,10 @@ import h2.events
 import pytest
 import trio
 import trio.testing
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from hypercorn.events import Updated
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import TrioSingleTask
-from net_support import INITIALIZE, WsClient, net_host
+from net_support import INITIALIZE, WsClient, net_host, self_signed_certificate
 
 from maple_acp.listeners import REPORT_WINDOW_S, RepeatReport, UnixListener
 from maple_acp.net import NetworkSettings
@@ -73,38 +67,6 @@ async def tcp_worker(
         binds = await nursery.start(worker.serve)
         yield worker, int(binds[0].rsplit(":", 1)[1])
         nursery.cancel_scope.cancel()
-
-
-def certificate(directory: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 and its key."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    key_path.chmod(0o600)
-    return cert_path, key_path
 
 
 async def read_until_closed(stream: trio.abc.ReceiveStream) -> bytes:
@@ -181,7 +143,7 @@ async def test_a_silent_connection_is_closed_five_seconds_after_accept(
 async def test_over_tls_the_handshake_counts_within_the_five_seconds(
     autojump_clock: trio.testing.MockClock, tmp_path: Path
 ) -> None:
-    cert, key = certificate(tmp_path)
+    cert, key = self_signed_certificate(tmp_path)
     client_context = ssl.create_default_context(cafile=str(cert))
     async with tcp_worker(tls=(cert, key)) as (worker, port):
         started = trio.current_time()
