@@ -93,15 +93,12 @@ from typing import Any
 import orjson
 import trio
 
+from maple_acp.backends import _demo_tools as demo_tools
 from maple_acp.runtime import (
-    EXTERNAL_MCP_TOOL,
     MAX_PLAN_ENTRIES,
     AskForTools,
     Backend,
     CommandInfo,
-    FileChange,
-    FileDiff,
-    FileToolError,
     GoalProgress,
     GoalStatus,
     ItemKind,
@@ -110,20 +107,12 @@ from maple_acp.runtime import (
     PlanStatus,
     PromptCapabilities,
     RunKind,
-    ShellResult,
     StaticModelCatalog,
-    ToolLocation,
-    ToolRequest,
-    ToolState,
-    ToolStatus,
-    ToolUnavailable,
     Turn,
     TurnFailed,
     TurnResult,
     Usage,
     describe_image,
-    exit_line,
-    shell_row_text,
 )
 
 logger = logging.getLogger(__name__)
@@ -131,8 +120,6 @@ logger = logging.getLogger(__name__)
 #: ``/stream`` and ``/burst`` refuse larger loads: a typo must not pin the host.
 MAX_STREAM_CHUNKS = 10_000_000
 MAX_STREAM_CHUNK_BYTES = 1024 * 1024
-#: Tool output text shown in a row; the raw output keeps the rest (already bounded by the tool).
-MAX_TOOL_TEXT_CHARS = 16_000
 #: How much of an unknown directive's name a notice repeats.
 MAX_ECHOED_NAME_CHARS = 64
 #: A ``/compact`` summary names at most this many messages, each by its first line, cut.
@@ -351,15 +338,15 @@ class DemoBackend(Backend):
     async def _tool(self, turn: Turn, rest: str) -> None:
         tool, _, args = rest.partition(" ")
         if tool == "shell":
-            await self._shell(turn, _json_object(args))
+            await demo_tools.shell(turn, _json_object(args))
         elif tool == "write_file":
-            await self._write_file(turn, _json_object(args))
+            await demo_tools.write_file(turn, _json_object(args))
         else:
             raise TurnFailed(f"the demo has no native tool named {tool[:64]!r}")
 
     async def _mcp(self, turn: Turn, rest: str) -> None:
         tool_id, _, args = rest.partition(" ")
-        await self._external(turn, tool_id, _json_object(args) if args.strip() else {})
+        await demo_tools.external(turn, tool_id, _json_object(args) if args.strip() else {})
 
     async def _goal(self, turn: Turn, rest: str) -> None:
         goal = await turn.set_goal(rest)
@@ -377,103 +364,6 @@ class DemoBackend(Backend):
             first = item.text.strip().splitlines()[0][:MAX_SUMMARY_LINE_CHARS]
             await turn.send_compaction_text(compaction_id, f"\n- {item.kind.value}: {first}")
         await turn.end_compaction(compaction_id, error="asked to fail" if rest == "fail" else None)
-
-    async def _shell(self, turn: Turn, args: dict[str, Any]) -> None:
-        command = args.get("command")
-        background = args.get("background") is True
-        tool_id = f"{turn.run_id}-shell-{turn.new_message_id()}"
-        title = f"shell: {command}" if isinstance(command, str) else "shell"
-        raw_input = {"command": command, **({"background": True} if background else {})}
-        row = _Row(turn, tool_id, "shell", title)
-        await row.send(ToolStatus.PENDING, raw_input=raw_input)
-        if await row.refused():
-            return
-        if not isinstance(command, str) or not command:
-            await row.send(ToolStatus.FAILED, "no command given")
-            return
-        request = ToolRequest(tool_id=tool_id, name="shell", title=title, raw_input=raw_input)
-        if not await turn.ask_permission(request):
-            return await row.send(ToolStatus.FAILED, "permission denied")
-        if background:
-            try:
-                handle = await turn.start_background(
-                    tool_id, command, title=title, raw_input=raw_input
-                )
-            except ToolUnavailable as exc:
-                await row.send(ToolStatus.FAILED, str(exc))
-                return
-            await turn.send_text(f"started {handle}", message_id=turn.new_message_id())
-            return
-        await row.send(ToolStatus.IN_PROGRESS)
-        try:
-            result = await turn.run_shell(tool_id, command)
-        except (ToolUnavailable, OSError) as exc:
-            await row.send(ToolStatus.FAILED, str(exc))
-            return
-        succeeded = result.exit_code == 0
-        await row.send(
-            ToolStatus.COMPLETED if succeeded else ToolStatus.FAILED,
-            result.tail if succeeded else shell_row_text(exit_line(result.exit_code), result.tail),
-            raw_output=_shell_raw(result),
-        )
-
-    async def _write_file(self, turn: Turn, args: dict[str, Any]) -> None:
-        path, content = args.get("path"), args.get("content")
-        tool_id = f"{turn.run_id}-write_file-{turn.new_message_id()}"
-        title = f"write_file: {path}" if isinstance(path, str) else "write_file"
-        raw_input = {"path": path, "content": content}
-        row = _Row(turn, tool_id, "write_file", title)
-        await row.send(ToolStatus.PENDING, raw_input=raw_input)
-        if await row.refused():
-            return
-        if not isinstance(path, str) or not path or not isinstance(content, str):
-            await row.send(ToolStatus.FAILED, "write_file takes a string path and content")
-            return
-        try:
-            preview = await _preview_write(turn, path, content)
-        except FileToolError as exc:
-            await row.send(ToolStatus.FAILED, str(exc))
-            return
-        row.locations = (preview.location(),)
-        await row.send(ToolStatus.PENDING, raw_input=raw_input, diffs=(preview.diff(),))
-        request = ToolRequest(tool_id=tool_id, name="write_file", title=title, raw_input=raw_input)
-        if not await turn.ask_permission(request):
-            await row.send(ToolStatus.FAILED, "permission denied")
-            return
-        await row.send(ToolStatus.IN_PROGRESS, diffs=(preview.diff(),))
-        try:
-            change = await turn.tools.write_text(turn.roots, path, content)
-        except (FileToolError, ToolUnavailable) as exc:
-            await row.send(ToolStatus.FAILED, str(exc))
-            return
-        row.locations = (change.location(),)
-        await row.send(
-            ToolStatus.COMPLETED,
-            f"wrote {len(content)} characters to {change.path}",
-            diffs=(change.diff(),),
-        )
-
-    async def _external(self, turn: Turn, tool_id: str, arguments: dict[str, Any]) -> None:
-        call_id = f"{turn.run_id}-mcp-{turn.new_message_id()}"
-        title = f"external_mcp: {tool_id}"
-        raw_input = {"tool": tool_id, "arguments": arguments}
-        row = _Row(turn, call_id, EXTERNAL_MCP_TOOL, title)
-        await row.send(ToolStatus.PENDING, raw_input=raw_input)
-        if await row.refused():
-            return
-        request = ToolRequest(
-            tool_id=call_id, name=EXTERNAL_MCP_TOOL, title=title, raw_input=raw_input
-        )
-        if not await turn.ask_permission(request):
-            await row.send(ToolStatus.FAILED, "permission denied")
-            return
-        try:
-            result = await turn.tools.call_external(tool_id, arguments)
-        except Exception as exc:
-            await row.send(ToolStatus.FAILED, str(exc) or type(exc).__name__)
-            return
-        text = orjson.dumps(result).decode()
-        await row.send(ToolStatus.COMPLETED, text, raw_output=result)
 
     async def _goal_cycle(self, turn: Turn) -> GoalProgress:
         goal = turn.goal
@@ -509,69 +399,17 @@ _DIRECTIVES: dict[str, _Directive] = {
     "plan-md": lambda demo, turn, rest: turn.send_markdown_plan(rest.replace("\\n", "\n")),
     "title": DemoBackend._title,
     "tool": DemoBackend._tool,
-    "bg": lambda demo, turn, rest: demo._shell(turn, {"command": rest, "background": True}),
+    "bg": lambda demo, turn, rest: demo_tools.shell(turn, {"command": rest, "background": True}),
     "mcp": DemoBackend._mcp,
     "goal": DemoBackend._goal,
     "compact": DemoBackend._compact,
 }
 
 
-class _Row:
-    """One tool call's rows: the name, title and locations stay; each row states the rest."""
-
-    def __init__(self, turn: Turn, tool_id: str, name: str, title: str) -> None:
-        self.turn = turn
-        self.tool_id = tool_id
-        self.name = name
-        self.title = title
-        self.locations: tuple[ToolLocation, ...] = ()
-
-    async def refused(self) -> bool:
-        """End the row as failed if the session's mode forbids the tool now."""
-        refusal = self.turn.tool_refusal(self.name)
-        if refusal is None:
-            return False
-        await self.send(ToolStatus.FAILED, refusal)
-        return True
-
-    async def send(
-        self,
-        status: ToolStatus,
-        text: str | None = None,
-        *,
-        raw_input: Any = None,
-        raw_output: Any = None,
-        diffs: tuple[FileDiff, ...] = (),
-    ) -> None:
-        await self.turn.send_tool_row(
-            self.tool_id,
-            ToolState(
-                name=self.name,
-                status=status,
-                title=self.title,
-                raw_input=raw_input,
-                raw_output=raw_output,
-                output_text=None if text is None else text[:MAX_TOOL_TEXT_CHARS],
-                locations=self.locations,
-                diffs=diffs,
-            ),
-        )
-
-
 async def _answer_steering(turn: Turn) -> None:
     """Answer each steering message that arrived, as its own agent message."""
     for item in turn.steering():
         await turn.send_text(f"steered: {item.text}", message_id=turn.new_message_id())
-
-
-async def _preview_write(turn: Turn, path: str, content: str) -> FileChange:
-    """What writing ``content`` to ``path`` would change, without writing: shown to the
-    caller while it decides. Raises ``FileToolError`` for a path outside the session's
-    directories."""
-    # A dry run reads the old text through the same fd walk as the write, never by a path
-    # string that a swapped directory could send elsewhere.
-    planned = await turn.tools.write_text(turn.roots, path, content, dry_run=True)
-    return FileChange(path=planned.path, old_text=planned.old_text, new_text=content)
 
 
 def _two_ints(name: str, rest: str) -> tuple[int, int]:
@@ -583,10 +421,6 @@ def _two_ints(name: str, rest: str) -> tuple[int, int]:
     if first < 0 or second < 0:
         raise TurnFailed(f"/{name} takes two integers of at least 0")
     return first, second
-
-
-def _shell_raw(result: ShellResult) -> dict[str, Any]:
-    return {"exitCode": result.exit_code, "output": result.output, "truncated": result.truncated}
 
 
 def _json_object(text: str) -> dict[str, Any]:
