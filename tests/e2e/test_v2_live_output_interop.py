@@ -1,0 +1,97 @@
+"""Interop: the TypeScript SDK 2.4.0's experimental ACP v2 client follows a command's live
+output through ``maple-acp acp`` against a real ``maple-acp serve``: terminal updates and
+output chunks as alpha.12 shapes them, a failing command's exit status, a background
+command's row to its end, and a Markdown plan. The SDK parses every frame it receives; every
+frame the agent sent is also checked here against the v2 schema."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from maple_acp.testing.schema import AcpSchema, validate_frames
+
+from .host_processes import clean_env, running_host
+from .ts_sdk import require_node, sdk_script
+
+SCRIPT: Path = Path(__file__).parent / "interop" / "v2_live_output_client.mjs"
+#: npm install (first run only) and the whole scripted session each finish well within this.
+DEADLINE_S: float = 180.0
+#: The first command prints a line every quarter second: 1 to 3 per 100 ms publishing tick.
+LIVE_COMMAND: str = "for i in 1 2 3; do echo line$i; sleep 0.25; done"
+
+
+def _terminal_checks(seen: dict[str, Any], output: str, exit_code: int, row: str) -> None:
+    """One tool call's terminal as the client saw it."""
+    assert seen["kinds"][0] == "terminal_update"
+    # Announced, then shown on the call, before any output.
+    assert seen["openedAt"] < seen["firstChunkAt"]
+    assert seen["shownAt"] < seen["firstChunkAt"]
+    # Every chunk in order, nothing lost or repeated.
+    assert "".join(seen["chunks"]) == output
+    assert seen["kinds"][-1] == "terminal_update"
+    assert seen["exitStatus"] == {"exitCode": exit_code}
+    assert seen["statuses"][-1] == row
+    assert seen["lastContent"][0]["type"] == "terminal"
+
+
+async def test_typescript_v2_client_follows_live_output_background_and_plan(
+    tmp_path: Path, pytestconfig: pytest.Config, acp_schema_v2: AcpSchema
+) -> None:
+    require_node("the ACP v2 live output interop test")
+    script = await trio.to_thread.run_sync(sdk_script, pytestconfig, tmp_path / "npm", SCRIPT)
+    project = tmp_path / "project"
+    project.mkdir()
+    async with running_host(tmp_path) as host:
+        acp_command = [sys.executable, "-m", "maple_acp._main", "acp", "--socket", str(host.socket)]
+        with trio.fail_after(DEADLINE_S):
+            result = await trio.run_process(
+                ["node", str(script), *acp_command, str(project.resolve())],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                env=clean_env(),
+            )
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    report = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    frames = [(direction, message) for direction, message in report.pop("frames")]
+    assert report["protocolVersion"] == 2
+    assert validate_frames(acp_schema_v2, frames) > 30
+    assert report["sdkAltered"] == []
+
+    live = report["live"]
+    assert live["opened"]["command"] == LIVE_COMMAND
+    assert live["opened"]["cwd"] == str(project.resolve())
+    _terminal_checks(live, "line1\nline2\nline3\n", 0, "completed")
+    # Streamed while it ran, not all at its exit.
+    assert len(live["chunks"]) >= 2
+
+    _terminal_checks(report["failing"], "oops\n", 3, "failed")
+
+    background = report["background"]
+    handle = report["bgText"].removeprefix("started ")
+    assert handle.startswith("bg-")
+    # The turn ended with the command still running; its row went on to its end.
+    assert report["bgAtTurnEnd"] == "in_progress"
+    _terminal_checks(background, "bg1\nbg2\n", 0, "completed")
+    assert report["backgroundList"]["commands"] == [
+        {
+            "handle": handle,
+            "command": "echo bg1; sleep 0.5; echo bg2",
+            "status": "exited",
+            "exitCode": 0,
+        }
+    ]
+
+    checked = sum(len(seen["kinds"]) for seen in (live, report["failing"], background))
+    assert report["sdkParsed"] == checked + len(report["plans"])
+    # A Markdown plan: one plan_update, replaced whole, with the session's plan id.
+    assert report["plans"] == [
+        {"type": "markdown", "planId": "plan", "content": "# Steps\n- [x] build\n- [ ] ship"}
+    ]
+    print("live chunks at (ms):", live["chunkTimes"], "exit at:", live["exitAt"])
