@@ -19,6 +19,7 @@ from .host_processes import (
     private_short_dir,
     running_host,
 )
+from .ts_sdk import install_sdk
 
 __all__ = ["DEADLINE", "assert_only_protocol_lines", "connector_client", "running_host"]
 
@@ -35,3 +36,9 @@ def project(short_dir: Path) -> Path:
     directory = short_dir / "project"
     directory.mkdir()
     return directory
+
+
+@pytest.fixture(scope="session")
+def ts_sdk(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The TypeScript SDK's folder, installed once (``ts_sdk``); skips without node or npm."""
+    return install_sdk(pytestconfig, tmp_path_factory.mktemp("npm"))

@@ -20,7 +20,7 @@ import trio
 from maple_acp.testing.schema import AcpSchema, validate_frames
 
 from .host_processes import MAPLE_ACP, Host, clean_env, run_command, running_host
-from .ts_sdk import require_node, sdk_script
+from .ts_sdk import beside_sdk
 
 INTEROP = Path(__file__).parent / "interop"
 PYTHON_CLIENT = INTEROP / "python_net_client.py"
@@ -111,10 +111,9 @@ async def test_python_sdk_network_clients_drive_a_whole_session(
 
 
 async def test_typescript_sdk_http_client_drives_a_whole_session(
-    tmp_path: Path, pytestconfig: pytest.Config, acp_schema: AcpSchema
+    tmp_path: Path, ts_sdk: Path, acp_schema: AcpSchema
 ) -> None:
-    require_node("the network interop test")
-    script = await trio.to_thread.run_sync(sdk_script, pytestconfig, tmp_path / "npm", TS_CLIENT)
+    script = beside_sdk(ts_sdk, TS_CLIENT)
     project = tmp_path / "project"
     project.mkdir()
     frames = tmp_path / "frames.jsonl"
