@@ -1,8 +1,9 @@
 """Interop: the TypeScript SDK 2.4.0's experimental ACP v2 client follows a command's live
 output through ``maple-acp acp`` against a real ``maple-acp serve``: terminal updates and
-output chunks as alpha.12 shapes them, a failing command's exit status, a background
-command's row to its end, and a Markdown plan. The SDK parses every frame it receives; every
-frame the agent sent is also checked here against the v2 schema."""
+output chunks as alpha.12 shapes them, a failing command's exit status, output past the
+tail replaced then appended to, a background command's row to its end, and a Markdown plan.
+The SDK parses every frame it receives; every frame the agent sent is also checked here
+against the v2 schema."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import trio
 
+from maple_acp.runtime import LIVE_TAIL_CHARS
 from maple_acp.testing.schema import AcpSchema, validate_frames
 
 from .host_processes import clean_env, running_host
@@ -71,6 +73,15 @@ async def test_typescript_v2_client_follows_live_output_background_and_plan(
 
     _terminal_checks(report["failing"], "oops\n", 3, "failed")
 
+    # 100,000 characters at once: more than the tail, so the terminal's output is replaced
+    # by the tail, and what follows is appended to it.
+    flood = report["flood"]
+    assert flood["replaced"] >= 1
+    assert flood["allX"] is True
+    assert flood["shownEnd"] == "x\nend\n"
+    assert LIVE_TAIL_CHARS <= flood["shownLength"] < 100_000
+    assert flood["exitStatus"] == {"exitCode": 0}
+
     background = report["background"]
     handle = report["bgText"].removeprefix("started ")
     assert handle.startswith("bg-")
@@ -86,10 +97,11 @@ async def test_typescript_v2_client_follows_live_output_background_and_plan(
         }
     ]
 
-    checked = sum(len(seen["kinds"]) for seen in (live, report["failing"], background))
+    terminals = (live, report["failing"], background)
+    checked = sum(len(seen["kinds"]) for seen in terminals) + flood["kinds"]
     assert report["sdkParsed"] == checked + len(report["plans"])
     # A Markdown plan: one plan_update, replaced whole, with the session's plan id.
     assert report["plans"] == [
         {"type": "markdown", "planId": "plan", "content": "# Steps\n- [x] build\n- [ ] ship"}
     ]
-    print("live chunks at (ms):", live["chunkTimes"], "exit at:", live["exitAt"])
+    print("live chunks at (ms):", live["chunkTimes"], "exit at:", live["exitAt"], "flood:", flood)

@@ -1,9 +1,10 @@
 // Drives `maple-acp acp` (argv: command..., then the project directory last) with the
 // TypeScript SDK's experimental ACP v2 client through a command's live output: a shell
-// command printing a line every quarter second, a failing one, a background one followed to
-// its end, and a Markdown plan. Prints one JSON line: what it saw, with every frame that
-// crossed the pipe (raw, both ways) for the caller to check against the schema. Exits
-// non-zero on any failure; the SDK parses every frame it receives.
+// command printing a line every quarter second, a failing one, one printing more at once
+// than the tail holds, a background one followed to its end, and a Markdown plan. Prints one
+// JSON line: what it saw, with every frame that crossed the pipe (raw, both ways) for the
+// caller to check against the schema. Exits non-zero on any failure; the SDK parses every
+// frame it receives.
 import { spawn } from "node:child_process";
 import { PassThrough, Readable, Writable } from "node:stream";
 import { isDeepStrictEqual } from "node:util";
@@ -73,6 +74,11 @@ function terminal(sid, toolCallId) {
       (u.update.content ?? []).some((c) => c.type === "terminal" && c.terminalId === toolCallId)),
     openedAt: updates.indexOf(shown[0]),
     firstChunkAt: updates.indexOf(shown.find((u) => u.update.sessionUpdate === "terminal_output_chunk")),
+    // What a client shows: a replacement `output` resets the terminal, a chunk appends.
+    shown: shown.reduce((text, u) => u.update.sessionUpdate === "terminal_output_chunk"
+      ? text + decode(u.update.data)
+      : u.update.output ? decode(u.update.output.data) : text, ""),
+    replaced: shown.filter((u) => u.update.output).length,
     statuses: rows.map((u) => u.update.status).filter((s) => s),
     lastContent: rows.at(-1)?.update.content ?? null,
   };
@@ -112,9 +118,18 @@ await app.connectWith(stream, async (ctx) => {
   await until(() => idles(sid) >= 2);
   report.failing = terminal(sid, shellCalls(sid)[1]);
 
-  await prompt("/bg echo bg1; sleep 0.5; echo bg2");
+  // More at once than the tail holds: the terminal's output is replaced, then goes on.
+  const flood = "head -c 100000 /dev/zero | tr '\\0' x; echo; sleep 0.2; echo end";
+  await prompt(`/tool shell ${JSON.stringify({ command: flood })}`);
   await until(() => idles(sid) >= 3);
-  const bg = shellCalls(sid)[2];
+  const big = terminal(sid, shellCalls(sid)[2]);
+  report.flood = { shownLength: big.shown.length, replaced: big.replaced,
+    shownEnd: big.shown.slice(-6), allX: /^x+$/.test(big.shown.slice(0, -5)),
+    exitStatus: big.exitStatus, kinds: big.kinds.length };
+
+  await prompt("/bg echo bg1; sleep 0.5; echo bg2");
+  await until(() => idles(sid) >= 4);
+  const bg = shellCalls(sid)[3];
   report.bgText = of(sid, ["agent_message_chunk"]).map((u) => u.update.content.text).at(-1);
   report.bgAtTurnEnd = terminal(sid, bg).statuses.at(-1);
   await until(() => terminal(sid, bg).statuses.at(-1) === "completed");
@@ -123,7 +138,7 @@ await app.connectWith(stream, async (ctx) => {
     { sessionId: sid, action: "list" });
 
   await prompt("/plan-md # Steps\\n- [x] build\\n- [ ] ship");
-  await until(() => idles(sid) >= 4);
+  await until(() => idles(sid) >= 5);
   report.plans = of(sid, ["plan_update"]).map((u) => u.update.plan);
 
   // The SDK's own parse (zod) of each terminal and plan update is what the handler got: a
