@@ -19,7 +19,7 @@ from .host_processes import (
     private_short_dir,
     running_host,
 )
-from .ts_sdk import install_sdk
+from .interop_clients import install_sdk
 
 __all__ = ["DEADLINE", "assert_only_protocol_lines", "connector_client", "running_host"]
 
@@ -40,5 +40,6 @@ def project(short_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def ts_sdk(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The TypeScript SDK's folder, installed once (``ts_sdk``); skips without node or npm."""
+    """The TypeScript SDK's folder, installed once per run (``interop_clients``): skips the
+    test, with the reason, without node, npm or the registry."""
     return install_sdk(pytestconfig, tmp_path_factory.mktemp("npm"))

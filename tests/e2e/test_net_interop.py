@@ -19,8 +19,8 @@ import trio
 
 from maple_acp.testing.schema import AcpSchema, validate_frames
 
-from .host_processes import MAPLE_ACP, Host, clean_env, run_command, running_host
-from .ts_sdk import beside_sdk
+from .host_processes import MAPLE_ACP, Host, run_command, running_host
+from .interop_clients import beside_sdk, client_report
 
 INTEROP = Path(__file__).parent / "interop"
 PYTHON_CLIENT = INTEROP / "python_net_client.py"
@@ -83,24 +83,10 @@ async def test_python_sdk_network_clients_drive_a_whole_session(
     project.mkdir()
     frames = tmp_path / "frames.jsonl"
     async with network_host(tmp_path) as (host, url, token):
-        with trio.fail_after(DEADLINE_S):
-            result = await trio.run_process(
-                [
-                    sys.executable,
-                    os.fspath(PYTHON_CLIENT),
-                    url,
-                    token,
-                    kind,
-                    os.fspath(project.resolve()),
-                    os.fspath(frames),
-                ],
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-                env=clean_env(),
-            )
-        assert result.returncode == 0, result.stderr.decode()[-3000:]
-        report = json.loads(result.stdout.decode().strip().splitlines()[-1])
+        client = [sys.executable, os.fspath(PYTHON_CLIENT), url, token, kind]
+        report = await client_report(
+            [*client, os.fspath(project.resolve()), os.fspath(frames)], DEADLINE_S
+        )
         check_report(report, project)
         assert report["wideText"] is True
         # Both network connections ended with their clients; the host serves on.
@@ -118,23 +104,10 @@ async def test_typescript_sdk_http_client_drives_a_whole_session(
     project.mkdir()
     frames = tmp_path / "frames.jsonl"
     async with network_host(tmp_path) as (host, url, token):
-        with trio.fail_after(DEADLINE_S):
-            result = await trio.run_process(
-                [
-                    "node",
-                    os.fspath(script),
-                    url,
-                    token,
-                    os.fspath(project.resolve()),
-                    os.fspath(frames),
-                ],
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-                env=clean_env(),
-            )
-        assert result.returncode == 0, result.stderr.decode()[-3000:]
-        report = json.loads(result.stdout.decode().strip().splitlines()[-1])
+        client = ["node", os.fspath(script), url, token]
+        report = await client_report(
+            [*client, os.fspath(project.resolve()), os.fspath(frames)], DEADLINE_S
+        )
         check_report(report, project)
         await host.wait_status(lambda status: status["connections"] == 1)
     assert validate_log(acp_schema, frames) > 20

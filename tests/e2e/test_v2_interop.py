@@ -1,17 +1,14 @@
 """Interop: the TypeScript SDK 2.4.0's experimental ACP v2 client drives ``maple-acp acp``
 against a real ``maple-acp serve`` (which offers v2). The SDK is installed from the npm
-registry once into pytest's cache folder (``ts_sdk``); it checks every frame it receives."""
+registry once into pytest's cache folder (``interop_clients``); it checks every frame it
+receives."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-import trio
-
-from .host_processes import clean_env, running_host
-from .ts_sdk import beside_sdk
+from .interop_clients import connector_report
 
 SCRIPT: Path = Path(__file__).parent / "interop" / "v2_client.mjs"
 #: The whole scripted session finishes well within this; it only bounds a hang.
@@ -19,21 +16,7 @@ DEADLINE_S: float = 180.0
 
 
 async def test_typescript_v2_client_drives_maple_acp_acp(tmp_path: Path, ts_sdk: Path) -> None:
-    script = beside_sdk(ts_sdk, SCRIPT)
-    project = tmp_path / "project"
-    project.mkdir()
-    async with running_host(tmp_path) as host:
-        acp_command = [sys.executable, "-m", "maple_acp._main", "acp", "--socket", str(host.socket)]
-        with trio.fail_after(DEADLINE_S):
-            result = await trio.run_process(
-                ["node", str(script), *acp_command, str(project.resolve())],
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-                env=clean_env(),
-            )
-    assert result.returncode == 0, result.stderr.decode()[-2000:]
-    report = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    report, project = await connector_report(tmp_path, ts_sdk, SCRIPT, DEADLINE_S)
     print("v2 interop:", json.dumps(report))
     assert report["protocolVersion"] == 2
     assert report["messageId"]

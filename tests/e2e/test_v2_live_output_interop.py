@@ -7,18 +7,13 @@ against the v2 schema."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any
-
-import trio
 
 from maple_acp.runtime import LIVE_TAIL_CHARS
 from maple_acp.testing.schema import AcpSchema, validate_frames
 
-from .host_processes import clean_env, running_host
-from .ts_sdk import beside_sdk
+from .interop_clients import connector_report
 
 SCRIPT: Path = Path(__file__).parent / "interop" / "v2_live_output_client.mjs"
 #: The whole scripted session finishes well within this; it only bounds a hang.
@@ -44,21 +39,7 @@ def _terminal_checks(seen: dict[str, Any], output: str, exit_code: int, row: str
 async def test_typescript_v2_client_follows_live_output_background_and_plan(
     tmp_path: Path, ts_sdk: Path, acp_schema_v2: AcpSchema
 ) -> None:
-    script = beside_sdk(ts_sdk, SCRIPT)
-    project = tmp_path / "project"
-    project.mkdir()
-    async with running_host(tmp_path) as host:
-        acp_command = [sys.executable, "-m", "maple_acp._main", "acp", "--socket", str(host.socket)]
-        with trio.fail_after(DEADLINE_S):
-            result = await trio.run_process(
-                ["node", str(script), *acp_command, str(project.resolve())],
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-                env=clean_env(),
-            )
-    assert result.returncode == 0, result.stderr.decode()[-2000:]
-    report = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    report, project = await connector_report(tmp_path, ts_sdk, SCRIPT, DEADLINE_S)
     frames = [(direction, message) for direction, message in report.pop("frames")]
     assert report["protocolVersion"] == 2
     assert validate_frames(acp_schema_v2, frames) > 30
@@ -66,7 +47,7 @@ async def test_typescript_v2_client_follows_live_output_background_and_plan(
 
     live = report["live"]
     assert live["opened"]["command"] == LIVE_COMMAND
-    assert live["opened"]["cwd"] == str(project.resolve())
+    assert live["opened"]["cwd"] == str(project)
     _terminal_checks(live, "line1\nline2\nline3\n", 0, "completed")
     # Streamed while it ran, not all at its exit.
     assert len(live["chunks"]) >= 2

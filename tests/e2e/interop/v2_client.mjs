@@ -5,29 +5,14 @@
 import { spawn } from "node:child_process";
 import { Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk/experimental/v2";
+import { allowOnce, openSession, updateLog } from "./v2_kit.mjs";
 
 const args = process.argv.slice(2);
 const project = args.pop();
 const child = spawn(args[0], args.slice(1), { stdio: ["pipe", "pipe", "inherit"] });
 const stream = acp.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
 
-const updates = [];
-const waiters = [];
-function seen() {
-  for (const waiter of [...waiters]) {
-    if (waiter.test()) {
-      waiters.splice(waiters.indexOf(waiter), 1);
-      waiter.resolve();
-    }
-  }
-}
-function until(test) {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error("timed out waiting")), 20000);
-    waiters.push({ test, resolve: () => { clearTimeout(timer); resolve(); } });
-    seen();
-  });
-}
+const { updates, add, until } = updateLog();
 const idles = (sid) =>
   updates.filter((u) => u.sessionId === sid && u.update.sessionUpdate === "state_update" &&
     u.update.state === "idle").length;
@@ -38,25 +23,17 @@ const text = (sid, kind) =>
 const permissions = [];
 const app = acp.client({ name: "maple-acp-v2-interop" })
   .onNotification(acp.methods.client.session.update, ({ params }) => {
-    updates.push(params);
-    seen();
+    add(params);
   })
   .onRequest(acp.methods.client.session.requestPermission, ({ params }) => {
     permissions.push({ title: params.title, subject: params.subject?.type });
-    const allow = params.options.find((o) => o.kind === "allow_once");
-    return { outcome: { outcome: "selected", optionId: allow.optionId } };
+    return allowOnce(params);
   });
 
 const report = {};
 await app.connectWith(stream, async (ctx) => {
-  const init = await ctx.request(acp.methods.agent.initialize, {
-    protocolVersion: 2,
-    info: { name: "maple-acp-v2-interop", version: "1" },
-    capabilities: {},
-  });
-  report.protocolVersion = init.protocolVersion;
-  const created = await ctx.request(acp.methods.agent.session.new, { cwd: project, mcpServers: [] });
-  const sid = created.sessionId;
+  const { protocolVersion, sid } = await openSession(ctx, "maple-acp-v2-interop", project);
+  report.protocolVersion = protocolVersion;
   const answer = await ctx.request(acp.methods.agent.session.prompt, {
     sessionId: sid,
     prompt: [{ type: "text", text: "/stream 20 50" }],

@@ -9,6 +9,7 @@ import { spawn } from "node:child_process";
 import { PassThrough, Readable, Writable } from "node:stream";
 import { isDeepStrictEqual } from "node:util";
 import * as acp from "@agentclientprotocol/sdk/experimental/v2";
+import { allowOnce, openSession, updateLog } from "./v2_kit.mjs";
 
 const args = process.argv.slice(2);
 const project = args.pop();
@@ -33,23 +34,7 @@ outbound.pipe(child.stdin);
 const stream = acp.ndJsonStream(Writable.toWeb(outbound), Readable.toWeb(child.stdout));
 
 const started = Date.now();
-const updates = [];
-const waiters = [];
-function seen() {
-  for (const waiter of [...waiters]) {
-    if (waiter.test()) {
-      waiters.splice(waiters.indexOf(waiter), 1);
-      waiter.resolve();
-    }
-  }
-}
-function until(test) {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error("timed out waiting")), 20000);
-    waiters.push({ test, resolve: () => { clearTimeout(timer); resolve(); } });
-    seen();
-  });
-}
+const { updates, add, until } = updateLog();
 const of = (sid, kinds) =>
   updates.filter((u) => u.sessionId === sid && kinds.includes(u.update.sessionUpdate));
 const idles = (sid) => of(sid, ["state_update"]).filter((u) => u.update.state === "idle").length;
@@ -88,24 +73,14 @@ const shellCalls = (sid) => [...new Set(of(sid, ["tool_call_update"])
 
 const app = acp.client({ name: "maple-acp-v2-live-output" })
   .onNotification(acp.methods.client.session.update, ({ params }) => {
-    updates.push({ ...params, at: Date.now() - started });
-    seen();
+    add({ ...params, at: Date.now() - started });
   })
-  .onRequest(acp.methods.client.session.requestPermission, ({ params }) => {
-    const allow = params.options.find((o) => o.kind === "allow_once");
-    return { outcome: { outcome: "selected", optionId: allow.optionId } };
-  });
+  .onRequest(acp.methods.client.session.requestPermission, ({ params }) => allowOnce(params));
 
 const report = {};
 await app.connectWith(stream, async (ctx) => {
-  const init = await ctx.request(acp.methods.agent.initialize, {
-    protocolVersion: 2,
-    info: { name: "maple-acp-v2-live-output", version: "1" },
-    capabilities: {},
-  });
-  report.protocolVersion = init.protocolVersion;
-  const { sessionId: sid } = await ctx.request(acp.methods.agent.session.new,
-    { cwd: project, mcpServers: [] });
+  const { protocolVersion, sid } = await openSession(ctx, "maple-acp-v2-live-output", project);
+  report.protocolVersion = protocolVersion;
   const prompt = (text) => ctx.request(acp.methods.agent.session.prompt,
     { sessionId: sid, prompt: [{ type: "text", text }] });
 

@@ -1,18 +1,25 @@
-"""The TypeScript SDK 2.4.0 for the interop tests whose client is a node script: installed from
-the npm registry once into pytest's cache folder (kept between runs, ignored by git), each
-script copied beside it (ES modules resolve packages from the script's own folder).
+"""Clients nobody here wrote, for the interop tests: the TypeScript SDK 2.4.0, installed from the
+npm registry once into pytest's cache folder (kept between runs, ignored by git), with the
+node scripts copied beside it (ES modules resolve packages from the script's own folder); and
+running a client script to the one JSON line of what it saw.
 
 The ``ts_sdk`` fixture (``conftest.py``) calls :func:`install_sdk` outside any Trio test, so a
 skip shows its reason."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
+
+from .host_processes import MAPLE_ACP, clean_env, running_host
 
 #: The SDK whose ``/experimental/v2`` client speaks the draft this agent implements.
 SDK: str = "@agentclientprotocol/sdk@2.4.0"
@@ -53,6 +60,35 @@ def install_sdk(config: pytest.Config, fallback: Path) -> Path:
 
 
 def beside_sdk(sdk: Path, script: Path) -> Path:
-    """``script`` copied into the SDK's folder, where its imports resolve."""
-    shutil.copyfile(script, sdk / script.name)
+    """``script`` copied into the SDK's folder, where its imports resolve (with the modules
+    of its own folder it may import)."""
+    for module in script.parent.glob("*.mjs"):
+        shutil.copyfile(module, sdk / module.name)
     return sdk / script.name
+
+
+async def client_report(command: Sequence[str], deadline: float) -> dict[str, Any]:
+    """Run a client script to its end; the JSON line it printed last. Fails the test with
+    the end of its stderr when it exits non-zero."""
+    with trio.fail_after(deadline):
+        result = await trio.run_process(
+            list(command), capture_stdout=True, capture_stderr=True, check=False, env=clean_env()
+        )
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    report: dict[str, Any] = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    return report
+
+
+async def connector_report(
+    directory: Path, sdk: Path, script: Path, deadline: float
+) -> tuple[dict[str, Any], Path]:
+    """A node ``script`` (beside the SDK) driving ``maple-acp acp`` against a real ``maple-acp
+    serve`` in ``directory``; its arguments are the connector's command, then a new project
+    directory. What the script reported, and that project directory (resolved)."""
+    project = directory / "project"
+    project.mkdir()
+    project = project.resolve()
+    command = ["node", str(beside_sdk(sdk, script))]
+    async with running_host(directory) as host:
+        connector = [*MAPLE_ACP, "acp", "--socket", str(host.socket)]
+        return await client_report([*command, *connector, str(project)], deadline), project
