@@ -17,6 +17,7 @@ This module is the projector: how runtime events and stored history rows become 
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
@@ -40,12 +41,13 @@ from maple_acp.model import (
     ItemKind,
     MessageRow,
     PlanEntry,
+    PlanStatus,
     TimelineItem,
     ToolState,
     ToolStatus,
 )
 from maple_acp.rpc import encode_notification
-from maple_acp.runtime import ShellOutput, describe_image
+from maple_acp.runtime import MAX_PLAN_ENTRIES, ShellOutput, describe_image
 from maple_acp.wire import (
     GOAL_CONTROL_METHOD,
     AgentMessageChunk,
@@ -169,13 +171,36 @@ def text_template(session_id: str, kind: ChunkKind) -> TextTemplate | None:
     return head, middle, tail
 
 
-def _first_line(markdown: str) -> str:
-    """The first line of a Markdown plan that says something, for a client that shows only
-    a checklist."""
+#: A Markdown list item: a bullet or a number, then an optional task box.
+_LIST_ITEM: Final = re.compile(r"\s*(?:[-*+]|\d{1,9}[.)])\s+(?:\[([ xX>])\]\s+)?(\S.*)")
+_BOX_STATUS: Final = {
+    "x": PlanStatus.COMPLETED,
+    "X": PlanStatus.COMPLETED,
+    ">": PlanStatus.IN_PROGRESS,
+    " ": PlanStatus.PENDING,
+}
+
+
+def markdown_checklist(markdown: str) -> tuple[PlanEntry, ...]:
+    """A Markdown plan as a checklist, for a client that shows only checklists: one entry per
+    list item (``- [x]`` completed, ``- [>]`` in progress, else pending), at most the plan's
+    entry bound; a plan without list items is one entry holding its first line that says
+    something."""
+    entries: list[PlanEntry] = []
+    for line in markdown.splitlines():
+        item = _LIST_ITEM.fullmatch(line)
+        if item is None:
+            continue
+        box, text = item.groups()
+        entries.append(PlanEntry(content=text.strip(), status=_BOX_STATUS[box or " "]))
+        if len(entries) == MAX_PLAN_ENTRIES:
+            break
+    if entries:
+        return tuple(entries)
     for line in markdown.splitlines():
         if line.strip():
-            return line.strip()
-    return markdown.strip()
+            return (PlanEntry(content=line.strip()),)
+    return (PlanEntry(content=markdown.strip()),)
 
 
 def mode_state(settings: SessionSettings) -> SessionModeState:
@@ -392,10 +417,10 @@ class SessionProjector:
         """The update for the whole plan as it stands now (a checklist, Markdown, or neither:
         cleared). A client that takes plan operations gets ``plan_update``, or for a cleared
         plan ``plan_removed`` if it holds one (else nothing); others get :meth:`plan`, a
-        Markdown plan as one entry holding its first line."""
+        Markdown plan as the checklist of its list items (:func:`markdown_checklist`)."""
         if not self.plans:
             if markdown and not entries:
-                entries = (PlanEntry(content=_first_line(markdown)),)
+                entries = markdown_checklist(markdown)
             return self.plan(entries)
         if not entries and not markdown:
             shown, self._plan_shown = self._plan_shown, False

@@ -1,7 +1,7 @@
 """Plan operations on the wire: a v1 client that declared ``clientCapabilities.plan`` and
 every v2 client get ``plan_update`` (a checklist or Markdown, one ``planId``, replaced whole)
 and ``plan_removed`` once a plan they hold is cleared; any other v1 client keeps the legacy
-``plan`` update, a Markdown plan shown as one entry of its first line. Load and resume replay
+``plan`` update, a Markdown plan shown as the checklist of its list items. Load and resume replay
 the last plan in the form the client takes. Every frame is validated against the negotiated
 version's schema; plan operations against its unstable file, the only one that defines them in
 v1 1.29 (and Markdown and removal in v2 alpha.12)."""
@@ -16,6 +16,8 @@ from edge_harness import Harness, running_service
 from test_acp_v2 import v2_client, wait_idle
 
 from maple_acp.edge import AcpServiceConfig
+from maple_acp.edge._projection import markdown_checklist
+from maple_acp.runtime import MAX_PLAN_ENTRIES
 from maple_acp.testing.client import AcpTestClient
 from maple_acp.testing.schema import (
     OUTBOUND_DEFINITIONS,
@@ -39,6 +41,12 @@ CHECKLIST = [
     {"content": "read the code", "priority": "medium", "status": "completed"},
     {"content": "fix the bug", "priority": "medium", "status": "in_progress"},
     {"content": "test it", "priority": "medium", "status": "pending"},
+]
+
+#: The Markdown plan as a legacy client sees it: one pending entry per list item.
+MARKDOWN_AS_CHECKLIST = [
+    {"content": "**read** it", "priority": "medium", "status": "pending"},
+    {"content": "fix it", "priority": "medium", "status": "pending"},
 ]
 
 
@@ -105,7 +113,7 @@ async def test_a_v1_client_without_the_capability_keeps_the_legacy_plan(
         assert [u["sessionUpdate"] for u in updates] == ["plan"] * 4
         assert [u["entries"] for u in updates] == [
             CHECKLIST,
-            [{"content": "# Fix the bug", "priority": "medium", "status": "pending"}],
+            MARKDOWN_AS_CHECKLIST,
             [],
             [],
         ]
@@ -154,7 +162,7 @@ async def test_load_replays_the_last_plan_in_the_form_the_client_takes(
         legacy.validate(acp_schema)
 
 
-async def test_load_of_a_markdown_plan_for_a_legacy_client_is_its_first_line(
+async def test_load_of_a_markdown_plan_for_a_legacy_client_is_its_list_items(
     harness: Harness, project: Path, acp_schema: AcpSchema
 ) -> None:
     sid = await write_plans(harness, project, SCRIPT[1])
@@ -163,9 +171,7 @@ async def test_load_of_a_markdown_plan_for_a_legacy_client_is_its_first_line(
         assert plan_updates(legacy, sid) == [
             {
                 "sessionUpdate": "plan",
-                "entries": [
-                    {"content": "# Fix the bug", "priority": "medium", "status": "pending"}
-                ],
+                "entries": MARKDOWN_AS_CHECKLIST,
             }
         ]
         legacy.validate(acp_schema)
@@ -204,3 +210,36 @@ async def test_v2_resume_replays_the_last_plan(
         ]
         client.validate(acp_schema_v2)
         client.validate(PlanOperationsSchema(acp_schema_v2.directory))
+
+
+@pytest.mark.parametrize(
+    ("markdown", "expected"),
+    [
+        (
+            "# Release\n\n1. [x] tag it\n2) [>] build it\n* [ ] ship it\n+ tell people",
+            [
+                ("tag it", "completed"),
+                ("build it", "in_progress"),
+                ("ship it", "pending"),
+                ("tell people", "pending"),
+            ],
+        ),
+        ("\n  # Only a heading\nand prose", [("# Only a heading", "pending")]),
+        (
+            "-no space is not an item\n- [?] an unknown box is text",
+            [("[?] an unknown box is text", "pending")],
+        ),
+        ("", [("", "pending")]),
+    ],
+)
+def test_a_markdown_plan_reads_as_a_checklist_of_its_list_items(
+    markdown: str, expected: list[tuple[str, str]]
+) -> None:
+    entries = markdown_checklist(markdown)
+    assert [(entry.content, entry.status.value) for entry in entries] == expected
+
+
+def test_a_markdown_checklist_is_bounded_like_a_plan() -> None:
+    entries = markdown_checklist("\n".join(f"- step {n}" for n in range(MAX_PLAN_ENTRIES + 50)))
+    assert len(entries) == MAX_PLAN_ENTRIES
+    assert entries[-1].content == f"step {MAX_PLAN_ENTRIES - 1}"
