@@ -290,9 +290,11 @@ class V2Projection:
         text = tool.output_text if tool.output_text is not None else summary
         content: list[dict[str, Any]] = []
         if tool_id in self._terminals:
-            # The terminal holds the output and the exit status: the text would repeat it.
+            # The terminal holds the output and the exit status: the text would repeat it. A
+            # failure keeps its first line, the status (runtime.shell_row_text puts it there),
+            # for a client that shows a row's text and not its terminal.
             content.append(_terminal(tool_id))
-            text = ""
+            text = text.partition("\n")[0] if tool.status is ToolStatus.FAILED else ""
         if text:
             content.append(
                 {"type": "content", "content": {"type": "text", "text": bound_text(text)}}
