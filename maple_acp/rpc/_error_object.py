@@ -3,8 +3,9 @@
 The reason is written twice: as JSON-RPC's ``message``, and as ``data.details``, because some
 clients show an error's ``data.details`` and never its ``message`` (they would show a refusal
 as a blank failure). ``data`` that is already an object keeps its keys and gains ``details``
-beside them; no ``data`` becomes ``{"details": message}``; ``data`` of another shape (none of
-ours) is kept whole under ``data.value``. A ``details`` a handler set itself is left as it is.
+beside them (a ``details`` of its own gives way: the rule holds for every answer); no ``data``
+becomes ``{"details": message}``; ``data`` of another shape (none of ours) is kept whole under
+``data.value``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def error_object(error: ProtocolError) -> dict[str, Any]:
     if data is None:
         details: dict[str, Any] = {DETAILS_KEY: error.message}
     elif isinstance(data, dict):
-        details = data if DETAILS_KEY in data else {**data, DETAILS_KEY: error.message}
+        details = {**data, DETAILS_KEY: error.message}
     else:
         details = {DETAILS_KEY: error.message, "value": data}
     return {"code": error.code, "message": error.message, "data": details}

@@ -17,7 +17,7 @@ from edge_harness import Harness, running_service
 
 from maple_acp.edge import AcpServiceConfig
 from maple_acp.testing.client import AcpTestClient
-from maple_acp.testing.schema import AcpSchema
+from maple_acp.testing.schema import AcpSchema, SchemaViolation, validate_frames
 
 
 @pytest.fixture
@@ -150,3 +150,21 @@ async def test_an_error_inside_a_v2_batch_answer_carries_its_reason_too(
         assert error["code"] == -32601
         assert error["data"] == {"details": error["message"]}
         client.validate(acp_schema_v2)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        {"code": -32601, "message": "no"},
+        {"code": -32601, "message": "no", "data": {"sessionId": "s"}},
+        {"code": -32601, "message": "no", "data": {"details": "something else"}},
+    ],
+)
+def test_the_test_clients_hold_every_error_to_the_rule(
+    error: dict[str, Any], acp_schema: AcpSchema
+) -> None:
+    frame = {"jsonrpc": "2.0", "id": 1, "error": error}
+    with pytest.raises(SchemaViolation, match=r"data\.details"):
+        validate_frames(acp_schema, [("in", frame)])
+    fixed = frame | {"error": error | {"data": (error.get("data") or {}) | {"details": "no"}}}
+    assert validate_frames(acp_schema, [("in", fixed)]) == 1

@@ -170,7 +170,7 @@ def test_encoders_omit_absent_params_and_keep_result_null() -> None:
     [
         (None, {"details": "refused"}),
         ({"sessionId": "s"}, {"sessionId": "s", "details": "refused"}),
-        ({"details": "the handler's own"}, {"details": "the handler's own"}),
+        ({"details": "another", "n": 1}, {"details": "refused", "n": 1}),
         ([1, 2], {"details": "refused", "value": [1, 2]}),
     ],
 )
