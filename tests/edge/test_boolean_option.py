@@ -129,6 +129,13 @@ async def test_a_v1_client_that_did_not_declare_boolean_options_is_offered_none(
         new = await client.call("session/new", {"cwd": str(project), "mcpServers": []})
         assert option(new, "brief") is None
         assert [o["type"] for o in new["configOptions"]] == ["select"] * len(new["configOptions"])
+        # It may still set one it knows of; the answer offers it no more than before.
+        sid = new["sessionId"]
+        answer = await client.call(
+            "session/set_config_option", change(sid, 1, "brief", True, "boolean")
+        )
+        assert answer["configOptions"] == new["configOptions"]
+        assert await echoed(client, sid, 1, TWO_LINES) == "first line"
         client.validate(acp_schema)
 
 
