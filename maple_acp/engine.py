@@ -47,6 +47,7 @@ from maple_acp.model import (
 from maple_acp.runtime import (
     AgentBackend,
     Backend,
+    BooleanOption,
     EmbeddedText,
     FileChange,
     FileRead,
@@ -74,6 +75,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "AgentBackend",
     "Backend",
+    "BooleanOption",
     "BuiltEngine",
     "CommandInfo",
     "EmbeddedText",

@@ -97,6 +97,9 @@ class TaskRecord:
     thought_level: str | None = None
     #: Canonical absolute directories the task may work in besides ``root``.
     additional_directories: tuple[str, ...] = ()
+    #: The boolean options set for the task (option id, value), in id order; an option the
+    #: backend declares and the task never set has the backend's default.
+    boolean_options: tuple[tuple[str, bool], ...] = ()
 
 
 class PlanPriority(enum.StrEnum):

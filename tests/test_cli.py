@@ -489,7 +489,11 @@ def test_client_records_updates_and_answers_unserved_requests_with_method_not_fo
     assert sent[1] == {
         "jsonrpc": "2.0",
         "id": "x",
-        "error": {"code": -32601, "message": "fs/read_text_file is not served"},
+        "error": {
+            "code": -32601,
+            "message": "fs/read_text_file is not served",
+            "data": {"details": "fs/read_text_file is not served"},
+        },
     }
 
 

@@ -5,7 +5,9 @@ This module is the demo's one concern, its script: the grammar and what each dir
 So that the service runs on a machine with no model provider, this backend answers every turn
 from the prompt text alone. A line that starts with ``/`` and a name (letters, digits, ``_``,
 ``-``) followed by a space or the line's end is a directive; any other line is agent text,
-echoed back (consecutive lines as one message): ``/usr/bin/env is missing`` is text. Directives:
+echoed back (consecutive lines as one message): ``/usr/bin/env is missing`` is text. With the
+session's boolean option ``brief`` on ("answer in one line"; off by default), each echoed
+message is cut to its first line. Directives:
 
 ``/echo TEXT``
     TEXT as an agent message.
@@ -98,6 +100,7 @@ from maple_acp.runtime import (
     MAX_PLAN_ENTRIES,
     AskForTools,
     Backend,
+    BooleanOption,
     CommandInfo,
     GoalProgress,
     GoalStatus,
@@ -221,6 +224,8 @@ def parse_plan(text: str) -> tuple[PlanEntry, ...]:
 
 _Directive = Callable[["DemoBackend", Turn, str], Awaitable[None]]
 
+#: The demo's one boolean option: echoed text cut to its first line.
+BRIEF_OPTION = BooleanOption(id="brief", name="Brief", description="Answer in one line")
 #: A directive line: ``/`` and a name, then a space or the end. ``/usr/bin/env is missing`` or
 #: ``/ 2`` is text.
 _DIRECTIVE_LINE = re.compile(r"/[A-Za-z0-9_-]+(?: |$)")
@@ -234,6 +239,9 @@ class DemoBackend(Backend):
 
     def available_commands(self) -> tuple[CommandInfo, ...]:
         return DEMO_COMMANDS
+
+    def boolean_options(self) -> tuple[BooleanOption, ...]:
+        return (BRIEF_OPTION,)
 
     async def run_turn(self, turn: Turn) -> TurnResult | None:
         if turn.kind is RunKind.GOAL_CYCLE:
@@ -259,13 +267,13 @@ class DemoBackend(Backend):
                 plain.append(line)
                 continue
             if plain:
-                await turn.send_text("\n".join(plain), message_id=text_id)
+                await turn.send_text(_echoed(turn, plain), message_id=text_id)
                 plain.clear()
             await self._directive(turn, line)
             text_id = None
             await _answer_steering(turn)
         if plain:
-            await turn.send_text("\n".join(plain), message_id=text_id)
+            await turn.send_text(_echoed(turn, plain), message_id=text_id)
         await _answer_steering(turn)
         return None
 
@@ -404,6 +412,12 @@ _DIRECTIVES: dict[str, _Directive] = {
     "goal": DemoBackend._goal,
     "compact": DemoBackend._compact,
 }
+
+
+def _echoed(turn: Turn, lines: list[str]) -> str:
+    """Consecutive plain lines as the message that echoes them: their first line alone while
+    the session's ``brief`` option is on."""
+    return lines[0] if turn.boolean_option(BRIEF_OPTION.id) else "\n".join(lines)
 
 
 async def _answer_steering(turn: Turn) -> None:

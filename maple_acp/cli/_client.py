@@ -140,13 +140,10 @@ class LineClient:
                 raise NotServed
             result = self._on_request(method, params)
         except NotServed:
-            self._send(
-                {
-                    "jsonrpc": "2.0",
-                    "id": message["id"],
-                    "error": {"code": METHOD_NOT_FOUND, "message": f"{method} is not served"},
-                }
-            )
+            # The reason in data.details too, as every error answer of this project carries it.
+            reason = f"{method} is not served"
+            error = {"code": METHOD_NOT_FOUND, "message": reason, "data": {"details": reason}}
+            self._send({"jsonrpc": "2.0", "id": message["id"], "error": error})
         else:
             self._send({"jsonrpc": "2.0", "id": message["id"], "result": result})
 

@@ -37,6 +37,7 @@ from maple_acp.model import (
 )
 from maple_acp.model import SessionMode as ModelSessionMode
 from maple_acp.runtime import (
+    BooleanOption,
     ModelChoices,
     PermissionAnswer,
     RunEvent,
@@ -60,6 +61,7 @@ from maple_acp.wire import (
     RequestPermissionResponse,
     ResumeSessionRequest,
     SelectedPermissionOutcome,
+    SessionConfigBoolean,
     SessionConfigOption,
     SessionConfigSelect,
     SessionConfigSelectOption,
@@ -75,6 +77,7 @@ __all__ = [
     "MODE_OPTION_ID",
     "PERMISSION_OPTIONS",
     "THOUGHT_LEVEL_OPTION_ID",
+    "BooleanChange",
     "ClientFeatures",
     "ConfigChange",
     "ConfigOptions",
@@ -116,12 +119,15 @@ class ImageSlot:
 
 @attrs.frozen(kw_only=True)
 class SessionSettings:
-    """A session's mode and thinking-effort settings as its lease has them now."""
+    """A session's mode, thinking-effort and boolean-option settings as its lease has them
+    now."""
 
     modes: tuple[ModelSessionMode, ...]
     mode: ModelSessionMode
     thought_levels: tuple[str, ...] = ()
     thought_level: str | None = None
+    #: The backend's boolean options, each with the session's value, in the backend's order.
+    boolean_options: tuple[tuple[BooleanOption, bool], ...] = ()
 
 
 #: The session's config options as the host offers them; a version reshapes them in its
@@ -193,6 +199,14 @@ class ConfigChange:
 
 
 @attrs.frozen
+class BooleanChange:
+    """A well-formed change of one of the backend's boolean options."""
+
+    option_id: str
+    value: bool
+
+
+@attrs.frozen
 class ClientFeatures:
     """What a client declared it takes at ``initialize`` (all off until it does)."""
 
@@ -204,14 +218,22 @@ class ClientFeatures:
     compaction: bool = False
     #: Plan operations, ``plan_update`` and ``plan_removed`` (else the legacy ``plan``).
     plans: bool = False
+    #: Boolean config options (else the session offers its selects only).
+    boolean_options: bool = False
 
 
 def config_options(
-    choices: ModelChoices, current_model: str, *, locked: bool, settings: SessionSettings
+    choices: ModelChoices,
+    current_model: str,
+    *,
+    locked: bool,
+    settings: SessionSettings,
+    booleans: bool = False,
 ) -> tuple[SessionConfigOption, ...]:
     """The session's config options: ``model`` (all choices, or only the locked model once
-    the task has history), ``mode`` (the host's modes) and, when the backend declares levels
-    for the model, ``thought_level`` (the levels and ``default``)."""
+    the task has history), ``mode`` (the host's modes), when the backend declares levels
+    for the model, ``thought_level`` (the levels and ``default``) and, for a client that takes
+    them (``booleans``), the backend's boolean options."""
     if locked:
         models = [m for m in choices.models if m.id == current_model]
         if not models:
@@ -245,6 +267,21 @@ def config_options(
             ),
         ),
         *_thought_level_option(settings),
+        *(_boolean_options(settings) if booleans else ()),
+    )
+
+
+def _boolean_options(settings: SessionSettings) -> tuple[SessionConfigOption, ...]:
+    return tuple(
+        SessionConfigBoolean(
+            id=option.id,
+            name=option.name,
+            current_value=value,
+            description=option.description or None,
+        )
+        for option, value in settings.boolean_options
+        # An id the host's own options use stays theirs.
+        if option.id not in _SETTINGS
     )
 
 
@@ -272,10 +309,20 @@ def _thought_level_option(settings: SessionSettings) -> tuple[SessionConfigOptio
     )
 
 
-def config_change(config_id: str, value: object) -> ConfigChange:
-    """The setting a config change asks for, or ``-32602`` for an unknown option or a
-    malformed value."""
+def config_change(
+    config_id: str, value: object, boolean_ids: frozenset[str] = frozenset()
+) -> ConfigChange | BooleanChange:
+    """The setting a config change asks for, or ``-32602`` for an unknown option or a value
+    of the wrong kind (a boolean for a select, anything but a boolean for one of the
+    backend's ``boolean_ids``), naming the option."""
     setting = _SETTINGS.get(config_id)
+    if setting is None and config_id in boolean_ids:
+        if not isinstance(value, bool):
+            raise ProtocolError(
+                INVALID_PARAMS,
+                f'value: {config_id} is a boolean option; send true or false with type "boolean"',
+            )
+        return BooleanChange(config_id, value)
     if setting is None:
         raise ProtocolError(INVALID_PARAMS, "configId: unknown config option")
     if not isinstance(value, str):

@@ -32,7 +32,14 @@ import trio
 from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._closing import CLOSE_DEADLINE_S
 from maple_acp.edge._config import AcpServiceConfig
-from maple_acp.edge._dialect import Dialect, ImageSlot, Outbound, Projection, config_change
+from maple_acp.edge._dialect import (
+    BooleanChange,
+    Dialect,
+    ImageSlot,
+    Outbound,
+    Projection,
+    config_change,
+)
 from maple_acp.edge._errors import unknown_session
 from maple_acp.edge._prompt import mcp_definitions
 from maple_acp.edge._replay import held_if
@@ -129,6 +136,7 @@ class SessionOpener:
             notices=self._channel.features.notices,
             compaction=self._channel.features.compaction,
             plans=self._channel.features.plans,
+            boolean_options=self._channel.features.boolean_options,
         )
         table.register(session)
         nursery.start_soon(self._watch, session)
@@ -403,9 +411,13 @@ class SessionOpener:
 
     async def set_config_option(self, request: SetSessionConfigOptionRequest) -> object:
         session = self._table.live(request.session_id)
-        change = config_change(request.config_id, request.value)
         lease = session.lease
-        if change.setting == "thought_level":
+        boolean_ids = frozenset(option.id for option in lease.boolean_options)
+        change = config_change(request.config_id, request.value, boolean_ids)
+        if isinstance(change, BooleanChange):
+            # INVALID_OPTION (-32602) stores nothing.
+            await lease.set_boolean_option(change.option_id, change.value)
+        elif change.setting == "thought_level":
             # None: the backend's own default.
             await lease.set_thought_level(change.value)
         elif change.value is None:

@@ -40,6 +40,7 @@ class EdgeSession:
         notices: bool = False,
         compaction: bool = False,
         plans: bool = False,
+        boolean_options: bool = False,
     ) -> None:
         self.lease = lease
         self.id = lease.task_id
@@ -51,6 +52,8 @@ class EdgeSession:
             self.id, notices=notices, compaction=compaction, plans=plans
         )
         self.choices = choices
+        #: Whether the client takes boolean config options (else they are not offered).
+        self.boolean_options = boolean_options
         #: Set once the close started; a second close or any new operation is refused.
         self.closing = False
         self._stopped = False
@@ -79,17 +82,24 @@ class EdgeSession:
     def options(self) -> ConfigOptions:
         """The session's config options (its dialect shows them in its own shape)."""
         return config_options(
-            self.choices, self.current_model, locked=self.model_locked, settings=self.settings()
+            self.choices,
+            self.current_model,
+            locked=self.model_locked,
+            settings=self.settings(),
+            booleans=self.boolean_options,
         )
 
     def settings(self) -> SessionSettings:
-        """The session's mode and thinking effort as its lease has them now."""
+        """The session's mode, thinking effort and boolean options as its lease has them
+        now."""
         lease = self.lease
+        values = lease.option_values
         return SessionSettings(
             modes=lease.modes,
             mode=lease.mode,
             thought_levels=lease.thought_levels,
             thought_level=lease.thought_level,
+            boolean_options=tuple((o, values[o.id]) for o in lease.boolean_options),
         )
 
     @property

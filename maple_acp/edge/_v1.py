@@ -195,6 +195,9 @@ class V1Dialect:
             notices=session is not None and session.notices is not None,
             compaction=session is not None and session.compaction is not None,
             plans=request.client_capabilities.plan is not None,
+            boolean_options=session is not None
+            and session.config_options is not None
+            and session.config_options.boolean is not None,
         )
 
     def initialize_answer(self, answer: InitializeResponse) -> InitializeResponse:

@@ -27,6 +27,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
+import attrs
+
 from maple_acp.edge._bounds import (
     MAX_TOOL_TEXT_CHARS,
     bound_raw,
@@ -97,8 +99,8 @@ from maple_acp.wire import (
     ListSessionsRequest,
     PermissionOption,
     ProtocolError,
+    SessionConfigBoolean,
     SessionConfigOption,
-    SessionConfigSelect,
     SessionNotification,
     SteeringResponse,
     TextContent,
@@ -184,21 +186,18 @@ def _diff(diff: FileDiff) -> dict[str, Any]:
     return unstructure(v2.V2Diff(changes=(change,)))  # type: ignore[no-any-return]
 
 
-def _config_options(options: ConfigOptions) -> tuple[v2.V2SessionConfigSelect, ...]:
+def _config_options(options: ConfigOptions) -> tuple[v2.V2SessionConfigOption, ...]:
     """The host's config options keyed by ``configId``, as v2 shows them."""
     return tuple(_config_option(option) for option in options)
 
 
-def _config_option(option: SessionConfigOption) -> v2.V2SessionConfigSelect:
-    assert isinstance(option, SessionConfigSelect)
-    return v2.V2SessionConfigSelect(
-        config_id=option.id,
-        name=option.name,
-        current_value=option.current_value,
-        options=option.options,
-        description=option.description,
-        category=option.category,
-    )
+def _config_option(option: SessionConfigOption) -> v2.V2SessionConfigOption:
+    # v1's fields under v2's names: only ``id`` becomes ``configId``.
+    fields = attrs.asdict(option, recurse=False)
+    fields["config_id"] = fields.pop("id")
+    if isinstance(option, SessionConfigBoolean):
+        return v2.V2SessionConfigBoolean(**fields)
+    return v2.V2SessionConfigSelect(**fields)
 
 
 def _info(answer: InitializeResponse) -> Implementation:
@@ -290,9 +289,10 @@ class V2Projection:
         text = tool.output_text if tool.output_text is not None else summary
         content: list[dict[str, Any]] = []
         if tool_id in self._terminals:
-            # The terminal holds the output and the exit status: the text would repeat it.
+            # The terminal holds the output and the exit status; a failure keeps its text's first
+            # line (its status) for a client that shows text and not terminals.
             content.append(_terminal(tool_id))
-            text = ""
+            text = text.partition("\n")[0] if tool.status is ToolStatus.FAILED else ""
         if text:
             content.append(
                 {"type": "content", "content": {"type": "text", "text": bound_text(text)}}
@@ -500,8 +500,9 @@ class V2Dialect:
     def client_features(self, request: InitializeParams) -> ClientFeatures:
         # v2's elicitation is another shape; the trust question asks with the chooser. A
         # notice is a baseline v2 update, shown by every client that knows it. Compactions
-        # are not projected to v2 yet. Plan operations are v2's baseline plan updates.
-        return ClientFeatures(notices=True, plans=True)
+        # are not projected to v2 yet. Plan operations and boolean options are v2's baseline
+        # (no capability for either: a client ignores a kind of option it does not know).
+        return ClientFeatures(notices=True, plans=True, boolean_options=True)
 
     def initialize_answer(self, answer: InitializeResponse) -> v2.V2InitializeResponse:
         v1_session = answer.agent_capabilities.session_capabilities

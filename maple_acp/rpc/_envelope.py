@@ -36,6 +36,8 @@ from maple_acp.wire.errors import (
     bounded_message,
 )
 
+from ._error_object import error_object
+
 RequestId: TypeAlias = int | str | None
 Params: TypeAlias = dict[str, Any] | list[Any] | None
 
@@ -378,10 +380,14 @@ def encode_result(msg_id: RequestId, result: Any) -> bytes:
 
 
 def encode_error(msg_id: RequestId, error: ProtocolError) -> bytes:
+    """An error answer of ours: its reason in ``data.details`` too (``_error_object``)."""
+    return _error_line(msg_id, error_object(error))
+
+
+def _error_line(msg_id: RequestId, error: dict[str, Any]) -> bytes:
     return _checked(
         orjson.dumps(
-            {"jsonrpc": "2.0", "id": _id_json(msg_id), "error": error.to_error_object()},
-            option=_ENCODE_OPTIONS,
+            {"jsonrpc": "2.0", "id": _id_json(msg_id), "error": error}, option=_ENCODE_OPTIONS
         )
     )
 
@@ -394,7 +400,8 @@ def encode_message(message: Message) -> bytes:
         return encode_notification(message.method, message.params)
     if isinstance(message, Response):
         return encode_result(message.id, message.result)
-    return encode_error(message.id, message.to_exception())
+    # Exactly as it was read: a round trip adds nothing to another side's error.
+    return _error_line(message.id, message.to_exception().to_error_object())
 
 
 def check_frame(line: bytes) -> bytes:

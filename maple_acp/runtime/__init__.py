@@ -135,6 +135,12 @@ Thinking effort
     ``UNKNOWN_THOUGHT_LEVEL`` otherwise; ``None`` restores the backend's default);
     ``turn.thought_level`` is read at each model request.
 
+Boolean options
+    A backend may declare ``boolean_options()`` (``BooleanOption``: id, name, description,
+    default), asked once when the service is built; ``lease.boolean_options``,
+    ``lease.option_values`` and ``await lease.set_boolean_option(id, value)`` (stored with the
+    task; ``INVALID_OPTION`` otherwise); ``turn.boolean_option(id)`` is read at each decision.
+
 Trust
     ``await lease.trust_status()`` before the first prompt: ``decision_needed`` when the
     project has a real, non-symlinked ``.agents/skills/**/SKILL.md`` and no saved decision.
@@ -280,6 +286,7 @@ from maple_acp.runtime._offer import (
     MAX_PLAN_MARKDOWN_CHARS,
     external_mcp_spec,
 )
+from maple_acp.runtime._options import MAX_BOOLEAN_OPTIONS, BooleanOption
 from maple_acp.runtime._permissions import (
     EXTERNAL_MCP_TOOL,
     AskForTools,
@@ -341,6 +348,7 @@ __all__ = [
     "LIVE_TAIL_CHARS",
     "MAX_ADDITIONAL_DIRECTORIES",
     "MAX_BACKGROUND_COMMANDS",
+    "MAX_BOOLEAN_OPTIONS",
     "MAX_COMMANDS",
     "MAX_DIFF_CHARS",
     "MAX_EMBEDDED_TEXT_BYTES",
@@ -370,6 +378,7 @@ __all__ = [
     "BackgroundEnded",
     "BackgroundInfo",
     "BackgroundOutput",
+    "BooleanOption",
     "CommandInfo",
     "CommandSource",
     "CommandsChanged",

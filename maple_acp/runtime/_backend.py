@@ -1,9 +1,10 @@
 """The backend protocol: the host's agent engine, driven one turn at a time.
 
 :class:`AgentBackend` is the least a backend writes (``run_turn``); :class:`Backend` is the
-whole protocol, every optional member (commands, thinking levels, prompt content, images,
-warm-up, close, ``async with``) declared with its default. An engine subclasses ``Backend``
-and overrides what it has; the runtime and the host call those members directly.
+whole protocol, every optional member (commands, thinking levels, boolean options, prompt
+content, images, warm-up, close, ``async with``) declared with its default. An engine
+subclasses ``Backend`` and overrides what it has; the runtime and the host call those members
+directly.
 
 A backend written before ``Backend`` existed declared its optional members by their
 structure (the small protocols below); :func:`declared_backend` gives it the same whole
@@ -23,6 +24,7 @@ from maple_acp._exceptions import MapleAcpError
 from maple_acp.model import CommandInfo, GoalStatus
 from maple_acp.runtime._attachments import PromptCapabilities
 from maple_acp.runtime._events import StopReason
+from maple_acp.runtime._options import BooleanOption, checked_boolean_options
 
 if TYPE_CHECKING:
     from maple_acp.runtime._turn import Turn
@@ -103,6 +105,12 @@ class Backend:
         offers, in the order a client shows them; none by default."""
         return ()
 
+    def boolean_options(self) -> Sequence[BooleanOption]:
+        """The on/off options every session offers (a client shows each as a toggle; a turn
+        reads its session's value with ``Turn.boolean_option``); asked once, when the host
+        starts. None by default."""
+        return ()
+
     @property
     def prompt_capabilities(self) -> PromptCapabilities:
         """What a prompt may carry besides text and resource links: text only by default
@@ -167,6 +175,11 @@ class _JudgesImages(Protocol):
 
 
 @runtime_checkable
+class _DeclaresBooleanOptions(Protocol):
+    def boolean_options(self) -> Sequence[BooleanOption]: ...
+
+
+@runtime_checkable
 class _WarmsUp(Protocol):
     async def warm_up(self) -> None: ...
 
@@ -185,6 +198,7 @@ class _StructuralBackend(Backend):
         self._backend = backend
         self._commands = backend if isinstance(backend, CommandSource) else None
         self._levels = backend if isinstance(backend, ThoughtLevelSource) else None
+        self._options = backend if isinstance(backend, _DeclaresBooleanOptions) else None
         self._content = backend if isinstance(backend, _DeclaresContent) else None
         self._images = backend if isinstance(backend, _JudgesImages) else None
         self._warms = backend if isinstance(backend, _WarmsUp) else None
@@ -199,6 +213,9 @@ class _StructuralBackend(Backend):
 
     def thought_levels(self, model_id: str | None) -> Sequence[str]:
         return () if self._levels is None else self._levels.thought_levels(model_id)
+
+    def boolean_options(self) -> Sequence[BooleanOption]:
+        return () if self._options is None else self._options.boolean_options()
 
     @property
     def prompt_capabilities(self) -> PromptCapabilities:
@@ -281,6 +298,17 @@ def backend_thought_levels(backend: AgentBackend, model_id: str | None) -> tuple
         logger.warning("the agent backend listed malformed thought levels; none are offered")
         return ()
     return tuple(dict.fromkeys(levels))
+
+
+def backend_boolean_options(backend: AgentBackend) -> tuple[BooleanOption, ...]:
+    """The boolean options the backend declares: none if it declares none (or fails to list
+    them, or lists one that breaks a bound)."""
+    try:
+        declared = tuple(declared_backend(backend).boolean_options())
+    except Exception:
+        logger.warning("the agent backend failed to list its boolean options", exc_info=True)
+        return ()
+    return checked_boolean_options(declared)
 
 
 def backend_prompt_capabilities(backend: AgentBackend) -> PromptCapabilities:

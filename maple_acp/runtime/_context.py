@@ -10,6 +10,7 @@ from maple_acp.model import CommandInfo
 from maple_acp.runtime._backend import AgentBackend
 from maple_acp.runtime._models import ModelChoices
 from maple_acp.runtime._modes import ModeSet
+from maple_acp.runtime._options import BooleanOption
 from maple_acp.runtime._permissions import PermissionPolicy
 from maple_acp.store import TaskStore
 
@@ -47,3 +48,5 @@ class LeaseContext:
     modes: ModeSet
     #: The thinking-effort levels the backend declares for a model (checked, maybe none).
     thought_levels: Callable[[str | None], tuple[str, ...]]
+    #: The boolean options the backend declares (checked when the service was built).
+    boolean_options: tuple[BooleanOption, ...] = ()

@@ -52,6 +52,8 @@ class RejectionKind(enum.Enum):
     UNKNOWN_MODE = "unknown_mode"
     #: The requested thinking effort is not a level the backend declares for the task's model.
     UNKNOWN_THOUGHT_LEVEL = "unknown_thought_level"
+    #: A boolean option the backend does not declare, or a value that is not a boolean.
+    INVALID_OPTION = "invalid_option"
     #: The lease was revoked or released.
     LEASE_REVOKED = "lease_revoked"
     #: Relay values break the allow-list or the size limits.

@@ -18,7 +18,7 @@ the hooks the lease hands them here:
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 
 import trio
@@ -42,6 +42,7 @@ from maple_acp.runtime._lease_settings import SessionSettings
 from maple_acp.runtime._lease_skills import LeaseSkills
 from maple_acp.runtime._lease_turns import LeaseTurns, TurnSession
 from maple_acp.runtime._models import ModelChoices
+from maple_acp.runtime._options import BooleanOption
 from maple_acp.runtime._reattach import Reattachment
 from maple_acp.runtime._run import Run
 from maple_acp.runtime._session_events import SessionEvents
@@ -113,6 +114,7 @@ class SessionLease:
             modes=context.modes,
             thought_levels=context.thought_levels,
             publish=self._events.publish,
+            boolean_options=context.boolean_options,
         )
         # Background commands live in the lease's nursery: its revocation ends them.
         self._background = BackgroundCommands(
@@ -152,6 +154,7 @@ class SessionLease:
                 set_goal=self._set_goal_from_run,
                 mode=lambda: settings.declaration,
                 thought_level=lambda: settings.thought_level,
+                option_values=lambda: settings.option_values,
                 model_choices=lambda: context.model_choices(generation, False),
                 known_models=lambda: context.known_models(generation),
                 poke=lambda: self._goals.poke(),
@@ -296,6 +299,22 @@ class SessionLease:
         (``None``: the backend's default), stored with the task. ``UNKNOWN_THOUGHT_LEVEL``
         (nothing stored) for a level not in ``thought_levels``."""
         return await self._settings.set_thought_level(level)
+
+    @property
+    def boolean_options(self) -> tuple[BooleanOption, ...]:
+        """The on/off options the backend declares for every session, in its order."""
+        return self._settings.boolean_options
+
+    @property
+    def option_values(self) -> Mapping[str, bool]:
+        """Each of ``boolean_options``' value for the task: what it set, else the default."""
+        return self._settings.option_values
+
+    async def set_boolean_option(self, option_id: str, value: bool) -> bool:
+        """Set one of ``boolean_options`` for the task, stored with it; a turn reads it at its
+        next decision. ``INVALID_OPTION`` (nothing stored) for an option the backend does not
+        declare or a value that is not a bool."""
+        return await self._settings.set_boolean_option(option_id, value)
 
     # -- history -----------------------------------------------------------------------------
 

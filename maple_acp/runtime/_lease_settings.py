@@ -1,10 +1,10 @@
 """A lease's session settings: the task's model (locked once the task has a message), its
-session mode and its thinking effort, each stored with the task."""
+session mode, its thinking effort and its boolean options, each stored with the task."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from maple_acp.model import SessionMode, TaskRecord
 from maple_acp.runtime._barrier import PromptSlot
@@ -12,6 +12,7 @@ from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
 from maple_acp.runtime._lease_life import LeaseGuard
 from maple_acp.runtime._models import ModelChoices
 from maple_acp.runtime._modes import ModeDeclaration, ModeSet
+from maple_acp.runtime._options import BooleanOption, option_values
 from maple_acp.runtime._session_events import ModeChanged, SessionEvent
 from maple_acp.runtime._task_row import TaskRow
 from maple_acp.store import TaskStore
@@ -20,9 +21,9 @@ logger = logging.getLogger(__name__)
 
 
 class SessionSettings:
-    """The model, mode and thinking effort of one leased task. Each change is written under
-    the prompt slot's admission lock, so it is ordered against a prompt's admission: the first
-    admitted message is what locks the model.
+    """The model, mode, thinking effort and boolean options of one leased task. Each change
+    is written under the prompt slot's admission lock, so it is ordered against a prompt's
+    admission: the first admitted message is what locks the model.
 
     Hooks: ``model_choices`` (the catalog for the lease's account, ``refresh`` first),
     ``thought_levels`` (what the backend declares for a model) and ``publish`` (a session
@@ -40,6 +41,7 @@ class SessionSettings:
         modes: ModeSet,
         thought_levels: Callable[[str | None], tuple[str, ...]],
         publish: Callable[[SessionEvent], None],
+        boolean_options: tuple[BooleanOption, ...] = (),
     ) -> None:
         self._row = row
         self._guard = guard
@@ -50,6 +52,7 @@ class SessionSettings:
         self._modes = modes
         self._thought_levels = thought_levels
         self._publish = publish
+        self._boolean_options = boolean_options
         self._mode = self._restored_mode(row.record)
         #: The thinking-effort levels of the model they were last listed for.
         self._levels: tuple[str | None, tuple[str, ...]] | None = None
@@ -166,3 +169,39 @@ class SessionSettings:
                     await self._store.set_task_thought_level(self._row.record.id, level)
                 )
                 return level
+
+    # -- boolean options -----------------------------------------------------------------------
+
+    @property
+    def boolean_options(self) -> tuple[BooleanOption, ...]:
+        """The options the backend declares, in its order."""
+        return self._boolean_options
+
+    @property
+    def option_values(self) -> Mapping[str, bool]:
+        """Each declared option's value for the task (what it set, else the default)."""
+        return option_values(self._boolean_options, self._row.record.boolean_options)
+
+    async def set_boolean_option(self, option_id: str, value: bool) -> bool:
+        with self._guard.operation():
+            declared = {option.id for option in self._boolean_options}
+            if not isinstance(option_id, str) or option_id not in declared:
+                raise RuntimeRejection(
+                    RejectionKind.INVALID_OPTION, "the option is not one this agent offers"
+                )
+            if type(value) is not bool:
+                raise RuntimeRejection(
+                    RejectionKind.INVALID_OPTION, f"the option {option_id} takes true or false"
+                )
+            async with self._slot.admission:
+                self._guard.check_live()
+                stored = dict(self._row.record.boolean_options)
+                if stored.get(option_id) is value:
+                    return value
+                stored[option_id] = value
+                self._row.rewritten(
+                    await self._store.set_task_boolean_options(
+                        self._row.record.id, tuple(sorted(stored.items()))
+                    )
+                )
+                return value

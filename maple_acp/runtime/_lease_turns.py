@@ -5,7 +5,7 @@ with the hooks that run may use."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 import attrs
@@ -51,6 +51,8 @@ class TurnSession:
     set_goal: Callable[[str, int | None], Awaitable[GoalRecord]]
     mode: Callable[[], ModeDeclaration]
     thought_level: Callable[[], str | None]
+    #: The task's boolean options now (each declared one, set or default).
+    option_values: Callable[[], Mapping[str, bool]]
     #: The model choices of the lease's account, without a refresh.
     model_choices: Callable[[], Awaitable[ModelChoices]]
     #: The account's last refreshed listing, without waiting (``None``: none known).
@@ -245,6 +247,7 @@ class LeaseTurns:
             mode=session.mode,
             roots=(task.root, *task.additional_directories),
             thought_level=session.thought_level,
+            option_values=session.option_values,
         )
         skills, goal, tools = session.skills(), session.goal(), self._tools
         offered = offered_tools(tools.router if not tools.revoked else None)

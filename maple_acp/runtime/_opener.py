@@ -243,6 +243,7 @@ class LeaseOpener:
             mode=source.mode,
             thought_level=source.thought_level,
             additional_directories=source.additional_directories,
+            boolean_options=source.boolean_options,
         )
         # Checked right before the copy with no await between, and the store runs its work
         # one call at a time in arrival order: a run that starts after this check writes its

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 import attrs
 
@@ -71,6 +71,8 @@ class RunHooks:
     roots: tuple[str, ...]
     #: The thinking effort chosen for the task now, if any.
     thought_level: Callable[[], str | None]
+    #: The task's boolean options now (each declared one, set or default).
+    option_values: Callable[[], Mapping[str, bool]]
 
 
 class RunOutlet:

@@ -28,6 +28,7 @@ from maple_acp.runtime._admission import AdmissionFence, ProjectRoots
 from maple_acp.runtime._attachments import PromptCapabilities
 from maple_acp.runtime._backend import (
     AgentBackend,
+    backend_boolean_options,
     backend_commands,
     backend_prompt_capabilities,
     backend_thought_levels,
@@ -145,6 +146,7 @@ class AgentService(ServedInOwnNursery):
             declared_commands=lambda: self._command_bounds.of(backend_commands(backend)),
             modes=modes,
             thought_levels=lambda model: backend_thought_levels(backend, model),
+            boolean_options=backend_boolean_options(backend),
         )
         self._opener = LeaseOpener(
             store=store,

@@ -180,6 +180,12 @@ class Turn:
         ``model``), or ``None`` for the backend's own default."""
         return self._outlet.hooks.thought_level()
 
+    def boolean_option(self, option_id: str) -> bool:
+        """The session's value of one of the backend's ``boolean_options`` (set for the task,
+        else its default), read now: a change applies from the next decision. ``False`` for
+        an option the backend does not declare."""
+        return self._outlet.hooks.option_values().get(option_id, False)
+
     def tool_refusal(self, name: str, category: ToolCategory | None = None) -> str | None:
         """Why the session's mode forbids a call of tool ``name`` now (one line to end its row
         with), or ``None`` if it may be called. ``category`` places a backend's own tool; the

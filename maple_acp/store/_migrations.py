@@ -286,6 +286,12 @@ CREATE TABLE prompt_keys (
 CREATE INDEX prompt_keys_by_seq ON prompt_keys (task_id, seq)
 """
 
+#: Step 12: the boolean options set for a task (a JSON object of option id to value), kept
+#: with it like its mode and thinking effort.
+_BOOLEAN_OPTIONS = """
+ALTER TABLE tasks ADD COLUMN boolean_options TEXT NOT NULL DEFAULT '{}'
+"""
+
 #: One schema step: a SQL script, or a function that runs inside the step's transaction (for
 #: a change of stored values that SQL cannot state exactly).
 Step = str | Callable[[sqlite3.Connection], None]
@@ -303,6 +309,7 @@ MIGRATIONS: tuple[Step, ...] = (
     _THOUGHT_SIGNATURES,
     _TRANSCRIPTS,
     _PROMPT_KEYS,
+    _BOOLEAN_OPTIONS,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

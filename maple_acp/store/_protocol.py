@@ -68,6 +68,12 @@ class TaskStore(Protocol):
         """Store the task's thinking effort (``None``: the backend's default), as
         ``set_task_mode`` does."""
 
+    async def set_task_boolean_options(
+        self, task_id: str, options: Sequence[tuple[str, bool]]
+    ) -> TaskRecord | None:
+        """Store the task's boolean options (option id, value), replacing its set, as
+        ``set_task_mode`` does."""
+
     async def set_task_directories(
         self, task_id: str, directories: Sequence[str]
     ) -> TaskRecord | None:

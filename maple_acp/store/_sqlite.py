@@ -209,6 +209,13 @@ class SqliteTaskStore:
     async def set_task_thought_level(self, task_id: str, level: str | None) -> TaskRecord | None:
         return await self._update_task(task_id, "thought_level = ?", (level,))
 
+    async def set_task_boolean_options(
+        self, task_id: str, options: Sequence[tuple[str, bool]]
+    ) -> TaskRecord | None:
+        return await self._update_task(
+            task_id, "boolean_options = ?", (_tasks.encode_boolean_options(options),)
+        )
+
     async def set_task_directories(
         self, task_id: str, directories: Sequence[str]
     ) -> TaskRecord | None:

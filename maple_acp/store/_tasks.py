@@ -51,6 +51,7 @@ _TASK_COLUMNS = (
     "mode",
     "thought_level",
     "additional_directories",
+    "boolean_options",
 )
 _TASK_SELECT = ", ".join(_TASK_COLUMNS)
 
@@ -94,12 +95,28 @@ def _task_params(task: TaskRecord) -> tuple[Any, ...]:
         task.mode,
         task.thought_level,
         encode_directories(task.additional_directories),
+        encode_boolean_options(task.boolean_options),
     )
 
 
 def encode_directories(directories: Sequence[str]) -> str:
     """A task's additional directories as their column holds them (a JSON array)."""
     return orjson.dumps(list(directories)).decode()
+
+
+def encode_boolean_options(options: Sequence[tuple[str, bool]]) -> str:
+    """A task's boolean options as their column holds them (a JSON object)."""
+    return orjson.dumps(dict(options)).decode()
+
+
+def _boolean_options(text: str) -> tuple[tuple[str, bool], ...]:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise StoreError("a stored task's boolean options are malformed") from exc
+    if not isinstance(value, dict) or not all(isinstance(v, bool) for v in value.values()):
+        raise StoreError("a stored task's boolean options are malformed")
+    return tuple(sorted(value.items()))
 
 
 def _directories(text: str) -> tuple[str, ...]:
@@ -131,6 +148,7 @@ def _task_from_row(row: Sequence[Any]) -> TaskRecord:
             mode=row[13],
             thought_level=row[14],
             additional_directories=_directories(row[15]),
+            boolean_options=_boolean_options(row[16]),
         )
     except ValueError as exc:
         raise StoreError("a stored task row holds a value this version does not know") from exc

@@ -149,6 +149,10 @@ class AcpSchema:
         message = error["message"]
         if not message or "\n" in message or len(message) > 500:
             raise SchemaViolation(f"error message breaks the error contract: {message!r}")
+        # The reason again where some clients look for it (docs/protocol.md, "Errors").
+        data = error.get("data")
+        if not isinstance(data, dict) or data.get("details") != message:
+            raise SchemaViolation(f"error without its reason in data.details: {error!r}"[:500])
 
     def validate_outbound(self, method: str, params: Any) -> None:
         """Validate a request or notification an agent sends to its client."""

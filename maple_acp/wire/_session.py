@@ -76,8 +76,7 @@ class SessionConfigSelectOption:
 
 @attrs.frozen(kw_only=True)
 class SessionConfigSelect:
-    """A select option (the only kind this agent offers: model and mode); its options are a
-    flat list."""
+    """A select option (model, mode, thinking effort); its options are a flat list."""
 
     type: Literal["select"] = "select"
     id: str
@@ -90,9 +89,22 @@ class SessionConfigSelect:
     meta: Meta | None = None
 
 
-#: A config option this agent sends: ``type`` is ``select`` (ACP also knows ``boolean`` options,
-#: which this agent neither offers nor reads).
-SessionConfigOption = SessionConfigSelect
+@attrs.frozen(kw_only=True)
+class SessionConfigBoolean:
+    """An on/off option (a backend's boolean option), sent only to a client that declared
+    ``clientCapabilities.session.configOptions.boolean``."""
+
+    type: Literal["boolean"] = "boolean"
+    id: str
+    name: str
+    current_value: bool
+    description: str | None = None
+    category: str | None = None
+    meta: Meta | None = None
+
+
+#: A config option this agent sends: a select, or a boolean.
+SessionConfigOption = SessionConfigSelect | SessionConfigBoolean
 
 
 @attrs.frozen(kw_only=True)
@@ -256,9 +268,17 @@ def _check_config_value(
     # The schema pairs a boolean value with ``type: "boolean"`` and a select value with no type.
     if instance.type == "boolean":
         if not isinstance(value, bool):
-            raise WireValueError("expected a boolean when type is 'boolean'", field="value")
+            raise WireValueError(
+                f"{instance.config_id!r} was given type 'boolean' and a value that is not a "
+                "boolean",
+                field="value",
+            )
     elif not isinstance(value, str):
-        raise WireValueError("expected a string (a boolean needs type 'boolean')", field="value")
+        raise WireValueError(
+            f"{instance.config_id!r} was given a value that is not a string "
+            "(a boolean needs type 'boolean')",
+            field="value",
+        )
 
 
 @attrs.frozen(kw_only=True)

@@ -104,8 +104,8 @@ class V2PromptRequest:
     meta: Meta | None = None
 
 
-#: The value kinds of a config change this agent serves: every option it offers is a select.
-CONFIG_VALUE_TYPES = frozenset({"id"})
+#: The value kinds of a config change this agent serves: a select's value id, or a boolean.
+CONFIG_VALUE_TYPES = frozenset({"id", "boolean"})
 
 
 def _config_value_type(instance: object, attribute: object, value: str) -> None:
@@ -116,7 +116,8 @@ def _config_value_type(instance: object, attribute: object, value: str) -> None:
 @attrs.frozen(kw_only=True)
 class V2SetSessionConfigOptionRequest:
     """``type`` says how ``value`` reads (``id``, ``boolean``, or a later kind: the schema
-    leaves it open; this agent's options are all selects, so only ``id`` is served)."""
+    leaves it open; this agent serves ``id`` and ``boolean``). Whether the value fits the
+    option it names is the edge's to judge (``-32602`` naming the option)."""
 
     session_id: str
     config_id: str
@@ -174,21 +175,36 @@ class V2SessionConfigSelect:
 
 
 @attrs.frozen(kw_only=True)
+class V2SessionConfigBoolean:
+    type: Literal["boolean"] = "boolean"
+    config_id: str
+    name: str
+    current_value: bool
+    description: str | None = None
+    category: str | None = None
+    meta: Meta | None = None
+
+
+#: A config option as v2 shows it.
+V2SessionConfigOption = V2SessionConfigSelect | V2SessionConfigBoolean
+
+
+@attrs.frozen(kw_only=True)
 class V2NewSessionResponse:
     session_id: str
-    config_options: tuple[V2SessionConfigSelect, ...] = ()
+    config_options: tuple[V2SessionConfigOption, ...] = ()
     meta: Meta | None = None
 
 
 @attrs.frozen(kw_only=True)
 class V2ResumeSessionResponse:
-    config_options: tuple[V2SessionConfigSelect, ...] = ()
+    config_options: tuple[V2SessionConfigOption, ...] = ()
     meta: Meta | None = None
 
 
 @attrs.frozen(kw_only=True)
 class V2SetSessionConfigOptionResponse:
-    config_options: tuple[V2SessionConfigSelect, ...]
+    config_options: tuple[V2SessionConfigOption, ...]
     meta: Meta | None = None
 
 
@@ -273,7 +289,7 @@ class V2AvailableCommandsUpdate:
 
 @attrs.frozen(kw_only=True)
 class V2ConfigOptionUpdate:
-    config_options: tuple[V2SessionConfigSelect, ...]
+    config_options: tuple[V2SessionConfigOption, ...]
     meta: Meta | None = None
 
 

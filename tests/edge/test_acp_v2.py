@@ -308,7 +308,7 @@ async def test_unknown_session_names_it(
         with pytest.raises(ProtocolError) as caught:
             await client.prompt("nope", "/echo x")
         assert caught.value.code == -32002
-        assert caught.value.data == {"sessionId": "nope"}
+        assert caught.value.data == {"sessionId": "nope", "details": caught.value.message}
         client.validate(acp_schema_v2)
         acp_schema_v2.validate("SessionNotFoundErrorData", caught.value.data)
 

@@ -174,7 +174,11 @@ async def test_a_batch_is_answered_by_one_array_once_every_member_is_done() -> N
             {
                 "jsonrpc": "2.0",
                 "id": "nope",
-                "error": {"code": -32601, "message": "method not found: nope"},
+                "error": {
+                    "code": -32601,
+                    "message": "method not found: nope",
+                    "data": {"details": "method not found: nope"},
+                },
             },
         ]
         # Nothing else came, and the connection goes on.

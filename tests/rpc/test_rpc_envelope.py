@@ -161,8 +161,33 @@ def test_encoders_omit_absent_params_and_keep_result_null() -> None:
     assert orjson.loads(encode_error(None, ProtocolError(-32600, "x"))) == {
         "jsonrpc": "2.0",
         "id": None,
-        "error": {"code": -32600, "message": "x"},
+        "error": {"code": -32600, "message": "x", "data": {"details": "x"}},
     }
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (None, {"details": "refused"}),
+        ({"sessionId": "s"}, {"sessionId": "s", "details": "refused"}),
+        ({"details": "another", "n": 1}, {"details": "refused", "n": 1}),
+        ([1, 2], {"details": "refused", "value": [1, 2]}),
+    ],
+)
+def test_our_error_answers_carry_the_reason_in_data_details(data: Any, expected: Any) -> None:
+    error = ProtocolError(-32602, "refused", data)
+    assert orjson.loads(encode_error(3, error))["error"] == {
+        "code": -32602,
+        "message": "refused",
+        "data": expected,
+    }
+    # The error itself is left as it was.
+    assert error.data == data
+
+
+def test_an_error_read_from_the_other_side_is_encoded_back_as_it_came() -> None:
+    line = b'{"jsonrpc":"2.0","id":4,"error":{"code":-32601,"message":"no"}}'
+    assert orjson.loads(encode_message(parse_message(line))) == orjson.loads(line)
 
 
 def test_pre_encoded_params_are_embedded_and_a_raw_newline_is_refused() -> None:

@@ -163,7 +163,8 @@ async def test_result_null_error_answers_and_unknown_methods(
         with pytest.raises(ProtocolError) as failed:
             await left.request("fail", {"x": 1})
         assert (failed.value.code, failed.value.message) == (-32602, "bad value")
-        assert failed.value.data == {"field": "x"}
+        # The reason comes again in data.details, beside the handler's own keys.
+        assert failed.value.data == {"field": "x", "details": "bad value"}
         with pytest.raises(ProtocolError) as unknown:
             await left.request("_vendor/unknown")
         assert unknown.value.code == -32601
@@ -261,11 +262,11 @@ async def test_handler_crash_answers_internal_error_without_the_exception_text(
         answer = await raw.read()
         assert (answer["id"], answer["error"]["code"]) == (2, -32603)
         await raw.send(request_line(3, "bad-data"))
-        # The error stands; only its unencodable data is dropped.
+        # The error stands; only its unencodable data is dropped (the reason stays in it).
         assert await raw.read() == {
             "jsonrpc": "2.0",
             "id": 3,
-            "error": {"code": -32602, "message": "bad value"},
+            "error": {"code": -32602, "message": "bad value", "data": {"details": "bad value"}},
         }
         await raw.send(request_line(4, "echo", {"ok": True}))
         assert await raw.read() == {"jsonrpc": "2.0", "id": 4, "result": {"ok": True}}

@@ -89,6 +89,7 @@ async def test_too_many_requests_are_refused_while_the_credit_is_spent(
         reply = await raw.read()
         assert reply["id"] == 2
         assert reply["error"]["code"] == -32600
+        assert reply["error"]["data"] == {"details": reply["error"]["message"]}
         nursery.cancel_scope.cancel()
 
 

@@ -34,6 +34,7 @@ DOCUMENTED_SCHEMA = {
         "mode",
         "thought_level",
         "additional_directories",
+        "boolean_options",
     ],
     "items": [
         "id",

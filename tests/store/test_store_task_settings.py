@@ -95,3 +95,51 @@ async def test_a_malformed_directory_list_is_a_store_error(
     async with temp_store(tmp_path) as store:
         with pytest.raises(StoreError, match="directory list"):
             await store.get_task("t")
+
+
+async def test_boolean_options_are_stored_whole_and_keep_updated_ms(
+    store: SqliteTaskStore,
+) -> None:
+    await store.create_task(task_record(id="t", updated_ms=1000))
+    assert (await store.get_task("t")).boolean_options == ()  # type: ignore[union-attr]
+    switched = await store.set_task_boolean_options("t", (("brief", True), ("loud", False)))
+    assert switched is not None
+    assert (switched.boolean_options, switched.updated_ms) == (
+        (("brief", True), ("loud", False)),
+        1000,
+    )
+    assert await store.get_task("t") == switched
+    assert await store.set_task_boolean_options("missing", (("brief", True),)) is None
+
+
+async def test_a_file_before_boolean_options_gains_none_set(
+    store_path: Path, tmp_path: Path
+) -> None:
+    async with temp_store(tmp_path) as store:
+        await store.create_task(task_record(id="t", mode="plan"))
+    conn = sqlite3.connect(store_path, isolation_level=None)
+    try:
+        conn.execute("ALTER TABLE tasks DROP COLUMN boolean_options")
+        conn.execute("PRAGMA user_version = 11")
+        assert migrate(conn) == 11
+    finally:
+        conn.close()
+    async with temp_store(tmp_path) as store:
+        task = await store.get_task("t")
+        assert task is not None
+        assert (task.mode, task.boolean_options) == ("plan", ())
+
+
+async def test_malformed_boolean_options_are_a_store_error(
+    store_path: Path, tmp_path: Path
+) -> None:
+    async with temp_store(tmp_path) as store:
+        await store.create_task(task_record(id="t"))
+    conn = sqlite3.connect(store_path, isolation_level=None)
+    try:
+        conn.execute("""UPDATE tasks SET boolean_options = '{"brief": "yes"}' WHERE id = 't'""")
+    finally:
+        conn.close()
+    async with temp_store(tmp_path) as store:
+        with pytest.raises(StoreError, match="boolean options"):
+            await store.get_task("t")

@@ -152,6 +152,7 @@ _CHANGES: dict[str, object] = {
     "mode": "plan",
     "thought_level": "high",
     "additional_directories": ("/also",),
+    "boolean_options": (("brief", True),),
 }
 
 

@@ -53,6 +53,7 @@ async def test_a_schema_8_file_gains_the_column_with_its_rows_unsigned(tmp_path:
         conn.execute("ALTER TABLE items DROP COLUMN signature")
         conn.execute("DROP TABLE transcripts")
         conn.execute("DROP TABLE prompt_keys")
+        conn.execute("ALTER TABLE tasks DROP COLUMN boolean_options")
         conn.execute("PRAGMA user_version = 8")
         assert migrate(conn) == 8
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

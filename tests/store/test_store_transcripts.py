@@ -54,6 +54,7 @@ async def test_a_schema_9_file_gains_an_empty_table(tmp_path: Path) -> None:
     try:
         conn.execute("DROP TABLE transcripts")
         conn.execute("DROP TABLE prompt_keys")
+        conn.execute("ALTER TABLE tasks DROP COLUMN boolean_options")
         conn.execute("PRAGMA user_version = 9")
         assert migrate(conn) == 9
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

@@ -115,7 +115,8 @@ def test_every_missing_field_is_counted() -> None:
         (
             wire.SetSessionConfigOptionRequest,
             {"sessionId": "s", "configId": "c", "value": True},
-            "invalid params: value: expected a string (a boolean needs type 'boolean')",
+            "invalid params: value: 'c' was given a value that is not a string "
+            "(a boolean needs type 'boolean')",
         ),
         (
             wire.GoalControlRequest,

@@ -236,6 +236,7 @@ COMPOSED = {
     "AgentMessageChunk": ["ContentChunk"],
     "AgentThoughtChunk": ["ContentChunk"],
     "SessionConfigSelect": ["SessionConfigOption", "SessionConfigSelect"],
+    "SessionConfigBoolean": ["SessionConfigOption", "SessionConfigBoolean"],
     "AuthMethod": ["AuthMethodAgent"],
     "ElicitationAccept": ["CreateElicitationResponse", "ElicitationAcceptAction"],
     "ElicitationDecline": ["CreateElicitationResponse"],
@@ -255,6 +256,7 @@ EXTRA_KEYS = {
     # Union members whose tag is a field of their own: this agent sends no other member.
     "BooleanPropertySchema": {"type"},
     "SessionConfigSelect": {"type"},
+    "SessionConfigBoolean": {"type"},
     "SetSessionConfigOptionRequest": {"type", "value"},
     "PlanItems": {"type"},
     "PlanMarkdown": {"type"},
