@@ -203,6 +203,7 @@ class BackgroundCommands:
 
         ended = "the session ended"
         status, tail = ToolStatus.FAILED, ""
+        output, truncated = "", False
         try:
             async with trio.open_nursery() as nursery:
 
@@ -224,21 +225,39 @@ class BackgroundCommands:
             entry.exit_code = result.exit_code
             ended = exit_line(result.exit_code)
             status = ToolStatus.COMPLETED if result.exit_code == 0 else ToolStatus.FAILED
-            tail = result.tail
+            tail, output, truncated = result.tail, result.output, result.truncated
         except (ToolUnavailable, OSError) as exc:
             status, tail, ended = ToolStatus.FAILED, "", str(exc) or type(exc).__name__
         except BaseException:
             # Cancelled with the lease (or the host): the row still ends, with what came.
             status, tail = ToolStatus.FAILED, last.tail if last is not None else ""
+            # What came is known only as its tail, which may have lost the start.
+            output, truncated = tail, last is not None
             raise
         finally:
             entry.exited = True
             with trio.CancelScope(shield=True):
-                await self._end(entry, status, ended, tail)
+                await self._end(entry, status, ended, tail, output, truncated)
 
-    async def _end(self, entry: _Command, status: ToolStatus, ended: str, tail: str) -> None:
+    async def _end(
+        self,
+        entry: _Command,
+        status: ToolStatus,
+        ended: str,
+        tail: str,
+        output: str,
+        truncated: bool,
+    ) -> None:
         text = tail if status is ToolStatus.COMPLETED else shell_row_text(ended, tail)
-        raw = {"exitCode": entry.exit_code, "handle": entry.handle, "command": entry.command}
+        # The shape of a foreground command's raw output, and the handle and command besides:
+        # a client that prints raw output reads both kinds of row alike.
+        raw = {
+            "exitCode": entry.exit_code,
+            "output": output,
+            "truncated": truncated,
+            "handle": entry.handle,
+            "command": entry.command,
+        }
         tool = prepared_tool(
             attrs.evolve(entry.tool, status=status, output_text=text, raw_output=raw),
             self._tools.redactor,

@@ -224,6 +224,14 @@ async def test_v2_background_command_is_a_terminal_that_ends_with_its_status(
         (row,) = [u for u in replayed if (u.get("rawOutput") or {}).get("handle") == "bg-1"]
         assert row["status"] == "failed"
         assert texts(row) == ["killed by SIGTERM\nstarted\n"]
+        # Its raw output has a foreground command's shape, besides its handle and command.
+        assert row["rawOutput"] == {
+            "exitCode": -15,
+            "output": "started\n",
+            "truncated": False,
+            "handle": "bg-1",
+            "command": "echo started; exec sleep 60",
+        }
         assert client.validate(acp_schema_v2) > 0
 
 
