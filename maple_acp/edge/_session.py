@@ -1,8 +1,9 @@
 """One ACP session on one connection: the runtime lease plus what the edge tracks about it.
 
 State rules live here as plain attributes and methods (no I/O), so the connection code only
-decides *when* to call them. Only edge concerns are here: one prompt at a time and the
-operation barrier are the runtime's (``SessionLease.claim_prompt``, ``operation``, ``drain``).
+decides *when* to call them. Only edge concerns are here: one prompt at a time, the queue of
+prompts behind it and the operation barrier are the runtime's (``SessionLease.queue_prompt``,
+``operation``, ``drain``).
 
 - every task that may send a ``session/update`` for the session runs inside a cancel scope
   registered with :meth:`EdgeSession.update_scope`; :meth:`EdgeSession.stop_updates` cancels

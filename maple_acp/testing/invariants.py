@@ -145,8 +145,9 @@ def check_frames(frames: Sequence[Frame], *, complete: bool = False) -> None:
                     closed.discard(sid)
             elif method == "session/close" and ok:
                 closed.add(sid)
-            # A refused second prompt says nothing of the first, still running, and a load in
-            # flight replays history: quiet holds only once none is in flight.
+            # A second prompt's answer says nothing of the first (it may wait behind it, or be
+            # refused), and a load in flight replays history: quiet holds only once none is
+            # in flight.
             if in_flight.get(sid):
                 continue
             if method == "session/prompt" and version == 1:

@@ -63,6 +63,21 @@ def answer_index(client: AcpTestClient, msg_id: str) -> int:
     raise AssertionError(f"no answer to {msg_id}")
 
 
+def update_index(client: AcpTestClient, sid: str, text: str) -> int:
+    """Where the agent text chunk ``text`` of ``sid`` is among the frames received."""
+    for index, frame in enumerate(client.frames):
+        m = frame.message
+        if (
+            frame.direction == "in"
+            and isinstance(m, dict)
+            and m.get("method") == "session/update"
+            and m["params"]["sessionId"] == sid
+            and m["params"]["update"].get("content", {}).get("text") == text
+        ):
+            return index
+    raise AssertionError(f"no update saying {text!r}")
+
+
 async def answers(client: AcpTestClient, ids: list[str]) -> list[dict[str, Any]]:
     with trio.fail_after(10):
         await client.wait_until(lambda: all(client.answer(i) is not None for i in ids))
@@ -150,6 +165,8 @@ async def test_prompts_sent_while_a_turn_runs_wait_then_run_in_order(
         # Answered in order, each turn's text after the answer before it.
         order = [answer_index(client, i) for i in (running, first, second)]
         assert order == sorted(order)
+        said = [update_index(client, sid, text) for text in ("one", "two")]
+        assert order[0] < said[0] < order[1] < said[1] < order[2]
         assert client.text(sid) == "steered: goonetwo"
         assert await user_texts(harness, sid) == ["/listen", "go", "/echo one", "/echo two"]
         with trio.fail_after(10):
