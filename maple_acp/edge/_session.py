@@ -130,6 +130,8 @@ class EdgeSession:
     def begin_close(self) -> None:
         self.closing = True
         self._abort()
+        # What waits in the queue is withdrawn at once, not run and cancelled one by one.
+        self.lease.cancel_queued()
 
     def cancel_prompt(self, arrival: int) -> None:
         """A ``session/cancel`` arrived as inbound frame ``arrival`` and every request before

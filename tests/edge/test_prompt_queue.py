@@ -294,6 +294,7 @@ async def test_close_answers_every_waiting_prompt_cancelled(
         assert await client.close_session(sid) == {}
         got = await answers(client, ids)
         assert [a["result"]["stopReason"] for a in got] == ["cancelled"] * 3
+        assert answer_index(client, ids[1]) < answer_index(client, ids[2])
     assert await user_texts(harness, sid) == ["/hang"]
 
 
