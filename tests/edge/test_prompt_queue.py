@@ -317,6 +317,21 @@ async def test_a_disconnect_admits_nothing_that_waited(harness: Harness, project
     assert await user_texts(harness, sid) == ["/hang", "/echo again"]
 
 
+async def test_a_revocation_answers_every_waiting_prompt_cancelled(
+    harness: Harness, project: Path, acp_schema: AcpSchema
+) -> None:
+    async with harness.connect(initialize=True, schema=acp_schema) as client:
+        sid = (await client.new_session(str(project)))["sessionId"]
+        ids = await client.send_all([prompt(sid, "/hang"), prompt(sid, "a"), prompt(sid, "b")])
+        await wait_queued(client, sid, 2)
+        await wait_running(harness)
+        # Signing out revokes every lease: the turn ends, what waits is withdrawn.
+        harness.runtime.sign_out()
+        got = await answers(client, ids)
+        assert [a["result"]["stopReason"] for a in got] == ["cancelled"] * 3
+        assert answer_index(client, ids[1]) < answer_index(client, ids[2])
+
+
 # --- v2 ---------------------------------------------------------------------------------------
 
 
