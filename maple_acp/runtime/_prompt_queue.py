@@ -36,6 +36,9 @@ from maple_acp.runtime._session_events import QueuedPrompt
 MAX_QUEUED_PROMPTS: Final = 8
 #: A waiting prompt's text as a listing shows it (the text itself waits whole).
 MAX_PREVIEW_CHARS: Final = 200
+#: How much of a prompt's text a preview is made from, in previews' lengths: a prompt of
+#: megabytes is not scanned whole for its first line.
+PREVIEW_READ_FACTOR: Final = 8
 
 
 @attrs.frozen
@@ -130,10 +133,12 @@ class PromptQueue:
                 self._slot.release(handed)
 
     def _enter(self, text: str) -> _Waiting:
+        # Enough of a long prompt to fill a preview once its whitespace runs collapse.
+        head = text[: MAX_PREVIEW_CHARS * PREVIEW_READ_FACTOR]
         self._serial += 1
         info = QueuedPrompt(
             entry_id=f"q{self._serial}-{secrets.token_hex(3)}",
-            preview=one_line(text, MAX_PREVIEW_CHARS) if text.strip() else "",
+            preview=one_line(head, MAX_PREVIEW_CHARS) if head.strip() else "",
             queued_ms=self._now_ms(),
         )
         waiting = _Waiting(info)

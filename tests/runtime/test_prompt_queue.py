@@ -16,6 +16,7 @@ import trio.testing
 
 from maple_acp.model import ItemKind
 from maple_acp.runtime import (
+    MAX_PREVIEW_CHARS,
     MAX_QUEUED_PROMPTS,
     PromptClaim,
     QueueChanged,
@@ -171,6 +172,21 @@ async def test_remove_takes_one_and_a_revocation_withdraws_the_rest(tmp_path: Pa
         assert sorted(outcomes[1:]) == ["withdrawn a #2", "withdrawn c #3"]
         assert lease.queued_prompts == ()
     assert backend.ran == ["wait"]
+
+
+async def test_a_preview_is_one_bounded_line(tmp_path: Path) -> None:
+    backend = Gated()
+    async with lease_over(tmp_path, backend) as lease, trio.open_nursery() as nursery:
+        outcomes = Outcomes()
+        await nursery.start(prompt_through_queue, lease, "wait", outcomes)
+        long = "first line\n\nsecond " + "x" * 10_000_000
+        await nursery.start(prompt_through_queue, lease, long, outcomes)
+        (entry,) = lease.queued_prompts
+        assert entry.preview.startswith("first line second xxx")
+        assert len(entry.preview) <= MAX_PREVIEW_CHARS
+        assert "\n" not in entry.preview
+        assert lease.cancel_queued() == 1
+        backend.go.set()
 
 
 async def test_a_caller_that_stops_waiting_leaves_the_queue(tmp_path: Path) -> None:
