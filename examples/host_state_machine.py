@@ -26,6 +26,7 @@ from maple_acp.testing.schema import load_acp_schema
 from maple_acp.testing.service import HarnessConnection, running_acp
 
 TOOL = "echo_tool"  # the engine's one tool: the policy asks the client before it runs
+QUEUE = "_session/queue"  # a prompt sent while a turn runs waits in the session's queue
 SCHEMA = load_acp_schema()
 picks = st.integers(0, 7)  # which connection or session a rule acts on (modulo how many)
 
@@ -93,9 +94,10 @@ class HostMachine(RuleBasedStateMachine):
         self.send(at, "session/prompt", session, prompt=[{"type": "text", "text": text}])
 
     @precondition(lambda self: self.live() and self.sessions)
-    @rule(at=picks, session=picks, method=st.sampled_from(["session/load", "session/close"]))
-    def load_or_close(self, at: int, session: int, method: str) -> None:
-        self.send(at, method, session, **self.where)
+    @rule(at=picks, session=picks, method=st.sampled_from(["session/load", "session/close", QUEUE]))
+    def load_close_or_clear(self, at: int, session: int, method: str) -> None:
+        params = {"action": "clear"} if method == QUEUE else self.where  # withdraw waiting prompts
+        self.send(at, method, session, **params)
 
     @precondition(lambda self: self.live() and self.sessions)
     @rule(at=picks, session=picks, close=st.booleans())

@@ -56,6 +56,15 @@ def update(sid: str = SID) -> Frame:
 PROMPTED = [out(1, "session/prompt", sessionId=SID), update(), answer(1, {"stopReason": "x"})]
 
 
+def queue_changed(sid: str = SID) -> Frame:
+    message = {
+        "jsonrpc": "2.0",
+        "method": "_session/queue_changed",
+        "params": {"sessionId": sid, "entries": []},
+    }
+    return Frame("in", orjson.dumps(message), message)
+
+
 def test_a_well_behaved_exchange_passes() -> None:
     frames = [
         *PROMPTED,
@@ -82,6 +91,10 @@ def test_a_well_behaved_exchange_passes() -> None:
         ([*PROMPTED, update()], "after its prompt's answer"),
         ([out(2, "session/close", sessionId=SID), answer(2), update()], "close's answer"),
         (
+            [out(2, "session/close", sessionId=SID), answer(2), queue_changed()],
+            "close's answer",
+        ),
+        (
             [
                 out(2, "session/close", sessionId=SID),
                 answer(2),
@@ -95,6 +108,14 @@ def test_a_well_behaved_exchange_passes() -> None:
 def test_each_broken_promise_is_named(frames: list[Frame], says: str) -> None:
     with pytest.raises(InvariantViolation, match=says):
         check_frames(frames)
+
+
+def test_the_queue_may_tell_its_change_after_a_turn_answered() -> None:
+    # The last waiting prompt's start empties the queue; its notification may follow the
+    # answer of the turn before it. Anything else about the session may not.
+    check_frames([*PROMPTED, queue_changed()], complete=True)
+    with pytest.raises(InvariantViolation, match="after its prompt's answer"):
+        check_frames([*PROMPTED, queue_changed(), update()])
 
 
 def test_a_request_never_answered_fails_only_a_complete_check() -> None:

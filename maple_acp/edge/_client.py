@@ -108,6 +108,12 @@ class ClientChannel:
             await self._held(session_id)
         await self._peer.notify_lines(lines, session_id)
 
+    async def notify(self, session_id: str, method: str, params: object) -> None:
+        """Queue one extension notification about ``session_id`` (typed params)."""
+        if self._holds:
+            await self._held(session_id)
+        await self._peer.notify(method, unstructure(params), route=session_id)
+
     async def drain(self) -> None:
         """Wait until every update queued so far is written to the transport."""
         await self._peer.drain()

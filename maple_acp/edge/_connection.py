@@ -42,6 +42,7 @@ from maple_acp.edge._forking import SessionForker
 from maple_acp.edge._goals import GoalFlow
 from maple_acp.edge._notifications import MalformedNotifications
 from maple_acp.edge._opening import SessionOpener
+from maple_acp.edge._queue import QueueFlow
 from maple_acp.edge._sessions import SessionTable
 from maple_acp.edge._steering import SteeringFlow
 from maple_acp.edge._trust import TrustDialog
@@ -224,6 +225,7 @@ class AcpConnection:
             "set_mode": self.opener.set_mode,
             "goal_control": self.goals.control,
             "background": BackgroundFlow(table).control,
+            "queue": QueueFlow(table).control,
             "steer": SteeringFlow(table, channel, pump=self.turns.pump, nursery=nursery).steer,
             "status": self._status,
             "transcript": self.opener.transcript,

@@ -21,6 +21,7 @@ from typing import Final
 import trio
 
 from maple_acp.edge._client import ClientChannel
+from maple_acp.edge._queue import queue_changed
 from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
 from maple_acp.rpc import ConnectionClosed
@@ -31,11 +32,13 @@ from maple_acp.runtime import (
     GoalChanged,
     LeaseRevoked,
     ModeChanged,
+    QueueChanged,
     Run,
     RunState,
 )
 from maple_acp.wire import (
     INVALID_PARAMS,
+    QUEUE_CHANGED_METHOD,
     GoalAction,
     GoalControlRequest,
     GoalControlResponse,
@@ -112,6 +115,12 @@ class GoalFlow:
                             elif isinstance(event, BackgroundEnded):
                                 await channel.send(
                                     session.id, session.projector.tool(event.tool_id, event.tool)
+                                )
+                            elif isinstance(event, QueueChanged):
+                                await channel.notify(
+                                    session.id,
+                                    QUEUE_CHANGED_METHOD,
+                                    queue_changed(session.id, event.entries),
                                 )
                             elif isinstance(event, CycleStarted):
                                 cycles.start_soon(self._pump_cycle, session, event.run)

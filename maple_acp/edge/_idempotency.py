@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from maple_acp.rpc import admitted
 from maple_acp.runtime import SessionLease
 from maple_acp.wire import REQUEST_CANCELLED, ProtocolError
 
@@ -50,6 +51,9 @@ class PromptKeys:
         original = self._originals.get(key)
         if original is not None:
             logger.debug("a prompt sent again with a key in use waits for its original")
+            # Decided: it is the original's retry. The requests after it need not wait for
+            # the original's answer (a queued one waits for the turns before it).
+            admitted()
             await original.done.wait()
             if original.error is not None:
                 raise original.error

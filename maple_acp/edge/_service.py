@@ -23,9 +23,10 @@ from maple_acp.edge._goals import GOAL_ACTIONS
 from maple_acp.edge._v1 import VERSION
 from maple_acp.listeners import Listener
 from maple_acp.rpc import MessageTransport
-from maple_acp.runtime import AgentService
+from maple_acp.runtime import MAX_QUEUED_PROMPTS, AgentService
 from maple_acp.runtime import PromptCapabilities as BackendPromptCapabilities
 from maple_acp.wire import (
+    PROMPT_QUEUE_META_KEY,
     AgentCapabilities,
     GoalCapability,
     HostStatus,
@@ -80,6 +81,8 @@ def initialize_response(
                 additional_directories=SessionAdditionalDirectoriesCapabilities(),
                 fork=SessionForkCapabilities(),
             ),
+            # The prompt queue's extension: a prompt sent while a turn runs waits its turn.
+            meta={PROMPT_QUEUE_META_KEY: {"max": MAX_QUEUED_PROMPTS}},
         ),
         auth_methods=(),
         agent_info=Implementation(

@@ -1,15 +1,18 @@
 """One ACP session on one connection: the runtime lease plus what the edge tracks about it.
 
 State rules live here as plain attributes and methods (no I/O), so the connection code only
-decides *when* to call them. Only edge concerns are here: one prompt at a time and the
-operation barrier are the runtime's (``SessionLease.claim_prompt``, ``operation``, ``drain``).
+decides *when* to call them. Only edge concerns are here: one prompt at a time, the queue of
+prompts behind it and the operation barrier are the runtime's (``SessionLease.queue_prompt``,
+``operation``, ``drain``).
 
 - every task that may send a ``session/update`` for the session runs inside a cancel scope
   registered with :meth:`EdgeSession.update_scope`; :meth:`EdgeSession.stop_updates` cancels
   them all and refuses new ones, which is how "no update after the close response" holds;
-- a ``session/cancel`` is ordered against the prompt it cancels by inbound frame index, and a
-  prompt that arrived after a cancel waits for the cancelled turn to end instead of meeting it
-  (:meth:`EdgeSession.after_cancelled_turn`);
+- a ``session/cancel`` is ordered against the prompt it cancels by inbound frame index; a
+  prompt that arrived after a cancel waits in the runtime's queue for the cancelled turn;
+- on v1 a queued prompt's turn starts once the answer of the turn before it is on its way
+  (:meth:`EdgeSession.turn_place`), and prompts withdrawn from the queue are answered in
+  queue order (:meth:`EdgeSession.withdrawal_place`);
 - a request that must wait for a close admitted before it (a load, a resume) waits for
   :meth:`EdgeSession.wait_gone`.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import attrs
 import trio
 
 from maple_acp.edge._dialect import ConfigOptions, Dialect, SessionSettings, config_options
@@ -28,6 +32,15 @@ from maple_acp.runtime import ModelChoices, SessionLease
 
 class SessionClosed(Exception):
     """The session stopped publishing updates (closed, or its connection ended)."""
+
+
+@attrs.define
+class AnswerPlace:
+    """A prompt's place among its session's answers: ``before`` is set once the answer of the
+    prompt ahead of it is queued; set ``answered`` once its own is (or it failed)."""
+
+    before: trio.Event
+    answered: trio.Event = attrs.field(factory=trio.Event)
 
 
 class EdgeSession:
@@ -64,9 +77,13 @@ class EdgeSession:
         self.cancelled_at = 0
         #: Whether the trust question has been settled for this session's first prompt.
         self.trust_settled = False
-        #: The prompt holding the session's turn: its arrival, and an event set once its
-        #: answer is queued (or it failed).
-        self._turn: tuple[int, trio.Event] | None = None
+        #: Set once the answer of the latest prompt to hold the slot is queued (or it
+        #: failed): on v1 the next prompt's turn starts after it.
+        self._turn_answered = trio.Event()
+        self._turn_answered.set()
+        #: The answers of prompts withdrawn from the queue, by their order, until the next
+        #: one is answered.
+        self._withdrawals: dict[int, trio.Event] = {}
         #: Set once the connection no longer holds the session (closed, revoked, ended).
         self._gone = trio.Event()
         #: Keyed prompts (v2's ``idempotencyKey``) not answered yet.
@@ -123,40 +140,45 @@ class EdgeSession:
     def begin_close(self) -> None:
         self.closing = True
         self._abort()
+        # What waits in the queue is withdrawn at once, not run and cancelled one by one.
+        self.lease.cancel_queued()
 
     def cancel_prompt(self, arrival: int) -> None:
-        """A ``session/cancel`` arrived as inbound frame ``arrival``: it ends the prompt that
-        arrived before it, whatever stage that prompt has reached."""
+        """A ``session/cancel`` arrived as inbound frame ``arrival`` and every request before
+        it about the session has decided: it ends the prompt that arrived before it, whatever
+        stage that prompt has reached, and withdraws every prompt waiting in the queue (they
+        all arrived before it)."""
         self.cancelled_at = arrival
         self._abort()
+        # The waiting prompts first, so that the slot the cancelled run frees goes to none.
+        self.lease.cancel_queued()
         self.lease.cancel_run()
 
     def cancelled_since(self, arrival: int) -> bool:
         """Whether a cancel or a close arrived after the prompt that arrived at ``arrival``."""
         return self.closing or self.cancelled_at > arrival
 
-    def begin_turn(self, arrival: int) -> trio.Event:
-        """The prompt that arrived at ``arrival`` holds the turn; set the returned event (or
-        call :meth:`end_turn`) once its answer is queued."""
-        ended = trio.Event()
-        self._turn = (arrival, ended)
-        return ended
+    def turn_place(self) -> AnswerPlace:
+        """A prompt holds the session's slot (prompts hold it one after the other): on v1 its
+        turn starts once the answer of the prompt that held it before is queued."""
+        place = AnswerPlace(self._turn_answered)
+        self._turn_answered = place.answered
+        return place
 
-    def end_turn(self, ended: trio.Event) -> None:
-        ended.set()
-        if self._turn is not None and self._turn[1] is ended:
-            self._turn = None
+    def withdrawal_place(self, order: int) -> AnswerPlace:
+        """A prompt was withdrawn from the queue, the ``order``-th of the lease: it is answered
+        after the one withdrawn before it (withdrawn prompts are answered in queue order)."""
+        events = self._withdrawals
+        before = events.setdefault(order - 1, trio.Event())
+        if order == 1:
+            before.set()
+        place = AnswerPlace(before, events.setdefault(order, trio.Event()))
+        return place
 
-    async def after_cancelled_turn(self, arrival: int) -> None:
-        """Wait until no turn holds the session that a cancel written before the prompt that
-        arrived at ``arrival`` has cancelled: that prompt is not cancelled by it, and runs
-        once the cancelled turn ended (a turn nobody cancelled is not waited for). The
-        caller bounds the wait."""
-        while self._turn is not None:
-            started, ended = self._turn
-            if not started < self.cancelled_at < arrival:
-                return
-            await ended.wait()
+    def withdrawal_answered(self, order: int) -> None:
+        """The ``order``-th withdrawn prompt's answer is queued: the one before it is done
+        with."""
+        self._withdrawals.pop(order - 1, None)
 
     def _abort(self) -> None:
         for scope in self._abortable:

@@ -2,8 +2,9 @@
 permission question.
 
 A prompt's path: its blocks become one ``Prompt`` (refused blocks are ``-32602`` before the session
-is looked up), the session's prompt slot is claimed, the trust dialog runs before the first
-prompt of a session, the runtime admits the message and starts a run, the pump sends every
+is looked up), the session's prompt slot is claimed (or the prompt waits its turn in the
+session's queue, and is answered cancelled if withdrawn there), the trust dialog runs before
+the first prompt of a session, the runtime admits the message and starts a run, the pump sends every
 event of that run, and the answer (stop reason and this turn's usage) is queued only once
 every update of the run is on the wire. Which update each event becomes, the permission
 question's shape and the answer's are the session's dialect's.
@@ -30,7 +31,7 @@ from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._closing import CLOSE_DEADLINE_S
 from maple_acp.edge._dialect import Projection, permission_answer
 from maple_acp.edge._prompt import read_prompt
-from maple_acp.edge._session import EdgeSession, SessionClosed
+from maple_acp.edge._session import AnswerPlace, EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
 from maple_acp.rpc import (
     ConnectionClosed,
@@ -52,6 +53,7 @@ from maple_acp.runtime import (
     StopReason,
     TextChunk,
     ThoughtChunk,
+    Withdrawn,
 )
 from maple_acp.wire import PromptRequest, ProtocolError, v2
 
@@ -96,26 +98,42 @@ class PromptTurns:
         return await self._prompt(session, prompt, arrival)
 
     async def _prompt(self, session: EdgeSession, prompt: Prompt, arrival: int) -> object:
-        if session.dialect.answers_on_acceptance:
+        order = _AnswerOrder(session)
+        try:
+            if not session.dialect.answers_on_acceptance:
+                result = await self._queued_turn(session, prompt, arrival, None, order)
+
+                async def answer_queued() -> None:
+                    order.answered()
+
+                # A prompt waiting for this turn starts once this answer is on its way, so its
+                # updates never come before it.
+                after_answer(answer_queued)
+                return result
             # The answer leaves once the message is inserted; the turn goes on in the
             # connection's nursery, and ends in updates. Its updates (but the echo of the
             # user message) wait until the answer is queued: the client learns the turn's
             # message id before anything of the turn arrives.
             queued = trio.Event()
 
-            async def answer_queued() -> None:
+            async def accepted_queued() -> None:
                 queued.set()
+                order.answered()
 
-            after_answer(answer_queued)
+            after_answer(accepted_queued)
             try:
                 answer: object = await self._nursery.start(
-                    self._accepted_turn, session, prompt, arrival, queued
+                    self._accepted_turn, session, prompt, arrival, queued, order
                 )
             except BaseException:
                 queued.set()  # no answer is coming: a turn that started need not wait
                 raise
             return answer
-        return await self._claimed_turn(session, prompt, arrival, None)
+        except BaseException:
+            # Set by the request's own task, right before its error is queued: the prompt
+            # behind it (withdrawn too, say) is answered after it.
+            order.answered()
+            raise
 
     async def _accepted_turn(
         self,
@@ -123,6 +141,7 @@ class PromptTurns:
         prompt: Prompt,
         arrival: int,
         queued: trio.Event,
+        order: _AnswerOrder,
         *,
         task_status: trio.TaskStatus[object] = trio.TASK_STATUS_IGNORED,
     ) -> None:
@@ -130,46 +149,46 @@ class PromptTurns:
         cancellation) are the request's; after it, a failure ends the turn and is logged."""
         acceptance = _Acceptance(task_status, queued)
         try:
-            await self._claimed_turn(session, prompt, arrival, acceptance)
+            await self._queued_turn(session, prompt, arrival, acceptance, order)
         except Exception as exc:
             if not acceptance.accepted:
                 raise
             # The session closed, or the client went away: nothing is left to tell.
             logger.debug("a turn ended early after its prompt was accepted: %r", exc)
 
-    async def _claimed_turn(
+    async def _queued_turn(
         self,
         session: EdgeSession,
         prompt: Prompt,
         arrival: int,
         acceptance: _Acceptance | None,
+        order: _AnswerOrder,
     ) -> object:
-        # A cancel written before this prompt does not cancel it: the turn it cancelled is
-        # still ending, and this prompt runs once that turn's answer is queued (bounded: a
-        # turn that will not end leaves the slot held, and the claim below refuses).
-        with trio.move_on_after(CLOSE_DEADLINE_S):
-            await session.after_cancelled_turn(arrival)
-        # The runtime's prompt slot: RUN_ACTIVE (-32600) while another prompt holds it.
-        with session.lease.claim_prompt() as claim:
-            ended = session.begin_turn(arrival)
-            # The slot is this prompt's: requests after it about the session may decide.
+        answer = session.dialect.prompt_answer
+        if session.cancelled_since(arrival):
+            # A cancel written after this prompt already acted (it stood for an earlier one
+            # held behind the same requests): this prompt was never to run.
             admitted()
-            try:
-                result = await self._claimed(session, claim, prompt, arrival, acceptance)
-            except BaseException:
-                session.end_turn(ended)
-                raise
-        if acceptance is not None:
-            session.end_turn(ended)
-        else:
+            return answer(RunState.CANCELLED)
 
-            async def answer_queued() -> None:
-                session.end_turn(ended)
-
-            # A prompt waiting for this turn starts once this answer is on its way, so its
-            # updates never come before it.
-            after_answer(answer_queued)
-        return result
+        # The runtime's prompt slot, or a place in the session's queue behind the running
+        # turn (RUN_ACTIVE, -32600, when the queue is full). Either way the prompt has
+        # decided: requests after it about the session may decide.
+        async with session.lease.queue_prompt(prompt.text, decided=admitted) as claim:
+            if isinstance(claim, Withdrawn):
+                # Withdrawn while it waited (a cancel, a remove, a clear, the session's end):
+                # nothing of it was admitted. Answered after the prompts withdrawn before it.
+                order.place = session.withdrawal_place(claim.order)
+                order.withdrawn = claim.order
+                with trio.move_on_after(CLOSE_DEADLINE_S):
+                    await order.place.before.wait()
+                return answer(RunState.CANCELLED)
+            order.place = session.turn_place()
+            # On v1 a turn starts once the answer before it is on its way (bounded: a turn
+            # that will not answer does not hold the next one for ever).
+            with trio.move_on_after(CLOSE_DEADLINE_S):
+                await order.place.before.wait()
+            return await self._claimed(session, claim, prompt, arrival, acceptance)
 
     async def _claimed(
         self,
@@ -363,6 +382,24 @@ class PromptTurns:
             event.responder.answer(answer)
         with contextlib.suppress(ConnectionClosed):
             await self._channel.send_many(session.id, projector.permission_settled())
+
+
+class _AnswerOrder:
+    """A prompt's place among its session's answers, once it has one: as it takes the slot,
+    or as it is withdrawn from the queue (``withdrawn``: its order)."""
+
+    __slots__ = ("place", "session", "withdrawn")
+
+    def __init__(self, session: EdgeSession) -> None:
+        self.session = session
+        self.place: AnswerPlace | None = None
+        self.withdrawn = 0
+
+    def answered(self) -> None:
+        if self.place is not None:
+            self.place.answered.set()
+        if self.withdrawn:
+            self.session.withdrawal_answered(self.withdrawn)
 
 
 class _Acceptance:

@@ -50,6 +50,7 @@ from maple_acp.wire import (
     AGENT_METHODS,
     BACKGROUND_METHOD,
     GOAL_CONTROL_METHOD,
+    QUEUE_METHOD,
     STATUS_METHOD,
     STEERING_METHOD,
     TRANSCRIPT_METHOD,
@@ -90,6 +91,7 @@ _OPERATIONS: Final = {
     GOAL_CONTROL_METHOD: "goal_control",
     STEERING_METHOD: "steer",
     BACKGROUND_METHOD: "background",
+    QUEUE_METHOD: "queue",
     STATUS_METHOD: "status",
     TRANSCRIPT_METHOD: "transcript",
 }

@@ -88,6 +88,7 @@ from maple_acp.wire import (
     BACKGROUND_METHOD,
     GOAL_CONTROL_METHOD,
     INVALID_PARAMS,
+    QUEUE_METHOD,
     REQUEST_CANCELLED,
     STATUS_METHOD,
     STEERING_METHOD,
@@ -148,6 +149,7 @@ _PARAMS: Final[Mapping[str, tuple[type[object], str]]] = {
     GOAL_CONTROL_METHOD: (V1_METHODS[GOAL_CONTROL_METHOD].params, "goal_control"),
     STEERING_METHOD: (V1_METHODS[STEERING_METHOD].params, "steer"),
     BACKGROUND_METHOD: (V1_METHODS[BACKGROUND_METHOD].params, "background"),
+    QUEUE_METHOD: (V1_METHODS[QUEUE_METHOD].params, "queue"),
     STATUS_METHOD: (V1_METHODS[STATUS_METHOD].params, "status"),
 }
 #: Each inbound method, its params type and the operation that serves it.
@@ -524,7 +526,9 @@ class V2Dialect:
                     mcp=v2.V2McpCapabilities(http={}),
                     delete=delete,
                     additional_directories={},
-                )
+                ),
+                # The extensions' own capabilities (the prompt queue) are v1's, carried over.
+                meta=answer.agent_capabilities.meta,
             ),
             # The goal and steering extensions are advertised as on v1; a steer-started turn
             # is framed by its state_update running / idle like a prompt's.

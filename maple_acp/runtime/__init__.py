@@ -44,7 +44,10 @@ Leases
     router starts first; on failure the old one stays; ``RUN_ACTIVE`` while a run is active).
     The runtime alone enforces the project directory (canonicalised once, inside
     ``allowed_roots``: ``INVALID_CWD``), one prompt at a time (``with lease.claim_prompt() as
-    claim`` holds the slot across a caller's whole prompt; ``RUN_ACTIVE``) and the operation
+    claim`` holds the slot across a caller's whole prompt; ``RUN_ACTIVE``; ``async with
+    lease.queue_prompt(text) as claim`` waits its turn in the session's queue instead: at most
+    ``MAX_QUEUED_PROMPTS`` wait, listed by ``lease.queued_prompts``, withdrawn by
+    ``remove_queued`` / ``cancel_queued``, each change a ``QueueChanged`` event) and the operation
     barrier (``with lease.operation()``; ``await lease.drain()``).
     ``lease.revoke()`` is synchronous: the run is cancelled, permissions deny, relay values and
     router are dropped, child process groups get SIGTERM. ``await lease.drain()`` is the
@@ -296,6 +299,7 @@ from maple_acp.runtime._permissions import (
     PermissionResponder,
     ToolRequest,
 )
+from maple_acp.runtime._prompt_queue import MAX_PREVIEW_CHARS, MAX_QUEUED_PROMPTS, Withdrawn
 from maple_acp.runtime._relay import (
     MAX_RELAY_TOTAL_BYTES,
     MAX_RELAY_VALUE_BYTES,
@@ -318,6 +322,8 @@ from maple_acp.runtime._session_events import (
     GoalChanged,
     LeaseRevoked,
     ModeChanged,
+    QueueChanged,
+    QueuedPrompt,
     SessionEvent,
     SessionEvents,
 )
@@ -359,7 +365,9 @@ __all__ = [
     "MAX_MESSAGE_CHARS",
     "MAX_PLAN_ENTRIES",
     "MAX_PLAN_MARKDOWN_CHARS",
+    "MAX_PREVIEW_CHARS",
     "MAX_PROMPT_IMAGES",
+    "MAX_QUEUED_PROMPTS",
     "MAX_READ_CHARS",
     "MAX_RELAY_TOTAL_BYTES",
     "MAX_RELAY_VALUES",
@@ -422,6 +430,8 @@ __all__ = [
     "PromptClaim",
     "PromptContentSource",
     "PromptImage",
+    "QueueChanged",
+    "QueuedPrompt",
     "RejectionKind",
     "RelayValues",
     "RouterFactory",
@@ -472,6 +482,7 @@ __all__ = [
     "TurnResult",
     "Usage",
     "UsageUpdate",
+    "Withdrawn",
     "bounded_text",
     "canonical_directory",
     "check_embedded_text",

@@ -4,7 +4,7 @@ it, the lock every write to the task's row takes, and the pulse its waiters wait
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import trio
@@ -68,12 +68,15 @@ class PromptSlot:
     """The task's one prompt slot, shared by the lease's parts: the claim that holds it (at
     most one), the lock every admission to the task's row takes (a prompt's message, a model,
     a mode, a thinking level), and the pulse that wakes whoever waits for the slot or the
-    active run to change. Plain state: the rules about it are the turns' and the settings'."""
+    active run to change. ``on_free`` is told in the same step the slot frees or the active
+    run changes (the prompt queue hands the slot on from there). Plain state: the rules about
+    it are the turns', the queue's and the settings'."""
 
     def __init__(self) -> None:
         self.claim: PromptClaim | None = None
         self.admission = trio.Lock()
         self._watch = SlotWatch()
+        self.on_free: Callable[[], None] = _nobody_waits
 
     @property
     def held(self) -> bool:
@@ -81,16 +84,34 @@ class PromptSlot:
 
     @contextmanager
     def hold(self) -> Iterator[PromptClaim]:
-        claim = self.claim = PromptClaim()
+        claim = self.take()
         try:
             yield claim
         finally:
+            self.release(claim)
+
+    def take(self) -> PromptClaim:
+        """Hold the free slot (the caller checked it is free)."""
+        if self.claim is not None:
+            raise RuntimeError("the prompt slot is already held")
+        claim = self.claim = PromptClaim()
+        return claim
+
+    def release(self, claim: PromptClaim) -> None:
+        """End ``claim``'s hold (nothing if it no longer holds the slot)."""
+        if self.claim is claim:
             self.claim = None
-            self._watch.changed()
+            self.changed()
 
     def changed(self) -> None:
         self._watch.changed()
+        if self.claim is None:
+            self.on_free()
 
     async def wait(self) -> None:
         """Until the slot, the active run or the lease's life changes next."""
         await self._watch.wait()
+
+
+def _nobody_waits() -> None:
+    """``PromptSlot.on_free`` of a slot with no queue behind it."""

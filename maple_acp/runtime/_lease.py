@@ -7,6 +7,7 @@ the hooks the lease hands them here:
 - ``_lease_life``: how the lease lives and ends (its nursery, revocation, bounded release),
   and the guard every part passes;
 - ``_lease_turns``: the prompt slot, run admission, steering, cancelling, starting a run;
+- ``_prompt_queue``: the prompts waiting behind a running turn, handed the slot in order;
 - ``_lease_settings``: the model, the session mode, the thinking effort;
 - ``_lease_skills``: the project skills the backend sees;
 - ``_reattach``: swapping the router and the directories on a re-attach;
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 
 import trio
 
@@ -35,6 +36,7 @@ from maple_acp.runtime._attachments import Prompt
 from maple_acp.runtime._background import BackgroundCommands, BackgroundInfo
 from maple_acp.runtime._barrier import OperationBarrier, PromptClaim, PromptSlot
 from maple_acp.runtime._context import LeaseContext
+from maple_acp.runtime._events import RunKind
 from maple_acp.runtime._goal_driver import GoalCycleDriver
 from maple_acp.runtime._history import replay_rows_view, replay_view
 from maple_acp.runtime._lease_life import LeaseLifetime, RouterFactory
@@ -43,9 +45,10 @@ from maple_acp.runtime._lease_skills import LeaseSkills
 from maple_acp.runtime._lease_turns import LeaseTurns, TurnSession
 from maple_acp.runtime._models import ModelChoices
 from maple_acp.runtime._options import BooleanOption
+from maple_acp.runtime._prompt_queue import PromptQueue, Withdrawn
 from maple_acp.runtime._reattach import Reattachment
 from maple_acp.runtime._run import Run
-from maple_acp.runtime._session_events import SessionEvents
+from maple_acp.runtime._session_events import QueueChanged, QueuedPrompt, SessionEvents
 from maple_acp.runtime._steering import SteeringOutcome
 from maple_acp.runtime._task_row import TaskRow
 from maple_acp.runtime._tools import ToolContext
@@ -135,7 +138,7 @@ class SessionLease:
             saved_trust=lambda: context.store.get_trust(self.account, task.root),
             save_trust=lambda trusted: context.set_trust(generation, task.root, trusted),
         )
-        self._turns = LeaseTurns(
+        turns = self._turns = LeaseTurns(
             row=self._row,
             guard=life,
             slot=slot,
@@ -160,6 +163,16 @@ class SessionLease:
                 poke=lambda: self._goals.poke(),
             ),
         )
+        events = self._events
+        self._queue = PromptQueue(
+            slot=slot,
+            guard=life,
+            prompt_running=lambda: (
+                (run := turns.active_run) is not None and run.kind is RunKind.PROMPT
+            ),
+            now_ms=context.now_ms,
+            changed=lambda entries: events.publish(QueueChanged(task.id, entries)),
+        )
         self._reattach = Reattachment(
             row=self._row,
             guard=life,
@@ -168,7 +181,6 @@ class SessionLease:
             swap_router=life.replace_router,
             poke=lambda: self._goals.poke(),
         )
-        turns = self._turns
         self._goals = GoalCycleDriver(
             task_id=task.id,
             goal=goal,
@@ -374,6 +386,35 @@ class SessionLease:
         holds it or a prompt's run is active. Pass the claim to ``start_run``."""
         return self._turns.claim_prompt()
 
+    def queue_prompt(
+        self, text: str, *, decided: Callable[[], None] = _nothing
+    ) -> AbstractAsyncContextManager[PromptClaim | Withdrawn]:
+        """Hold the task's prompt slot for a caller's whole prompt, as ``claim_prompt`` does,
+        but wait for it instead of being refused: while a prompt holds it (or a prompt's run
+        is active) the prompt joins the queue, first in first out, and gets the slot once
+        every prompt before it had its turn. ``RUN_ACTIVE`` (naming the limit) when
+        ``MAX_QUEUED_PROMPTS`` already wait. ``decided`` is called as it takes the slot or its
+        place. Yields ``Withdrawn`` if the prompt was withdrawn while it waited
+        (``cancel_queued``, ``remove_queued``, revocation): nothing of it was admitted; answer
+        it cancelled, after the prompts withdrawn before it (``Withdrawn.order``).
+        ``text`` is what a listing previews; the prompt itself goes to ``start_run``."""
+        return self._queue.claim(text, decided)
+
+    @property
+    def queued_prompts(self) -> tuple[QueuedPrompt, ...]:
+        """The prompts waiting for the slot, first to run first. Each change is published as a
+        ``QueueChanged`` session event."""
+        return self._queue.entries
+
+    def remove_queued(self, entry_id: str) -> bool:
+        """Withdraw one waiting prompt; False when none waits with ``entry_id``."""
+        self._life.check_live()
+        return self._queue.remove(entry_id)
+
+    def cancel_queued(self) -> int:
+        """Withdraw every waiting prompt, first to last; how many there were."""
+        return self._queue.clear()
+
     async def check_images(self, prompt: Prompt) -> None:
         """Refuse (``INVALID_PROMPT``, naming the model) a prompt with images when the
         session's model does not see images."""
@@ -492,6 +533,8 @@ class SessionLease:
         self._life.revoke(reason)
 
     def _on_revoke(self) -> None:
+        # Nothing waiting was admitted: withdrawn, it is answered cancelled by its caller.
+        self._queue.clear()
         self._turns.cancel_run()
         self._slot.changed()
         self._goals.poke()

@@ -1,5 +1,5 @@
 """A lease's session events and their stream: what happens outside any prompt (goal and mode
-changes, goal cycles, revocation)."""
+changes, goal cycles, background commands, the prompt queue, revocation)."""
 
 from __future__ import annotations
 
@@ -66,14 +66,39 @@ class BackgroundEnded:
     tool: ToolState
 
 
+@attrs.frozen(kw_only=True)
+class QueuedPrompt:
+    """One waiting prompt as a listing shows it: its id, the start of its text (one line of at
+    most ``_prompt_queue.MAX_PREVIEW_CHARS``) and when it was queued (Unix milliseconds)."""
+
+    entry_id: str
+    preview: str
+    queued_ms: int
+
+
+@attrs.frozen
+class QueueChanged:
+    """The session's waiting prompts changed (one queued, started, removed or withdrawn):
+    ``entries`` is the queue as it is now, first to run first."""
+
+    task_id: str
+    entries: tuple[QueuedPrompt, ...]
+
+
 SessionEvent: TypeAlias = (
-    GoalChanged | CycleStarted | LeaseRevoked | ModeChanged | BackgroundOutput | BackgroundEnded
+    GoalChanged
+    | CycleStarted
+    | LeaseRevoked
+    | ModeChanged
+    | BackgroundOutput
+    | BackgroundEnded
+    | QueueChanged
 )
 
 logger = logging.getLogger(__name__)
 
 #: Snapshots that coalesce: of each kind only the newest waiting one matters.
-_SNAPSHOTS = (GoalChanged, ModeChanged)
+_SNAPSHOTS = (GoalChanged, ModeChanged, QueueChanged)
 
 #: Session events waiting for the lease holder. Goal and mode snapshots coalesce and a goal
 #: cycle starts only when there is room, so this bound is never hit by a slow reader; it only

@@ -4,7 +4,8 @@ ready for a host's own property tests.
 - every request is answered once, and only a request the client sent;
 - nothing about a session comes after its turn's answer (v1: a prompt's answer ends its turn)
   or its close's answer, until the client sends a request that may update it again (a
-  prompt, a load, a resume);
+  prompt, a load, a resume); the prompt queue's notification may follow a turn's answer (it
+  tells the queue, which the turn's end changed), never a close's;
 - a closed session's id is refused: a request about it written after the close was answered
   (and before a load or resume of it) gets an error;
 - a disconnect releases the connection's leases within :data:`LEASE_RELEASE_BOUND_S`.
@@ -49,6 +50,10 @@ RELEASE_POLL_S: Final = 0.1
 UPDATING_METHODS: Final = frozenset({"session/prompt", "session/load", "session/resume"})
 #: Requests that reopen a session (what ends "this id is closed").
 REOPENING_METHODS: Final = frozenset({"session/load", "session/resume"})
+#: Why a session is quiet after a v1 prompt's answer.
+PROMPT_ANSWERED: Final = "prompt's answer"
+#: The prompt queue's notification: about the queue, not a turn.
+QUEUE_CHANGED_METHOD: Final = "_session/queue_changed"
 #: Requests about a session that must be refused once it is closed.
 REFUSED_WHEN_CLOSED: Final = frozenset(
     {"session/prompt", "session/set_mode", "session/set_config_option", "session/close"}
@@ -108,6 +113,8 @@ def check_frames(frames: Sequence[Frame], *, complete: bool = False) -> None:
                 sid = _session_of(message.get("params"))
                 if sid is not None and sid in quiet:
                     at, why = quiet[sid]
+                    if message["method"] == QUEUE_CHANGED_METHOD and why == PROMPT_ANSWERED:
+                        continue
                     raise InvariantViolation(
                         f"frame {index}: {message['method']} for session {sid} after its "
                         f"{why} at frame {at}"
@@ -138,12 +145,13 @@ def check_frames(frames: Sequence[Frame], *, complete: bool = False) -> None:
                     closed.discard(sid)
             elif method == "session/close" and ok:
                 closed.add(sid)
-            # A refused second prompt says nothing of the first, still running, and a load in
-            # flight replays history: quiet holds only once none is in flight.
+            # A second prompt's answer says nothing of the first (it may wait behind it, or be
+            # refused), and a load in flight replays history: quiet holds only once none is
+            # in flight.
             if in_flight.get(sid):
                 continue
             if method == "session/prompt" and version == 1:
-                quiet[sid] = (index, "prompt's answer")
+                quiet[sid] = (index, PROMPT_ANSWERED)
             elif method in ("session/close", "session/delete") and ok:
                 quiet[sid] = (index, f"{method.removeprefix('session/')}'s answer")
     if complete:

@@ -47,6 +47,12 @@ OUTBOUND_DEFINITIONS: Final[Mapping[str, str]] = {
 }
 
 
+#: The prompt queue's notification (this library's extension, outside the ACP schema) and the
+#: longest preview an entry carries.
+QUEUE_CHANGED_METHOD: Final = "_session/queue_changed"
+QUEUE_PREVIEW_CHARS: Final = 200
+
+
 #: What differs in ACP v2 (``acp-schema/v2``): an update's definition, and methods with
 #: no v2 counterpart that a v2 agent must never answer or send.
 V2_OUTBOUND_DEFINITIONS: Final[Mapping[str, str]] = {
@@ -155,12 +161,32 @@ class AcpSchema:
             raise SchemaViolation(f"error without its reason in data.details: {error!r}"[:500])
 
     def validate_outbound(self, method: str, params: Any) -> None:
-        """Validate a request or notification an agent sends to its client."""
+        """Validate a request or notification an agent sends to its client (this library's
+        own extension notifications against their documented shape)."""
+        if method == QUEUE_CHANGED_METHOD:
+            _check_queue_changed(params)
+            return
         table = V2_OUTBOUND_DEFINITIONS if self.version == 2 else OUTBOUND_DEFINITIONS
         definition = table.get(method)
         if definition is None:
             raise SchemaViolation(f"agent sent an unexpected method {method!r}")
         self.validate(definition, params)
+
+
+def _check_queue_changed(params: Any) -> None:
+    """``_session/queue_changed``: ``{sessionId, entries: [{entryId, preview, queuedAt}]}``."""
+    if not isinstance(params, dict) or set(params) != {"sessionId", "entries"}:
+        raise SchemaViolation(f"{QUEUE_CHANGED_METHOD}: expected sessionId and entries")
+    if not isinstance(params["sessionId"], str) or not isinstance(params["entries"], list):
+        raise SchemaViolation(f"{QUEUE_CHANGED_METHOD}: sessionId or entries mistyped")
+    for entry in params["entries"]:
+        if (
+            not isinstance(entry, dict)
+            or set(entry) != {"entryId", "preview", "queuedAt"}
+            or not all(isinstance(value, str) for value in entry.values())
+            or len(entry["preview"]) > QUEUE_PREVIEW_CHARS
+        ):
+            raise SchemaViolation(f"{QUEUE_CHANGED_METHOD}: malformed entry {entry!r:.200}")
 
 
 def validate_frames(

@@ -1,5 +1,5 @@
-"""Protocol-level cancellation and the extensions outside ACP's core: goals, steering and the
-bridge hello."""
+"""Protocol-level cancellation and the extensions outside ACP's core: goals, steering, background
+commands, the prompt queue and the bridge hello."""
 
 from typing import Any, Final, Literal
 
@@ -27,7 +27,15 @@ STEERING_METHOD: Final = "_session/steering"
 #: The method through which a client lists and stops a session's background commands.
 BACKGROUND_METHOD: Final = "_session/background"
 
+#: The method through which a client lists a session's waiting prompts and withdraws them.
+QUEUE_METHOD: Final = "_session/queue"
+#: The notification that tells a client a session's waiting prompts after every change.
+QUEUE_CHANGED_METHOD: Final = "_session/queue_changed"
+#: The ``_meta`` key of the initialize answer that advertises the prompt queue.
+PROMPT_QUEUE_META_KEY: Final = "maple.promptQueue"
+
 GoalAction = Literal["set", "pause", "resume", "clear"]
+QueueAction = Literal["list", "remove", "clear"]
 BackgroundAction = Literal["list", "stop"]
 BackgroundStatus = Literal["running", "exited"]
 SteeringOutcome = Literal["injected", "startedNewTurn", "promptRequired"]
@@ -178,3 +186,39 @@ class BackgroundResponse:
 
     commands: tuple[BackgroundCommand, ...] | None = None
     meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class QueueRequest:
+    """Params of ``_session/queue``: ``list`` the waiting prompts, ``remove`` the one
+    ``entryId`` names, or ``clear`` them all."""
+
+    session_id: str
+    action: QueueAction
+    entry_id: str | None = None
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class QueueEntry:
+    """One waiting prompt: its id, the start of its text, and when it was queued (RFC 3339)."""
+
+    entry_id: str
+    preview: str
+    queued_at: str
+
+
+@attrs.frozen(kw_only=True)
+class QueueResponse:
+    """The result of ``_session/queue``: the entries for ``list``, nothing otherwise."""
+
+    entries: tuple[QueueEntry, ...] | None = None
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
+class QueueChangedNotification:
+    """Params of ``_session/queue_changed``: the session's waiting prompts as they are now."""
+
+    session_id: str
+    entries: tuple[QueueEntry, ...]

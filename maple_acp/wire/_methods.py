@@ -65,6 +65,7 @@ AGENT_METHODS: Final = _table(
     ),
     MethodSpec(method=x.STEERING_METHOD, params=x.SteeringRequest, result=x.SteeringResponse),
     MethodSpec(method=x.BACKGROUND_METHOD, params=x.BackgroundRequest, result=x.BackgroundResponse),
+    MethodSpec(method=x.QUEUE_METHOD, params=x.QueueRequest, result=x.QueueResponse),
     MethodSpec(method=x.STATUS_METHOD, params=x.StatusRequest, result=x.HostStatus),
     MethodSpec(method=x.TRANSCRIPT_METHOD, params=x.TranscriptRequest, result=x.TranscriptResponse),
     MethodSpec(method=x.BRIDGE_HELLO_METHOD, params=x.BridgeHello),

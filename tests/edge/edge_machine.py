@@ -148,6 +148,16 @@ class CancelThenPrompt:
 
 
 @dataclass(frozen=True)
+class QueueClear:
+    """``_session/queue`` ``clear``: every prompt waiting behind the session's running turn is
+    withdrawn (answered cancelled; its turn never runs)."""
+
+    conn: int
+    task: int
+    then: int | None = None
+
+
+@dataclass(frozen=True)
 class SetModel:
     conn: int
     task: int
@@ -201,6 +211,7 @@ Op = (
     | Close
     | CloseThenOpen
     | CancelThenPrompt
+    | QueueClear
     | SetModel
     | AnswerLate
     | List
@@ -584,6 +595,10 @@ class Scenario:
             task = self.target(conn, op.task)
             self._cancel_model(conn, task)
             self._prompt(conn, Prompt(op.conn, op.task, op.script), task=task, after_cancel=True)
+        elif isinstance(op, QueueClear):
+            task = self.target(conn, op.task)
+            self._withdraw_model(conn, task)
+            self._issue(conn, "_session/queue", {"sessionId": task, "action": "clear"})
         elif isinstance(op, SetModel):
             params = {
                 "sessionId": self.target(conn, op.task),
@@ -598,8 +613,34 @@ class Scenario:
         elif isinstance(op, List):
             self._issue(conn, "session/list", {})
 
+    def _waiting(self, conn: Connection, task: str) -> list[PromptRecord]:
+        """The prompts of ``task`` on ``conn`` that wait in its queue as the model knows it:
+        unanswered, sent in an earlier step than now, behind the session's running prompt."""
+        session = conn.sessions.get(task)
+        if session is None or session.prompt is None:
+            return []
+        return [
+            p
+            for p in self.prompts
+            if p.task == task
+            and p.conn == conn.slot
+            and p is not session.prompt
+            and p.number > session.prompt.number
+            and not p.call.done
+        ]
+
+    def _withdraw_model(self, conn: Connection, task: str) -> None:
+        """The model's side of withdrawing the prompts waiting in ``task``'s queue: one sent
+        and settled before now must be answered cancelled, and its turn never runs."""
+        tick = self._next()
+        for record in self._waiting(conn, task):
+            if record.epoch != self.epoch and self.settled:
+                record.cancelled_alone = True
+            record.stopped_at = record.stopped_at or tick
+
     def _cancel_model(self, conn: Connection, task: str) -> None:
         """The model's side of a ``session/cancel`` of ``task`` on ``conn``."""
+        self._withdraw_model(conn, task)
         tick = self._next()
         session = conn.sessions.get(task)
         record = session.prompt if session is not None else None
@@ -871,6 +912,11 @@ class Scenario:
             self._apply_set_model(conn, call)
         elif method == "session/list":
             self._apply_list(call)
+        elif method == "_session/queue":
+            held = call.params["sessionId"] in conn.sessions
+            self._expect(call, held, RESOURCE_NOT_FOUND, "clear the queue of a session")
+            if call.error is None and call.result != {}:
+                raise Violation(f"_session/queue clear answered {call.result!r}")
 
     def _apply_load(self, conn: Connection, call: Call) -> None:
         task_id = call.params["sessionId"]
@@ -1174,6 +1220,16 @@ class Scenario:
                         record.script == "tool"
                         and record.answer == "deferred"
                         and record.allowed_at is None
+                    )
+                    # It waits in the session's queue behind a turn that runs on (sent
+                    # before it, or racing it to the wire).
+                    or any(
+                        p.task == record.task
+                        and p.conn == conn.slot
+                        and p is not record
+                        and (p.number < record.number or record.call.raced)
+                        and not p.call.done
+                        for p in self.prompts
                     )
                 )
             )

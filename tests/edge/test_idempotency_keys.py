@@ -50,7 +50,7 @@ async def test_a_retry_while_the_turn_runs_gets_the_same_message_id(
         first = await client.call("session/prompt", keyed(sid, "/hang", "key-1"))
         again = await client.call("session/prompt", keyed(sid, "/hang", "key-1"))
         assert again == first
-        # One message, one run: the retry did not meet the running turn (-32600).
+        # One message, one run: the retry did not wait in the queue for a turn of its own.
         assert user_messages(client, sid) == [first["messageId"]]
         assert states(client, sid) == ["running"]
         # Two retries written together while the turn runs: the same answer each.

@@ -270,17 +270,28 @@ async def test_one_prompt_at_a_time(harness: Harness, project: Path) -> None:
         sid = (await client.new_session(str(project)))["sessionId"]
         async with trio.open_nursery() as nursery:
             first: dict[str, Any] = {}
+            second: dict[str, Any] = {}
 
             async def hang() -> None:
                 first.update(await client.prompt(sid, "/echo started\n/hang"))
 
+            async def again() -> None:
+                second.update(await client.prompt(sid, "/echo again"))
+
             nursery.start_soon(hang)
             await client.wait_until(lambda: client.text(sid) == "started")
-            error = await _error(client.prompt(sid, "again"))
-            assert error.code == -32600
+            # The second prompt waits its turn in the queue: it never runs beside the first.
+            nursery.start_soon(again)
+            await client.wait_until(
+                lambda: any(m.get("method") == "_session/queue_changed" for m in client.inbound())
+            )
+            assert client.text(sid) == "started"
             await client.cancel(sid)
         # The hung turn reported no usage: the answer carries none (zeros are not counts).
         assert first == {"stopReason": "cancelled"}
+        # The cancel withdrew the waiting prompt too: it never ran.
+        assert second == {"stopReason": "cancelled"}
+        assert client.text(sid) == "started"
 
 
 async def test_usage_is_per_turn(harness: Harness, project: Path, acp_schema: AcpSchema) -> None:

@@ -30,6 +30,7 @@ from edge_machine import (
     New,
     Op,
     Prompt,
+    QueueClear,
     Resume,
     SetModel,
     StopRuntime,
@@ -79,6 +80,7 @@ KINDS: dict[str, tuple[int, st.SearchStrategy[Op]]] = {
         st.builds(SetModel, conns, tasks, st.sampled_from([*CHAT_MODELS, "demo-embed"]), thens),
     ),
     "list": (1, st.builds(List, conns, thens)),
+    "queue_clear": (2, st.builds(QueueClear, conns, tasks, thens)),
     "initialize": (1, st.builds(Initialize, conns, thens)),
     "advance": (
         2,
@@ -99,6 +101,27 @@ scenarios = st.lists(operations, max_size=14).map(lambda ops: [New(0), *ops])
 @given(scenarios)
 def test_edge_scenarios(ops: list[Op]) -> None:
     run_scenario(ops, tolerate=KNOWN_FINDINGS)
+
+
+def test_waiting_prompts_are_withdrawn_by_a_cancel_and_a_clear() -> None:
+    # Prompts sent while a turn runs wait in the queue: a cancel ends the turn and withdraws
+    # them (their tools never run), a clear withdraws them and leaves the turn running.
+    run_scenario(
+        [
+            New(0),
+            Prompt(0, 0, "hang"),
+            Prompt(0, 0, "echo"),
+            Prompt(0, 0, "tool", "allow"),
+            Cancel(0, 0),
+            Prompt(0, 0, "hang"),
+            Prompt(0, 0, "tool", "allow"),
+            Prompt(0, 0, "echo"),
+            QueueClear(0, 0),
+            Prompt(0, 0, "echo"),
+            Cancel(0, 0),
+            Prompt(0, 0, "echo"),
+        ]
+    )
 
 
 def test_a_plain_life() -> None:

@@ -243,6 +243,7 @@ def test_method_tables_cover_the_protocol_surface() -> None:
         "_session/goal",
         "_session/steering",
         "_session/background",
+        "_session/queue",
         "_maple/status",
         "_maple/transcript",
         "_maple/bridge/hello",

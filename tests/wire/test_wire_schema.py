@@ -102,6 +102,7 @@ def test_every_agent_result_validates(call: tuple[str, Any]) -> None:
         assert method in {
             "_session/background",
             "_session/goal",
+            "_session/queue",
             "_session/steering",
             "_maple/status",
             "_maple/transcript",
@@ -276,6 +277,10 @@ EXTENSIONS = {
     "GoalControlRequest",
     "GoalControlResponse",
     "HostStatus",
+    "QueueChangedNotification",
+    "QueueEntry",
+    "QueueRequest",
+    "QueueResponse",
     "StatusRequest",
     "SteeringRequest",
     "SteeringResponse",
