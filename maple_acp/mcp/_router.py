@@ -27,6 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from maple_acp._text import one_line
+from maple_acp.mcp._acp_stream import McpMessageChannel, client_side_session, tool_call_meta
 from maple_acp.mcp._catalog import (
     MAX_RESULT_BYTES,
     ExternalToolDefinition,
@@ -82,6 +83,8 @@ class _Connection:
         self.where = describe_server(server.index, server.name)
         self.index = server.index
         self.key = server.key
+        #: The server lives in the client, reached through ``mcp/message``.
+        self.client_side = server.server_id is not None
         self.session: ClientSession | None = None
         self.tools: tuple[FrozenTool, ...] = ()
         self.error: McpSetupError | None = None
@@ -134,15 +137,19 @@ class McpRouter:
         self,
         servers: Sequence[ValidatedServer],
         *,
+        channel: McpMessageChannel | None = None,
         setup_timeout: float = SETUP_TIMEOUT_SECONDS,
         call_timeout: float = CALL_TIMEOUT_SECONDS,
     ) -> None:
+        """``channel`` reaches the servers that live in the client (``server_id`` set): the
+        connection that declared them."""
         if not 0 < setup_timeout <= SETUP_TIMEOUT_SECONDS:
             raise ValueError(f"setup_timeout must be in (0, {SETUP_TIMEOUT_SECONDS}]")
         if not 0 < call_timeout <= CALL_TIMEOUT_SECONDS:
             raise ValueError(f"call_timeout must be in (0, {CALL_TIMEOUT_SECONDS}]")
         self._setup_timeout = setup_timeout
         self._call_timeout = call_timeout
+        self._channel = channel
         self._connections = [_Connection(server) for server in servers]
         self._catalog: dict[str, FrozenTool] = {}
         self._definition: ExternalToolDefinition | None = None
@@ -262,8 +269,11 @@ class McpRouter:
             raise RuntimeError("the router is not ready")
         return self._definition
 
-    async def call(self, tool_id: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    async def call(
+        self, tool_id: str, arguments: Mapping[str, Any], *, call_id: str | None = None
+    ) -> dict[str, Any]:
         """Call the frozen tool ``tool_id`` and return its sanitised result as a JSON-ready dict.
+        ``call_id`` (the tool call the user sees) is told to a server that lives in the client.
 
         Raises :class:`ExternalToolError` for an unknown id (before any network traffic), a
         timeout, a server error, an expired server session (never re-initialised or replayed),
@@ -292,7 +302,8 @@ class McpRouter:
             try:
                 with trio.move_on_after(self._call_timeout) as timeout_scope:
                     try:
-                        result = await session.call_tool(tool.name, dict(arguments))
+                        meta = tool_call_meta(call_id) if conn.client_side else None
+                        result = await session.call_tool(tool.name, dict(arguments), meta=meta)
                     except Exception as exc:
                         failure = exc
             finally:
@@ -318,7 +329,7 @@ class McpRouter:
         # normally within its own close deadline.
         with trio.CancelScope(shield=True) as life:
             try:
-                async with _open_session(conn) as session:
+                async with _open_session(conn, self._channel) as session:
                     try:
                         await self._set_up(conn, session, deadline)
                         if conn.error is None:
@@ -392,11 +403,20 @@ class McpRouter:
 
 
 @asynccontextmanager
-async def _open_session(conn: _Connection) -> AsyncIterator[ClientSession]:
-    """The HTTP client (the only holder of the headers), the transport and the MCP session."""
+async def _open_session(
+    conn: _Connection, channel: McpMessageChannel | None
+) -> AsyncIterator[ClientSession]:
+    """The HTTP client (the only holder of the headers), the transport and the MCP session; for
+    a server in the client, the session over the connection's ``mcp/message`` requests."""
     server = conn.server
     if server is None:
         raise McpSetupError(f"{conn.where}: setup was cancelled")
+    if server.server_id is not None:
+        if channel is None:
+            raise McpSetupError(f"{conn.where}: no client connection to reach it through")
+        async with client_side_session(channel, server.server_id, _CLIENT_INFO) as session:
+            yield session
+        return
     stand_in = stand_in_url(server.index)
     http = httpx2.AsyncClient(
         headers=list(server.headers),
