@@ -15,6 +15,11 @@ give it), and :func:`client_side_streams` forwards what the session writes:
 - every other inner notification (``notifications/initialized`` among them) is not sent: the
   schema has no host-to-client shape for one.
 
+The session opens with the ``initialize`` handshake; a server that refuses it with an inner
+error is asked ``server/discover`` once (:func:`client_side_handshake`): the ACP SDKs' own
+providers of client-side servers speak only the stateless MCP revision, which has no
+handshake and carries its version in every request's ``_meta``.
+
 Resource handling: one task per forwarded request, in a nursery the context manager owns and
 cancels when the session is left. Error handling: a client that fails the outer request,
 answers with neither outcome, or stays silent past :data:`REQUEST_TIMEOUT_SECONDS` gives the
@@ -30,10 +35,13 @@ from contextlib import asynccontextmanager
 from typing import Any, Final, Protocol, cast
 
 import anyio
+import pydantic
 import trio
 from mcp.client.session import ClientSession
+from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp.types import (
+    DiscoverResult,
     ErrorData,
     Implementation,
     JSONRPCError,
@@ -43,6 +51,7 @@ from mcp.types import (
     RequestId,
     RequestParamsMeta,
 )
+from mcp.types.version import LATEST_MODERN_VERSION
 
 from maple_acp._text import one_line
 
@@ -84,6 +93,23 @@ class McpMessageChannel(Protocol):
 def tool_call_meta(call_id: str | None) -> RequestParamsMeta | None:
     """The inner ``_meta`` that tells the forwarder which tool call a ``tools/call`` is for."""
     return None if not call_id else cast(RequestParamsMeta, {TOOL_CALL_ID_META: call_id})
+
+
+async def client_side_handshake(session: ClientSession) -> None:
+    """Open the MCP session with a server in the client: ``initialize``, or, when the server
+    refuses it, ``server/discover`` at the stateless revision (adopted if the server offers it).
+    If both fail, the handshake's own error is raised."""
+    try:
+        await session.initialize()
+    except MCPError as refused:
+        try:
+            found = DiscoverResult.model_validate(
+                await session.send_discover(LATEST_MODERN_VERSION)
+            )
+            session.adopt(found)
+        except (MCPError, pydantic.ValidationError, RuntimeError):
+            raise refused from None
+        logger.debug("client-side MCP server speaks %s", LATEST_MODERN_VERSION)
 
 
 @asynccontextmanager

@@ -27,7 +27,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from maple_acp._text import one_line
-from maple_acp.mcp._acp_stream import McpMessageChannel, client_side_session, tool_call_meta
+from maple_acp.mcp._acp_stream import (
+    McpMessageChannel,
+    client_side_handshake,
+    client_side_session,
+    tool_call_meta,
+)
 from maple_acp.mcp._catalog import (
     MAX_RESULT_BYTES,
     ExternalToolDefinition,
@@ -357,7 +362,7 @@ class McpRouter:
             if self._revoked:
                 scope.cancel()
             try:
-                await session.initialize()
+                await (client_side_handshake(session) if conn.client_side else session.initialize())
                 catalog = ServerCatalog(
                     where=conn.where, server_index=conn.index, server_key=conn.key
                 )

@@ -19,6 +19,10 @@ from mcp.shared.message import SessionMessage
 
 from maple_acp.testing.client import AcpTestClient
 
+#: The stateless MCP revision and where a request names it.
+STATELESS_VERSION = "2026-07-28"
+STATELESS_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+STATELESS_RESULT = {"resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
 #: A result just over the 4 MiB limit on what a tool call returns.
 BIG_TEXT_CHARS = 4 * 1024 * 1024 + 1024
 
@@ -48,9 +52,12 @@ class ScriptedTools:
     above. Every ``mcp/message`` it gets is kept in :attr:`seen`; with ``silent`` it never
     answers any."""
 
-    def __init__(self, *, silent: bool = False) -> None:
+    def __init__(self, *, silent: bool = False, stateless: bool = False) -> None:
         self.seen: list[dict[str, Any]] = []
         self.silent = silent
+        #: Speak only the stateless MCP revision, as the ACP SDKs' providers do: no
+        #: ``initialize``, ``server/discover`` instead, the version in every request's ``_meta``.
+        self.stateless = stateless
         #: Inner requests still waiting for their answer when they were abandoned.
         self.abandoned = 0
 
@@ -71,6 +78,21 @@ class ScriptedTools:
             raise
 
     async def _answer(self, method: str, params: Mapping[str, Any]) -> Any:
+        if self.stateless:
+            version = (params.get("_meta") or {}).get(STATELESS_VERSION_KEY)
+            if version != STATELESS_VERSION:
+                return {"error": {"code": -32602, "message": f"missing {STATELESS_VERSION_KEY}"}}
+            if method == "server/discover":
+                found = {"supportedVersions": [STATELESS_VERSION], "capabilities": {"tools": {}}}
+                return {"result": {**found, **STATELESS_RESULT}}
+            answer = await self._legacy(method, params)
+            if "result" in answer:
+                # The revision's results say how long they may be cached and that they are whole.
+                answer["result"] = {**answer["result"], **STATELESS_RESULT}
+            return answer
+        return await self._legacy(method, params)
+
+    async def _legacy(self, method: str, params: Mapping[str, Any]) -> Any:
         if method == "initialize":
             return {
                 "result": {

@@ -11,7 +11,13 @@ import pytest
 import trio
 import trio.testing
 from acp_support import running_acp
-from client_tools import ScriptedTools, SdkTools, acp_server
+from client_tools import (
+    STATELESS_VERSION,
+    STATELESS_VERSION_KEY,
+    ScriptedTools,
+    SdkTools,
+    acp_server,
+)
 
 from maple_acp.edge import AcpServiceConfig
 from maple_acp.testing.client import AcpTestClient, reject
@@ -180,6 +186,29 @@ async def test_a_real_mcp_server_behind_the_client(
         assert updates[-1]["status"] == "completed"
         assert updates[-1]["rawOutput"]["content"] == [{"type": "text", "text": "QUIET"}]
         assert [seen["method"] for seen in tools.seen] == ["initialize", "tools/list", "tools/call"]
+        client.validate(acp_schema)
+
+
+async def test_a_server_that_speaks_only_the_stateless_revision_is_discovered(
+    tmp_path: Path, project: Path, acp_schema: AcpSchema
+) -> None:
+    tools = ScriptedTools(stateless=True)
+    async with running_acp(tmp_path) as acp, acp.connect() as client:
+        tools.attach(client)
+        sid = (await client.new_session(str(project), mcp_servers=[acp_server()]))["sessionId"]
+        await client.prompt(sid, '/mcp page__echo {"text": "stateless"}')
+        _, updates = only_row(client, sid)
+        assert updates[-1]["status"] == "completed"
+        assert [seen["method"] for seen in tools.seen] == [
+            "initialize",
+            "server/discover",
+            "tools/list",
+            "tools/call",
+        ]
+        # After discovery every request names the revision; the outer _meta is the host's.
+        for seen in tools.seen[1:]:
+            assert seen["params"]["_meta"][STATELESS_VERSION_KEY] == STATELESS_VERSION
+            assert "maple.toolCallId" not in seen["params"]["_meta"]
         client.validate(acp_schema)
 
 
