@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +20,7 @@ import trio
 from maple_acp.testing.schema import AcpSchema, validate_frames
 
 from .host_processes import MAPLE_ACP, Host, clean_env, run_command, running_host
+from .npm_sdk import require_node, sdk_script
 
 INTEROP = Path(__file__).parent / "interop"
 PYTHON_CLIENT = INTEROP / "python_net_client.py"
@@ -111,40 +110,11 @@ async def test_python_sdk_network_clients_drive_a_whole_session(
     assert token not in host.stderr.text
 
 
-def _sdk_dir(config: pytest.Config, fallback: Path) -> Path:
-    cache = getattr(config, "cache", None)
-    return Path(cache.mkdir("acp-sdk-2.4.0")) if cache is not None else fallback
-
-
-def _install_sdk(directory: Path) -> Path:
-    if not (directory / "node_modules" / "@agentclientprotocol" / "sdk").is_dir():
-        directory.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [
-                "npm",
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--prefix",
-                str(directory),
-                "@agentclientprotocol/sdk@2.4.0",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=DEADLINE_S,
-        )
-    shutil.copyfile(TS_CLIENT, directory / TS_CLIENT.name)
-    return directory / TS_CLIENT.name
-
-
 async def test_typescript_sdk_http_client_drives_a_whole_session(
     tmp_path: Path, pytestconfig: pytest.Config, acp_schema: AcpSchema
 ) -> None:
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        if os.environ.get("CI"):
-            pytest.fail("node and npm are needed for the network interop test")
-        pytest.skip("node and npm are not on this machine")
-    script = await trio.to_thread.run_sync(_install_sdk, _sdk_dir(pytestconfig, tmp_path / "npm"))
+    require_node("the network interop test")
+    script = await sdk_script(pytestconfig, tmp_path / "npm", TS_CLIENT)
     project = tmp_path / "project"
     project.mkdir()
     frames = tmp_path / "frames.jsonl"

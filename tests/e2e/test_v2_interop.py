@@ -5,9 +5,6 @@ registry once into pytest's cache folder; the SDK checks every frame it receives
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,43 +12,18 @@ import pytest
 import trio
 
 from .host_processes import clean_env, running_host
+from .npm_sdk import require_node, sdk_script
 
-#: The SDK whose ``/experimental/v2`` client speaks the draft this agent implements.
-SDK: str = "@agentclientprotocol/sdk@2.4.0"
 SCRIPT: Path = Path(__file__).parent / "interop" / "v2_client.mjs"
-#: npm install and the whole scripted session each finish well within this.
+#: The whole scripted session finishes well within this.
 DEADLINE_S: float = 180.0
-
-
-def _sdk_dir(config: pytest.Config, fallback: Path) -> Path:
-    """pytest's own cache folder (kept between runs, ignored by git), else a scratch one."""
-    cache = getattr(config, "cache", None)
-    return Path(cache.mkdir("acp-sdk-2.4.0")) if cache is not None else fallback
-
-
-def _install_sdk(directory: Path) -> Path:
-    if not (directory / "node_modules" / "@agentclientprotocol" / "sdk").is_dir():
-        directory.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(directory), SDK],
-            check=True,
-            capture_output=True,
-            timeout=DEADLINE_S,
-        )
-    # ES modules resolve packages from the script's own folder: the script sits beside them.
-    shutil.copyfile(SCRIPT, directory / SCRIPT.name)
-    return directory / SCRIPT.name
 
 
 async def test_typescript_v2_client_drives_maple_acp_acp(
     tmp_path: Path, pytestconfig: pytest.Config
 ) -> None:
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        if os.environ.get("CI"):
-            pytest.fail("node and npm are needed for the ACP v2 interop test")
-        pytest.skip("node and npm are not on this machine")
-    directory = _sdk_dir(pytestconfig, tmp_path / "npm")
-    script = await trio.to_thread.run_sync(_install_sdk, directory)
+    require_node("the ACP v2 interop test")
+    script = await sdk_script(pytestconfig, tmp_path / "npm", SCRIPT)
     project = tmp_path / "project"
     project.mkdir()
     async with running_host(tmp_path) as host:
