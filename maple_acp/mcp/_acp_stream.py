@@ -54,6 +54,7 @@ from mcp.types import (
 from mcp.types.version import LATEST_MODERN_VERSION
 
 from maple_acp._text import one_line
+from maple_acp.mcp._errors import McpSetupError
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,8 @@ REQUEST_TIMEOUT_SECONDS: Final = 30.0
 #: Messages waiting each way between the session and the forwarder; the session's own writes
 #: wait beyond it, so memory stays bounded.
 STREAM_BUFFER: Final = 16
+#: A client's own error text quoted back in a set-up failure.
+MAX_QUOTED_CLIENT_TEXT: Final = 200
 #: Inner error codes the forwarder answers with itself (JSON-RPC's "internal error" and the MCP
 #: SDK's request timeout): the client failed the outer request, or never answered it.
 CLIENT_FAILED_CODE: Final = -32603
@@ -95,10 +98,11 @@ def tool_call_meta(call_id: str | None) -> RequestParamsMeta | None:
     return None if not call_id else cast(RequestParamsMeta, {TOOL_CALL_ID_META: call_id})
 
 
-async def client_side_handshake(session: ClientSession) -> None:
+async def client_side_handshake(session: ClientSession, where: str) -> None:
     """Open the MCP session with a server in the client: ``initialize``, or, when the server
     refuses it, ``server/discover`` at the stateless revision (adopted if the server offers it).
-    If both fail, the handshake's own error is raised."""
+    If both fail, :class:`McpSetupError` says how the handshake was refused (``where`` names
+    the server): the words are the client's own, going back to it."""
     try:
         await session.initialize()
     except MCPError as refused:
@@ -108,7 +112,10 @@ async def client_side_handshake(session: ClientSession) -> None:
             )
             session.adopt(found)
         except (MCPError, pydantic.ValidationError, RuntimeError):
-            raise refused from None
+            reason = one_line(refused.message, limit=MAX_QUOTED_CLIENT_TEXT)
+            raise McpSetupError(
+                f"{where}: the client refused the MCP handshake (error {refused.code}: {reason})"
+            ) from None
         logger.debug("client-side MCP server speaks %s", LATEST_MODERN_VERSION)
 
 

@@ -91,7 +91,8 @@ async def test_a_client_that_refuses_the_outer_request_fails_the_setup_in_one_li
         with pytest.raises(McpSetupError) as failed:
             await nursery.start(router.serve)
     assert failed.value.message == (
-        "MCP server #0 ('page'): the server refused the MCP handshake (error -32603)"
+        "MCP server #0 ('page'): the client refused the MCP handshake (error -32603: the client "
+        "failed it: method not found: mcp/message)"
     )
 
 

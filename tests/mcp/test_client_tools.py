@@ -245,6 +245,22 @@ async def test_a_silent_client_fails_session_new_in_one_line_after_30_seconds(
         client.validate(acp_schema)
 
 
+async def test_a_client_that_does_not_serve_mcp_message_fails_the_open_in_one_line(
+    tmp_path: Path, project: Path, acp_schema: AcpSchema
+) -> None:
+    async with running_acp(tmp_path) as acp, acp.connect() as client:
+        with pytest.raises(ProtocolError) as refused:
+            await client.new_session(str(project), mcp_servers=[acp_server()])
+        assert refused.value.code == INVALID_PARAMS
+        assert refused.value.message.startswith(
+            "MCP server #0 ('page'): the client refused the MCP handshake (error -32603: "
+            "the client failed it: -32601"
+        )
+        assert "\n" not in refused.value.message
+        assert acp.stored_task_ids() == []
+        client.validate(acp_schema)
+
+
 async def test_a_tool_call_the_client_never_answers_fails_after_30_seconds(
     tmp_path: Path, project: Path, acp_schema: AcpSchema, autojump_clock: trio.testing.MockClock
 ) -> None:
