@@ -4,13 +4,15 @@ service over the demo runtime and a real SQLite file, and a test client that ans
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
-from acp_support import running_acp
+from acp_support import AcpHarness, running_acp
 from client_tools import (
     STATELESS_VERSION,
     STATELESS_VERSION_KEY,
@@ -23,6 +25,11 @@ from maple_acp.edge import AcpServiceConfig
 from maple_acp.testing.client import AcpTestClient, reject
 from maple_acp.testing.schema import AcpSchema
 from maple_acp.wire import INVALID_PARAMS, ProtocolError
+
+
+@pytest.fixture
+def schemas(acp_schema: AcpSchema, acp_schema_v2: AcpSchema) -> tuple[AcpSchema, AcpSchema]:
+    return acp_schema, acp_schema_v2
 
 
 def tool_rows(client: AcpTestClient, sid: str) -> dict[str, list[dict[str, Any]]]:
@@ -76,6 +83,37 @@ async def initialize(client: AcpTestClient, version: int) -> Any:
         "initialize",
         {"protocolVersion": 2, "info": {"name": "t", "version": "0"}, "capabilities": {}},
     )
+
+
+@asynccontextmanager
+async def versioned(
+    tmp_path: Path, version: int, schemas: tuple[AcpSchema, AcpSchema], **options: Any
+) -> AsyncIterator[tuple[AcpHarness, AcpTestClient, AcpSchema]]:
+    """A service speaking both versions and one client initialized at ``version``, every frame
+    it gets checked against that version's schema."""
+    schema = schemas[version - 1]
+    async with (
+        running_acp(tmp_path, config=BOTH_VERSIONS) as acp,
+        acp.connect(initialize=False, schema=schema, **options) as client,
+    ):
+        await initialize(client, version)
+        yield acp, client, schema
+
+
+def idle_count(client: AcpTestClient, sid: str) -> int:
+    return sum(
+        1
+        for update in client.updates(sid)
+        if update.get("sessionUpdate") == "state_update" and update.get("state") == "idle"
+    )
+
+
+async def run_prompt(client: AcpTestClient, sid: str, text: str, version: int) -> None:
+    """A prompt's whole turn: v1 answers at its end, v2 on acceptance (then its idle state)."""
+    before = idle_count(client, sid)
+    await client.prompt(sid, text)
+    if version == 2:
+        await client.wait_until(lambda: idle_count(client, sid) > before)
 
 
 def row_ended(client: AcpTestClient, sid: str) -> bool:
@@ -136,20 +174,21 @@ async def test_the_clients_tools_are_set_up_before_the_answer_and_called_with_pe
         assert client.validate(schema) > 0
 
 
+@pytest.mark.parametrize("version", [1, 2])
 async def test_a_denied_call_never_reaches_the_client_server(
-    tmp_path: Path, project: Path, acp_schema: AcpSchema
+    tmp_path: Path, project: Path, schemas: tuple[AcpSchema, AcpSchema], version: int
 ) -> None:
     tools = ScriptedTools()
-    async with running_acp(tmp_path) as acp, acp.connect(permission=reject) as client:
+    async with versioned(tmp_path, version, schemas, permission=reject) as (_, client, schema):
         tools.attach(client)
         sid = (await client.new_session(str(project), mcp_servers=[acp_server()]))["sessionId"]
-        await client.prompt(sid, '/mcp page__echo {"text": "no"}')
+        await run_prompt(client, sid, '/mcp page__echo {"text": "no"}', version)
         assert len(client.permission_requests) == 1
         _, updates = only_row(client, sid)
         assert updates[-1]["status"] == "failed"
         assert shown(updates[-1]) == "permission denied"
         assert tools.inner("tools/call") == []
-        client.validate(acp_schema)
+        client.validate(schema)
 
 
 async def test_a_load_sets_the_tools_up_for_the_loaded_session(
@@ -215,11 +254,16 @@ async def test_a_server_that_speaks_only_the_stateless_revision_is_discovered(
 # -- failures ----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("version", [1, 2])
 async def test_a_silent_client_fails_session_new_in_one_line_after_30_seconds(
-    tmp_path: Path, project: Path, acp_schema: AcpSchema, autojump_clock: trio.testing.MockClock
+    tmp_path: Path,
+    project: Path,
+    schemas: tuple[AcpSchema, AcpSchema],
+    version: int,
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
     tools = ScriptedTools(silent=True)
-    async with running_acp(tmp_path) as acp, acp.connect() as client:
+    async with versioned(tmp_path, version, schemas) as (acp, client, schema):
         tools.attach(client)
         started = trio.current_time()
         with pytest.raises(ProtocolError) as refused:
@@ -242,13 +286,14 @@ async def test_a_silent_client_fails_session_new_in_one_line_after_30_seconds(
         assert acp.stored_task_ids() == []
         # The connection is still usable.
         assert (await client.new_session(str(project)))["sessionId"]
-        client.validate(acp_schema)
+        client.validate(schema)
 
 
+@pytest.mark.parametrize("version", [1, 2])
 async def test_a_client_that_does_not_serve_mcp_message_fails_the_open_in_one_line(
-    tmp_path: Path, project: Path, acp_schema: AcpSchema
+    tmp_path: Path, project: Path, schemas: tuple[AcpSchema, AcpSchema], version: int
 ) -> None:
-    async with running_acp(tmp_path) as acp, acp.connect() as client:
+    async with versioned(tmp_path, version, schemas) as (acp, client, schema):
         with pytest.raises(ProtocolError) as refused:
             await client.new_session(str(project), mcp_servers=[acp_server()])
         assert refused.value.code == INVALID_PARAMS
@@ -258,18 +303,22 @@ async def test_a_client_that_does_not_serve_mcp_message_fails_the_open_in_one_li
         )
         assert "\n" not in refused.value.message
         assert acp.stored_task_ids() == []
-        client.validate(acp_schema)
+        client.validate(schema)
 
 
+@pytest.mark.parametrize("version", [1, 2])
 async def test_a_tool_call_the_client_never_answers_fails_after_30_seconds(
-    tmp_path: Path, project: Path, acp_schema: AcpSchema, autojump_clock: trio.testing.MockClock
+    tmp_path: Path,
+    project: Path,
+    schemas: tuple[AcpSchema, AcpSchema],
+    version: int,
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
     tools = ScriptedTools()
-    async with running_acp(tmp_path) as acp, acp.connect() as client:
+    async with versioned(tmp_path, version, schemas) as (_, client, schema):
         tools.attach(client)
         sid = (await client.new_session(str(project), mcp_servers=[acp_server()]))["sessionId"]
-        answer = await client.prompt(sid, "/mcp page__hang {}")
-        assert answer["stopReason"] == "end_turn"
+        await run_prompt(client, sid, "/mcp page__hang {}", version)
         _, updates = only_row(client, sid)
         assert updates[-1]["status"] == "failed"
         assert shown(updates[-1]) == (
@@ -277,28 +326,29 @@ async def test_a_tool_call_the_client_never_answers_fails_after_30_seconds(
         )
         await client.wait_until(lambda: tools.abandoned == 1)
         # The session goes on.
-        await client.prompt(sid, '/mcp page__echo {"text": "after"}')
+        await run_prompt(client, sid, '/mcp page__echo {"text": "after"}', version)
         assert [rows[-1]["status"] for rows in tool_rows(client, sid).values()] == [
             "failed",
             "completed",
         ]
-        client.validate(acp_schema)
+        client.validate(schema)
 
 
+@pytest.mark.parametrize("version", [1, 2])
 async def test_the_inner_error_is_passed_on(
-    tmp_path: Path, project: Path, acp_schema: AcpSchema
+    tmp_path: Path, project: Path, schemas: tuple[AcpSchema, AcpSchema], version: int
 ) -> None:
     tools = ScriptedTools()
-    async with running_acp(tmp_path) as acp, acp.connect() as client:
+    async with versioned(tmp_path, version, schemas) as (_, client, schema):
         tools.attach(client)
         sid = (await client.new_session(str(project), mcp_servers=[acp_server()]))["sessionId"]
-        await client.prompt(sid, "/mcp page__broken {}")
+        await run_prompt(client, sid, "/mcp page__broken {}", version)
         _, updates = only_row(client, sid)
         assert updates[-1]["status"] == "failed"
         assert shown(updates[-1]) == (
             "MCP server #0 ('page'): the server returned error -32000: the page went away"
         )
-        client.validate(acp_schema)
+        client.validate(schema)
 
 
 # -- definitions refused before any mcp/message ------------------------------------------------
