@@ -72,6 +72,37 @@ def mcp_message_positions(client: AcpTestClient) -> list[int]:
     ]
 
 
+def inner_requests(client: AcpTestClient, method: str) -> list[dict[str, Any]]:
+    """The ``mcp/message`` requests the client got for the inner ``method``."""
+    return [
+        f.message
+        for f in client.frames
+        if f.direction == "in"
+        and isinstance(f.message, dict)
+        and f.message.get("method") == "mcp/message"
+        and f.message["params"]["method"] == method
+    ]
+
+
+def cancels(client: AcpTestClient) -> list[dict[str, Any]]:
+    """The params of every ``$/cancel_request`` the client got."""
+    return [
+        f.message["params"]
+        for f in client.frames
+        if f.direction == "in"
+        and isinstance(f.message, dict)
+        and f.message.get("method") == "$/cancel_request"
+    ]
+
+
+async def withdrawn(client: AcpTestClient, tools: ScriptedTools, count: int) -> None:
+    """Wait for ``count`` requests withdrawn by the host, and their handlers' end."""
+    await client.wait_until(lambda: len(cancels(client)) >= count)
+    await trio.testing.wait_all_tasks_blocked()
+    assert len(cancels(client)) == count
+    assert tools.abandoned == count
+
+
 #: A service that speaks both versions.
 BOTH_VERSIONS = AcpServiceConfig(protocol_max=2)
 
@@ -274,15 +305,7 @@ async def test_a_silent_client_fails_session_new_in_one_line_after_30_seconds(
             "MCP server #0 ('page'): did not connect and list its tools within 30 seconds"
         )
         # The abandoned request was withdrawn, and nothing of the session was kept.
-        await client.wait_until(lambda: tools.abandoned == 1)
-        cancels = [
-            f.message
-            for f in client.frames
-            if f.direction == "in"
-            and isinstance(f.message, dict)
-            and f.message.get("method") == "$/cancel_request"
-        ]
-        assert len(cancels) == 1
+        await withdrawn(client, tools, 1)
         assert acp.stored_task_ids() == []
         # The connection is still usable.
         assert (await client.new_session(str(project)))["sessionId"]
@@ -324,7 +347,7 @@ async def test_a_tool_call_the_client_never_answers_fails_after_30_seconds(
         assert shown(updates[-1]) == (
             "MCP server #0 ('page'): the tool call timed out after 30 seconds"
         )
-        await client.wait_until(lambda: tools.abandoned == 1)
+        await withdrawn(client, tools, 1)
         # The session goes on.
         await run_prompt(client, sid, '/mcp page__echo {"text": "after"}', version)
         assert [rows[-1]["status"] for rows in tool_rows(client, sid).values()] == [
@@ -332,6 +355,30 @@ async def test_a_tool_call_the_client_never_answers_fails_after_30_seconds(
             "completed",
         ]
         client.validate(schema)
+
+
+async def test_closing_the_session_withdraws_a_call_waiting_at_the_client(
+    tmp_path: Path, project: Path, acp_schema: AcpSchema
+) -> None:
+    tools = ScriptedTools()
+    async with running_acp(tmp_path) as acp, acp.connect() as client:
+        tools.attach(client)
+        sid = (await client.new_session(str(project), mcp_servers=[acp_server()]))["sessionId"]
+        prompt_id = await client.send(
+            "session/prompt",
+            {"sessionId": sid, "prompt": [{"type": "text", "text": "/mcp page__hang {}"}]},
+        )
+        # Frames wake the waiter: the call's own frame is the one to wait for.
+        await client.wait_until(lambda: bool(inner_requests(client, "tools/call")))
+        with trio.fail_after(5):
+            await client.close_session(sid)
+            # The call's request is withdrawn (its handler at the client cancelled), and the
+            # turn it belonged to ends.
+            await withdrawn(client, tools, 1)
+            await client.wait_until(lambda: client.answer(prompt_id) is not None)
+        [request] = inner_requests(client, "tools/call")
+        assert [cancel["requestId"] for cancel in cancels(client)] == [request["id"]]
+        client.validate(acp_schema)
 
 
 @pytest.mark.parametrize("version", [1, 2])
