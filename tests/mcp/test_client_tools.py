@@ -239,6 +239,26 @@ async def test_a_load_sets_the_tools_up_for_the_loaded_session(
             client.validate(acp_schema)
 
 
+async def test_a_fork_sets_the_tools_up_for_the_new_session(
+    tmp_path: Path, project: Path, acp_schema: AcpSchema
+) -> None:
+    tools = ScriptedTools()
+    async with running_acp(tmp_path) as acp, acp.connect() as client:
+        tools.attach(client)
+        source = (await client.new_session(str(project)))["sessionId"]
+        await client.prompt(source, "hello")
+        forked = await client.call(
+            "session/fork",
+            {"sessionId": source, "cwd": str(project), "mcpServers": [acp_server()]},
+        )
+        sid = forked["sessionId"]
+        assert sid != source
+        assert [seen["_meta"]["maple.sessionId"] for seen in tools.seen] == [sid, sid]
+        await client.prompt(sid, '/mcp page__echo {"text": "forked"}')
+        assert only_row(client, sid)[1][-1]["status"] == "completed"
+        client.validate(acp_schema)
+
+
 async def test_a_real_mcp_server_behind_the_client(
     tmp_path: Path, project: Path, acp_schema: AcpSchema
 ) -> None:
