@@ -1,6 +1,7 @@
-"""MCP over ACP across the network: a WebSocket client offers a tool that lives in it, and the
-host's ``mcp/message`` requests reach it and come back over the same WebSocket (the edge does not
-know the transport), every frame checked against the schema."""
+"""MCP over ACP across the network: a WebSocket client and a Streamable HTTP client each offer a
+tool that lives in them; the host's ``mcp/message`` requests reach them and their answers come
+back over the same connection (the edge does not know the transport), every frame checked
+against the schema."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from typing import Any
 
 import orjson
 import trio
-from net_support import DEADLINE, WsClient, net_host, rpc
+from net_support import DEADLINE, SseReader, WsClient, net_host, rpc
 
 from maple_acp.testing.schema import AcpSchema, validate_frames
 
+JSON = {"Content-Type": "application/json"}
 TOOL = {
     "name": "now",
     "description": "The page's clock",
@@ -95,4 +97,71 @@ async def test_a_websocket_client_offers_a_tool_through_mcp_message(
     assert final["rawOutput"]["content"] == [{"type": "text", "text": "12:00"}]
     frames = [("out", m) for m in sent] + [("in", m) for m in received]
     # Answers are checked against the requests they answer, so the requests go first.
+    assert validate_frames(acp_schema, frames) == len(received)
+
+
+async def test_a_streamable_http_client_offers_a_tool_through_mcp_message(
+    project: Path, acp_schema: AcpSchema
+) -> None:
+    received: list[Any] = []
+    sent: list[Any] = []
+    seen: list[dict[str, Any]] = []
+    async with net_host() as host, host.client() as client:
+
+        async def post(body: bytes, **headers: str) -> None:
+            sent.append(orjson.loads(body))
+            answer = await client.post(host.url, content=body, headers=host.headers(**headers))
+            assert answer.status_code in (200, 202), answer.status_code
+
+        async def until(stream: SseReader, done: Any, connection: str) -> Any:
+            """The next event ``done`` accepts, answering the host's requests by POST."""
+            while True:
+                _, message = await stream.next()
+                received.append(message)
+                answer: Any = None
+                if message.get("method") == "mcp/message":
+                    seen.append(message["params"])
+                    answer = inner_answer(message["params"])
+                elif message.get("method") == "session/request_permission":
+                    options = message["params"]["options"]
+                    chosen = next(o for o in options if o["kind"] == "allow_once")["optionId"]
+                    answer = {"outcome": {"outcome": "selected", "optionId": chosen}}
+                if answer is not None:
+                    reply = {"jsonrpc": "2.0", "id": message["id"], "result": answer}
+                    await post(orjson.dumps(reply), **JSON, **{"Acp-Connection-Id": connection})
+                if done(message):
+                    return message
+
+        with trio.fail_after(DEADLINE):
+            initialize = rpc("initialize", {"protocolVersion": 1, "clientCapabilities": {}}, 0)
+            sent.append(orjson.loads(initialize))
+            opened = await client.post(host.url, content=initialize, headers=host.headers(**JSON))
+            received.append(opened.json())
+            connection = opened.headers["acp-connection-id"]
+            named = {"Acp-Connection-Id": connection}
+            events = host.headers(**named, Accept="text/event-stream")
+            async with client.stream("GET", host.url, headers=events) as main_response:
+                main = SseReader(main_response)
+                server = {"type": "acp", "name": "page", "serverId": "tab-1"}
+                new = {"cwd": str(project), "mcpServers": [server]}
+                await post(rpc("session/new", new, 1), **JSON, **named)
+                # The session's id is not known yet: its set-up comes on the connection's stream.
+                created = await until(
+                    main, lambda m: m.get("id") == 1 and "method" not in m, connection
+                )
+                sid = created["result"]["sessionId"]
+                assert [s["method"] for s in seen] == ["initialize", "tools/list"]
+                session_events = {**events, "Acp-Session-Id": sid}
+                async with client.stream("GET", host.url, headers=session_events) as response:
+                    session = SseReader(response)
+                    prompt = [{"type": "text", "text": "/mcp page__now {}"}]
+                    body = rpc("session/prompt", {"sessionId": sid, "prompt": prompt}, 2)
+                    await post(body, **JSON, **named, **{"Acp-Session-Id": sid})
+                    answer = await until(
+                        session, lambda m: m.get("id") == 2 and "method" not in m, connection
+                    )
+                    assert answer["result"]["stopReason"] == "end_turn"
+    [call] = [s for s in seen if s["method"] == "tools/call"]
+    assert call["_meta"]["maple.sessionId"] == sid
+    frames = [("out", m) for m in sent] + [("in", m) for m in received]
     assert validate_frames(acp_schema, frames) == len(received)
