@@ -9,11 +9,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import trio
 import trio.testing
 from acp_support import AcpHarness, running_acp
 from client_tools import (
+    BIG_TEXT_CHARS,
     STATELESS_VERSION,
     STATELESS_VERSION_KEY,
     ScriptedTools,
@@ -23,7 +25,7 @@ from client_tools import (
 
 from maple_acp.edge import AcpServiceConfig
 from maple_acp.testing.client import AcpTestClient, reject
-from maple_acp.testing.schema import AcpSchema
+from maple_acp.testing.schema import AcpSchema, validate_frames
 from maple_acp.wire import INVALID_PARAMS, ProtocolError
 
 
@@ -416,6 +418,68 @@ async def test_the_inner_error_is_passed_on(
             "MCP server #0 ('page'): the server returned error -32000: the page went away"
         )
         client.validate(schema)
+
+
+async def test_a_result_over_4_mib_is_refused_through_the_wire(
+    tmp_path: Path, project: Path, acp_schema: AcpSchema
+) -> None:
+    """The client's answer is larger than a peer of this library would send at once (its own
+    outbound bound), so this client writes its lines raw."""
+    sent: list[Any] = []
+    received: list[Any] = []
+    async with running_acp(tmp_path) as acp, trio.open_nursery() as nursery:
+        ours, theirs = trio.testing.memory_stream_pair()
+        nursery.start_soon(acp.acp.serve_stream, theirs)
+        buffer = b""
+
+        async def write(message: dict[str, Any]) -> None:
+            sent.append(message)
+            await ours.send_all(orjson.dumps(message) + b"\n")
+
+        async def until(done: Any) -> Any:
+            nonlocal buffer
+            while True:
+                while b"\n" not in buffer:
+                    buffer += await ours.receive_some(1 << 20)
+                line, buffer = buffer.split(b"\n", 1)
+                message = orjson.loads(line)
+                received.append(message)
+                answer: Any = None
+                if message.get("method") == "mcp/message":
+                    answer = await tools.handle(message["params"])
+                elif message.get("method") == "session/request_permission":
+                    options = message["params"]["options"]
+                    chosen = next(o for o in options if o["kind"] == "allow_once")["optionId"]
+                    answer = {"outcome": {"outcome": "selected", "optionId": chosen}}
+                if answer is not None:
+                    await write({"jsonrpc": "2.0", "id": message["id"], "result": answer})
+                if done(message):
+                    return message
+
+        def answers(msg_id: int) -> Any:
+            return lambda m: m.get("id") == msg_id and "method" not in m
+
+        tools = ScriptedTools()
+        with trio.fail_after(30):
+            init = {"protocolVersion": 1, "clientCapabilities": {}}
+            await write({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init})
+            await until(answers(0))
+            new = {"cwd": str(project), "mcpServers": [acp_server()]}
+            await write({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": new})
+            sid = (await until(answers(1)))["result"]["sessionId"]
+            prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": "/mcp page__big {}"}]}
+            await write({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": prompt})
+            assert (await until(answers(2)))["result"]["stopReason"] == "end_turn"
+        await ours.aclose()
+        nursery.cancel_scope.cancel()
+    [big] = [m for m in sent if len(orjson.dumps(m)) > 4 * 1024 * 1024]
+    assert big["result"]["result"]["content"][0]["text"] == "x" * BIG_TEXT_CHARS
+    updates = [m["params"]["update"] for m in received if m.get("method") == "session/update"]
+    final = [u for u in updates if u.get("sessionUpdate") == "tool_call_update"][-1]
+    assert final["status"] == "failed"
+    assert "the tool result is larger than 4194304 bytes" in shown(final)
+    frames = [("out", m) for m in sent] + [("in", m) for m in received]
+    assert validate_frames(acp_schema, frames) == len(received)
 
 
 # -- definitions refused before any mcp/message ------------------------------------------------
