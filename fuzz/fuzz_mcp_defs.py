@@ -21,9 +21,11 @@ from maple_acp.mcp import (
     MAX_HEADER_BYTES_PER_SERVER,
     MAX_HEADER_VALUE_BYTES,
     MAX_NAME_CHARS,
+    MAX_SERVER_ID_CHARS,
     MAX_SERVERS,
     RESERVED_HEADER_NAMES,
     RESERVED_HEADER_PREFIXES,
+    AcpMcpServer,
     HttpMcpServer,
     McpDefinitionError,
     SseMcpServer,
@@ -62,6 +64,8 @@ def _definition(value: Any) -> object:
         return SseMcpServer(name)
     if kind == "http":
         return HttpMcpServer(name, url, _headers(value.get("headers", [])))
+    if kind == "acp":
+        return AcpMcpServer(name, value.get("serverId"))
     return value
 
 
@@ -89,21 +93,24 @@ def _inputs(data: bytes) -> tuple[list[object], frozenset[str]]:
 
 
 def _secrets(items: list[object]) -> list[str]:
-    """URLs and header values a refusal must not repeat (unless a server name, which a refusal
-    may show, already contains them)."""
+    """URLs, header values and client-side server ids a refusal must not repeat (unless a
+    server name, which a refusal may show, already contains them)."""
     names = [
         item.name
         for item in items
-        if isinstance(item, HttpMcpServer | StdioMcpServer | SseMcpServer)
+        if isinstance(item, HttpMcpServer | StdioMcpServer | SseMcpServer | AcpMcpServer)
         and isinstance(item.name, str)
     ]
     shown = " ".join(names + [normalise_key(name) for name in names])
     secrets: list[str] = []
     for item in items:
-        if not isinstance(item, HttpMcpServer):
+        if isinstance(item, AcpMcpServer):
+            candidates: list[object] = [item.server_id]
+        elif isinstance(item, HttpMcpServer):
+            candidates = [item.url]
+        else:
             continue
-        candidates = [item.url]
-        if isinstance(item.headers, tuple | list):
+        if isinstance(item, HttpMcpServer) and isinstance(item.headers, tuple | list):
             candidates.extend(
                 pair[1]
                 for pair in item.headers
@@ -124,6 +131,13 @@ def _check_accepted(server: ValidatedServer) -> None:
     assert 1 <= len(server.name) <= MAX_NAME_CHARS
     assert server.key
     assert all(ch.isascii() and (ch.isalnum() or ch in "_-") for ch in server.key)
+    if server.server_id is not None:
+        assert server.server_id.strip()
+        assert len(server.server_id) <= MAX_SERVER_ID_CHARS
+        assert not any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in server.server_id)
+        assert not server.url
+        assert not server.headers
+        return
     url = httpx2.URL(server.url)
     assert url.scheme == "http"
     assert not url.userinfo
@@ -163,6 +177,8 @@ def fuzz_one(data: bytes) -> None:
     assert len(accepted) == len(items) <= MAX_SERVERS
     keys = [server.key for server in accepted]
     assert len(set(keys)) == len(keys)
+    ids = [server.server_id for server in accepted if server.server_id is not None]
+    assert len(set(ids)) == len(ids)
     assert not set(keys) & {normalise_key(key) for key in reserved}
     for server in accepted:
         _check_accepted(server)

@@ -115,7 +115,7 @@ async def external(turn: Turn, tool_id: str, arguments: dict[str, Any]) -> None:
         await row.send(ToolStatus.FAILED, "permission denied")
         return
     try:
-        result = await turn.tools.call_external(tool_id, arguments)
+        result = await turn.tools.call_external(tool_id, arguments, call_id=call_id)
     except Exception as exc:
         await row.send(ToolStatus.FAILED, str(exc) or type(exc).__name__)
         return

@@ -13,7 +13,7 @@ call is a checkpoint; a cancelled request is withdrawn by the peer and its late 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -37,6 +37,7 @@ SEND_BATCH: Final = 128
 
 PERMISSION_METHOD: Final = "session/request_permission"
 ELICITATION_METHOD: Final = "elicitation/create"
+MCP_MESSAGE_METHOD: Final = "mcp/message"
 
 
 class ClientChannel:
@@ -136,6 +137,15 @@ class ClientChannel:
             PERMISSION_METHOD, session_id, request
         )
         return response
+
+    async def mcp_message(self, session_id: str, params: Mapping[str, Any]) -> Any:
+        """Send one ``mcp/message`` (its params already in the schema's flat shape) about
+        ``session_id`` and return the client's answer as it came: the MCP layer reads the
+        inner outcome. Abandoning it tells the client (``$/cancel_request``); it holds no
+        credit while it waits (nothing the client shows is ordered behind it)."""
+        return await self._peer.request(
+            MCP_MESSAGE_METHOD, dict(params), cancel_remote=True, route=session_id
+        )
 
     async def elicit(
         self, session_id: str, request: CreateElicitationRequest

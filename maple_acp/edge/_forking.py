@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable, Sequence
 from functools import partial
 
-from maple_acp.edge._opening import SessionOpener, router_factory
+from maple_acp.edge._opening import SessionOpener
 from maple_acp.edge._prompt import mcp_definitions
 from maple_acp.mcp import validate_servers
 from maple_acp.runtime import AgentService, RelayValues
@@ -80,7 +80,7 @@ class SessionForker:
                 cwd=request.cwd,
                 up_to=up_to,
                 relay=self._relay(),
-                router_factory=router_factory(servers),
+                router_factory=self._opener.router_factory(servers),
                 allowed_roots=self._roots,
                 additional_directories=additional,
             )

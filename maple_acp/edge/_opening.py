@@ -25,11 +25,11 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from functools import partial
-from typing import TYPE_CHECKING
 
 import trio
 
 from maple_acp.edge._client import ClientChannel
+from maple_acp.edge._client_tools import router_factory
 from maple_acp.edge._closing import CLOSE_DEADLINE_S
 from maple_acp.edge._config import AcpServiceConfig
 from maple_acp.edge._dialect import (
@@ -66,30 +66,11 @@ from maple_acp.wire import (
     TranscriptResponse,
 )
 
-if TYPE_CHECKING:
-    from maple_acp.mcp import McpRouter
-
 logger = logging.getLogger(__name__)
 
 
 def _iso8601(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
-
-
-def router_factory(servers: tuple[ValidatedServer, ...]) -> RouterFactory | None:
-    """What the runtime runs inside a lease's nursery to connect its MCP servers."""
-    if not servers:
-        return None
-
-    async def start(nursery: trio.Nursery) -> McpRouter:
-        # Imported here: the MCP SDK loads only when a session brings servers.
-        from maple_acp.mcp import McpRouter
-
-        router = McpRouter(servers)
-        await nursery.start(router.serve)
-        return router
-
-    return start
 
 
 class SessionOpener:
@@ -144,6 +125,10 @@ class SessionOpener:
         session.choices = await lease.model_choices()
         return session
 
+    def router_factory(self, servers: tuple[ValidatedServer, ...]) -> RouterFactory | None:
+        """The lease's MCP servers, those in the client reached through this connection."""
+        return router_factory(servers, self._channel)
+
     async def open(self, start: Callable[..., Awaitable[None]]) -> EdgeSession:
         """A session on the lease ``start`` serves (a runtime ``serve_*`` or ``fork_task``
         call), registered in the table: for the flows of other modules (``session/fork``)."""
@@ -162,7 +147,7 @@ class SessionOpener:
                 self._runtime.serve_new_task,
                 request.cwd,
                 relay=self._relay(),
-                router_factory=router_factory(servers),
+                router_factory=self.router_factory(servers),
                 allowed_roots=self._roots,
                 additional_directories=request.additional_directories,
             )
@@ -211,7 +196,7 @@ class SessionOpener:
                 session_id,
                 cwd,
                 relay=self._relay(),
-                router_factory=router_factory(servers),
+                router_factory=self.router_factory(servers),
                 allowed_roots=self._roots,
                 additional_directories=additional,
                 replace_directories=resume,
@@ -240,7 +225,7 @@ class SessionOpener:
         # RUN_ACTIVE (-32600) while a prompt or a goal cycle runs; if the new servers fail to
         # connect, the lease keeps its old ones (and directories) and their error is the answer.
         await session.lease.replace_router(
-            router_factory(servers), directories=admitted if resume else None
+            self.router_factory(servers), directories=admitted if resume else None
         )
         return session
 

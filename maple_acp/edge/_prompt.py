@@ -12,7 +12,13 @@ import binascii
 from collections.abc import Callable, Sequence
 from typing import Final, ParamSpec, TypeVar
 
-from maple_acp.mcp import HttpMcpServer, McpServerDefinition, SseMcpServer, StdioMcpServer
+from maple_acp.mcp import (
+    AcpMcpServer,
+    HttpMcpServer,
+    McpServerDefinition,
+    SseMcpServer,
+    StdioMcpServer,
+)
 from maple_acp.runtime import (
     MAX_IMAGE_BYTES,
     EmbeddedText,
@@ -31,6 +37,7 @@ from maple_acp.wire import (
     EmbeddedResource,
     ImageContent,
     McpServer,
+    McpServerAcp,
     McpServerHttp,
     McpServerSse,
     ProtocolError,
@@ -155,6 +162,8 @@ def mcp_definitions(
             out.append(HttpMcpServer(server.name, server.url, headers))
         elif isinstance(server, McpServerSse):
             out.append(SseMcpServer(server.name))
+        elif isinstance(server, McpServerAcp):
+            out.append(AcpMcpServer(server.name, server.server_id))
         else:
             out.append(StdioMcpServer(server.name))
     return out

@@ -72,7 +72,7 @@ def initialize_response(
             prompt_capabilities=PromptCapabilities(
                 image=accepts.image, audio=False, embedded_context=accepts.embedded_context
             ),
-            mcp_capabilities=McpCapabilities(http=True, sse=False),
+            mcp_capabilities=McpCapabilities(http=True, sse=False, acp=True),
             session_capabilities=SessionCapabilities(
                 list=SessionListCapabilities(),
                 close=SessionCloseCapabilities(),

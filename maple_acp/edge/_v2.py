@@ -523,7 +523,7 @@ class V2Dialect:
             capabilities=v2.V2AgentCapabilities(
                 session=v2.V2SessionCapabilities(
                     prompt=prompt or None,
-                    mcp=v2.V2McpCapabilities(http={}),
+                    mcp=v2.V2McpCapabilities(http={}, acp={}),
                     delete=delete,
                     additional_directories={},
                 ),

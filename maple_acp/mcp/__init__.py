@@ -1,4 +1,7 @@
-"""Lease-scoped transient HTTP MCP: definition checks, the router, and the ``external_mcp`` tool.
+"""Lease-scoped transient MCP: definition checks, the router, and the ``external_mcp`` tool.
+
+A server is reached over loopback HTTP, or, when it lives in the client, through ``mcp/message``
+requests on the connection that declared it (an :class:`McpMessageChannel` the edge supplies).
 
 A lease validates the client's definitions with :func:`validate_servers`, starts an
 :class:`McpRouter` in its own nursery, hands :meth:`McpRouter.tool_definition` to the backend,
@@ -27,9 +30,11 @@ from maple_acp.mcp._definitions import (
     MAX_HEADER_BYTES_PER_SERVER,
     MAX_HEADER_VALUE_BYTES,
     MAX_NAME_CHARS,
+    MAX_SERVER_ID_CHARS,
     MAX_SERVERS,
     RESERVED_HEADER_NAMES,
     RESERVED_HEADER_PREFIXES,
+    AcpMcpServer,
     HttpMcpServer,
     McpServerDefinition,
     SseMcpServer,
@@ -46,6 +51,7 @@ from maple_acp.mcp._errors import (
 )
 
 if TYPE_CHECKING:
+    from maple_acp.mcp._acp_stream import McpMessageChannel
     from maple_acp.mcp._router import (
         CALL_TIMEOUT_SECONDS,
         REVOKED_MESSAGE,
@@ -72,6 +78,10 @@ def __getattr__(name: str) -> Any:
         from maple_acp.mcp import _router
 
         return getattr(_router, name)
+    if name == "McpMessageChannel":
+        from maple_acp.mcp import _acp_stream
+
+        return _acp_stream.McpMessageChannel
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -85,6 +95,7 @@ __all__ = [
     "MAX_NAME_CHARS",
     "MAX_RESULT_BYTES",
     "MAX_SERVERS",
+    "MAX_SERVER_ID_CHARS",
     "MAX_TOOLS_PER_SERVER",
     "MAX_TOOLS_TOTAL",
     "MAX_TOOL_BYTES",
@@ -94,12 +105,14 @@ __all__ = [
     "REVOKED_MESSAGE",
     "SESSION_CLOSE_TIMEOUT_SECONDS",
     "SETUP_TIMEOUT_SECONDS",
+    "AcpMcpServer",
     "ExternalMcpError",
     "ExternalToolDefinition",
     "ExternalToolError",
     "FrozenTool",
     "HttpMcpServer",
     "McpDefinitionError",
+    "McpMessageChannel",
     "McpRouter",
     "McpServerDefinition",
     "McpSetupError",

@@ -29,6 +29,8 @@ MAX_HEADER_VALUE_BYTES: Final = 16 * 1024
 MAX_HEADER_BYTES_PER_SERVER: Final = 64 * 1024
 #: A loopback endpoint URL has no business being longer; bounds parsing work on hostile input.
 MAX_URL_CHARS: Final = 2048
+#: A client-side server's id is echoed in every ``mcp/message``; an id is a handle, not a payload.
+MAX_SERVER_ID_CHARS: Final = 256
 #: Position and name are all a refusal message says about a server.
 _MAX_NAME_IN_MESSAGE: Final = 64
 
@@ -96,18 +98,29 @@ class SseMcpServer:
     name: str
 
 
-McpServerDefinition = HttpMcpServer | StdioMcpServer | SseMcpServer
+@attrs.frozen
+class AcpMcpServer:
+    """A server that lives in the client, reached through ``mcp/message`` requests on the
+    connection that declared it (unvalidated)."""
+
+    name: str
+    server_id: str = attrs.field(repr=False)
+
+
+McpServerDefinition = HttpMcpServer | StdioMcpServer | SseMcpServer | AcpMcpServer
 
 
 @attrs.frozen
 class ValidatedServer:
-    """A definition that passed every rule. ``url`` and ``headers`` never appear in its repr."""
+    """A definition that passed every rule. ``url``, ``headers`` and ``server_id`` never appear
+    in its repr. A client-side server has a ``server_id`` and no URL or headers."""
 
     index: int
     name: str
     key: str
-    url: str = attrs.field(repr=False)
-    headers: tuple[tuple[str, str], ...] = attrs.field(repr=False)
+    url: str = attrs.field(default="", repr=False)
+    headers: tuple[tuple[str, str], ...] = attrs.field(default=(), repr=False)
+    server_id: str | None = attrs.field(default=None, repr=False)
 
 
 def normalise_key(name: str) -> str:
@@ -148,28 +161,44 @@ def validate_servers(
         raise McpDefinitionError(f"at most {MAX_SERVERS} MCP servers are allowed per session")
     reserved = frozenset(normalise_key(k) for k in reserved_keys if isinstance(k, str))
     seen_keys: set[str] = set()
+    seen_ids: set[str] = set()
     validated: list[ValidatedServer] = []
     for index, item in enumerate(items):
-        validated.append(_validate_one(index, item, reserved, seen_keys))
+        validated.append(_validate_one(index, item, reserved, seen_keys, seen_ids))
     return tuple(validated)
 
 
 def _validate_one(
-    index: int, item: object, reserved: frozenset[str], seen_keys: set[str]
+    index: int,
+    item: object,
+    reserved: frozenset[str],
+    seen_keys: set[str],
+    seen_ids: set[str],
 ) -> ValidatedServer:
     name = getattr(item, "name", None) if isinstance(item, McpServerDefinition) else None
     where = describe_server(index, name)
     if isinstance(item, StdioMcpServer):
-        raise McpDefinitionError(f"{where}: stdio MCP servers are not supported; use http")
+        raise McpDefinitionError(f"{where}: stdio MCP servers are not supported; use http or acp")
     if isinstance(item, SseMcpServer):
-        raise McpDefinitionError(f"{where}: SSE MCP servers are not supported; use http")
-    if not isinstance(item, HttpMcpServer):
+        raise McpDefinitionError(f"{where}: SSE MCP servers are not supported; use http or acp")
+    if not isinstance(item, HttpMcpServer | AcpMcpServer):
         raise McpDefinitionError(f"{where}: unsupported MCP server definition")
-    if not isinstance(item.name, str) or not 1 <= len(item.name) <= MAX_NAME_CHARS:
+    key = _check_name(where, item.name, reserved, seen_keys)
+    if isinstance(item, AcpMcpServer):
+        server_id = _check_server_id(where, item.server_id, seen_ids)
+        return ValidatedServer(index=index, name=item.name, key=key, server_id=server_id)
+    _check_url(where, item.url)
+    headers = _check_headers(where, item.headers)
+    return ValidatedServer(index=index, name=item.name, key=key, url=item.url, headers=headers)
+
+
+def _check_name(where: str, name: object, reserved: frozenset[str], seen_keys: set[str]) -> str:
+    """The server's key in tool ids, once its name passed every rule."""
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME_CHARS:
         raise McpDefinitionError(f"{where}: name must be 1 to {MAX_NAME_CHARS} characters")
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in item.name):
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name):
         raise McpDefinitionError(f"{where}: name must not contain control characters")
-    key = normalise_key(item.name)
+    key = normalise_key(name)
     if not key:
         raise McpDefinitionError(f"{where}: name must contain a character other than whitespace")
     if key in reserved:
@@ -177,9 +206,24 @@ def _validate_one(
     if key in seen_keys:
         raise McpDefinitionError(f"{where}: name {key!r} is not unique after normalisation")
     seen_keys.add(key)
-    _check_url(where, item.url)
-    headers = _check_headers(where, item.headers)
-    return ValidatedServer(index=index, name=item.name, key=key, url=item.url, headers=headers)
+    return key
+
+
+def _check_server_id(where: str, server_id: object, seen_ids: set[str]) -> str:
+    """A client-side server's id: a non-empty, bounded handle, one server per id. The refusal
+    never repeats it."""
+    if not isinstance(server_id, str) or not server_id.strip():
+        raise McpDefinitionError(f"{where}: serverId must be a non-empty string")
+    if len(server_id) > MAX_SERVER_ID_CHARS:
+        raise McpDefinitionError(
+            f"{where}: serverId is longer than {MAX_SERVER_ID_CHARS} characters"
+        )
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in server_id):
+        raise McpDefinitionError(f"{where}: serverId must not contain control characters")
+    if server_id in seen_ids:
+        raise McpDefinitionError(f"{where}: serverId repeats the id of an earlier server")
+    seen_ids.add(server_id)
+    return server_id
 
 
 def _check_url(where: str, url: object) -> None:

@@ -27,8 +27,13 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from maple_acp._text import one_line
+from maple_acp.mcp._acp_stream import (
+    McpMessageChannel,
+    client_side_handshake,
+    client_side_session,
+    tool_call_meta,
+)
 from maple_acp.mcp._catalog import (
-    MAX_RESULT_BYTES,
     ExternalToolDefinition,
     FrozenTool,
     ServerCatalog,
@@ -38,6 +43,12 @@ from maple_acp.mcp._catalog import (
 )
 from maple_acp.mcp._definitions import ValidatedServer, describe_server
 from maple_acp.mcp._errors import ExternalToolError, McpSetupError
+from maple_acp.mcp._http_transport import (
+    MAX_SSE_EVENT_BYTES,
+    BoundedTransport,
+    HiddenTargetTransport,
+    stand_in_url,
+)
 from maple_acp.mcp._sdk_logs import install as _install_sdk_log_filter
 
 logger = logging.getLogger(__name__)
@@ -57,12 +68,6 @@ HTTP_WRITE_TIMEOUT_SECONDS: Final = 10.0
 HTTP_POOL_TIMEOUT_SECONDS: Final = 10.0
 #: Silence on a response stream; above the call timeout so the call's own deadline decides.
 HTTP_READ_TIMEOUT_SECONDS: Final = CALL_TIMEOUT_SECONDS + 5.0
-#: One server-sent event may carry a whole result: twice the result limit leaves room for the
-#: JSON-RPC envelope, so a result just over the limit meets the precise size check below.
-MAX_SSE_EVENT_BYTES: Final = 2 * MAX_RESULT_BYTES
-#: One HTTP response body. The transport reads a JSON body whole, so this bounds memory against
-#: a hostile server; it is above any event a legitimate result needs.
-MAX_RESPONSE_BYTES: Final = 2 * MAX_SSE_EVENT_BYTES
 #: Server-supplied error text quoted in a call error.
 MAX_QUOTED_SERVER_TEXT: Final = 200
 #: Header values shorter than this are not redacted from server text (they would match noise).
@@ -82,6 +87,8 @@ class _Connection:
         self.where = describe_server(server.index, server.name)
         self.index = server.index
         self.key = server.key
+        #: The server lives in the client, reached through ``mcp/message``.
+        self.client_side = server.server_id is not None
         self.session: ClientSession | None = None
         self.tools: tuple[FrozenTool, ...] = ()
         self.error: McpSetupError | None = None
@@ -134,15 +141,19 @@ class McpRouter:
         self,
         servers: Sequence[ValidatedServer],
         *,
+        channel: McpMessageChannel | None = None,
         setup_timeout: float = SETUP_TIMEOUT_SECONDS,
         call_timeout: float = CALL_TIMEOUT_SECONDS,
     ) -> None:
+        """``channel`` reaches the servers that live in the client (``server_id`` set): the
+        connection that declared them."""
         if not 0 < setup_timeout <= SETUP_TIMEOUT_SECONDS:
             raise ValueError(f"setup_timeout must be in (0, {SETUP_TIMEOUT_SECONDS}]")
         if not 0 < call_timeout <= CALL_TIMEOUT_SECONDS:
             raise ValueError(f"call_timeout must be in (0, {CALL_TIMEOUT_SECONDS}]")
         self._setup_timeout = setup_timeout
         self._call_timeout = call_timeout
+        self._channel = channel
         self._connections = [_Connection(server) for server in servers]
         self._catalog: dict[str, FrozenTool] = {}
         self._definition: ExternalToolDefinition | None = None
@@ -262,8 +273,11 @@ class McpRouter:
             raise RuntimeError("the router is not ready")
         return self._definition
 
-    async def call(self, tool_id: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    async def call(
+        self, tool_id: str, arguments: Mapping[str, Any], *, call_id: str | None = None
+    ) -> dict[str, Any]:
         """Call the frozen tool ``tool_id`` and return its sanitised result as a JSON-ready dict.
+        ``call_id`` (the tool call the user sees) is told to a server that lives in the client.
 
         Raises :class:`ExternalToolError` for an unknown id (before any network traffic), a
         timeout, a server error, an expired server session (never re-initialised or replayed),
@@ -292,7 +306,8 @@ class McpRouter:
             try:
                 with trio.move_on_after(self._call_timeout) as timeout_scope:
                     try:
-                        result = await session.call_tool(tool.name, dict(arguments))
+                        meta = tool_call_meta(call_id) if conn.client_side else None
+                        result = await session.call_tool(tool.name, dict(arguments), meta=meta)
                     except Exception as exc:
                         failure = exc
             finally:
@@ -318,7 +333,7 @@ class McpRouter:
         # normally within its own close deadline.
         with trio.CancelScope(shield=True) as life:
             try:
-                async with _open_session(conn) as session:
+                async with _open_session(conn, self._channel) as session:
                     try:
                         await self._set_up(conn, session, deadline)
                         if conn.error is None:
@@ -346,7 +361,10 @@ class McpRouter:
             if self._revoked:
                 scope.cancel()
             try:
-                await session.initialize()
+                if conn.client_side:
+                    await client_side_handshake(session, conn.where)
+                else:
+                    await session.initialize()
                 catalog = ServerCatalog(
                     where=conn.where, server_index=conn.index, server_key=conn.key
                 )
@@ -392,11 +410,20 @@ class McpRouter:
 
 
 @asynccontextmanager
-async def _open_session(conn: _Connection) -> AsyncIterator[ClientSession]:
-    """The HTTP client (the only holder of the headers), the transport and the MCP session."""
+async def _open_session(
+    conn: _Connection, channel: McpMessageChannel | None
+) -> AsyncIterator[ClientSession]:
+    """The HTTP client (the only holder of the headers), the transport and the MCP session; for
+    a server in the client, the session over the connection's ``mcp/message`` requests."""
     server = conn.server
     if server is None:
         raise McpSetupError(f"{conn.where}: setup was cancelled")
+    if server.server_id is not None:
+        if channel is None:
+            raise McpSetupError(f"{conn.where}: no client connection to reach it through")
+        async with client_side_session(channel, server.server_id, _CLIENT_INFO) as session:
+            yield session
+        return
     stand_in = stand_in_url(server.index)
     http = httpx2.AsyncClient(
         headers=list(server.headers),
@@ -424,89 +451,6 @@ async def _open_session(conn: _Connection) -> AsyncIterator[ClientSession]:
         ClientSession(read_stream, write_stream, client_info=_CLIENT_INFO) as session,
     ):
         yield session
-
-
-def stand_in_url(index: int) -> str:
-    """The URL the MCP SDK and the HTTP client see (and log) for server ``index``.
-
-    Both log the URL of every request (the SDK at DEBUG, httpx at INFO), and a URL may carry a
-    credential in its path or query; only :class:`HiddenTargetTransport` knows the real one."""
-    return f"http://transient-mcp-{index}.invalid/mcp"
-
-
-class HiddenTargetTransport(httpx2.AsyncBaseTransport):
-    """Sends every request for ``stand_in`` to ``target`` instead, so the real URL is never in
-    a request object that anything else logs. Any other URL is refused without traffic."""
-
-    def __init__(self, inner: httpx2.AsyncBaseTransport, *, stand_in: str, target: str) -> None:
-        self._inner = inner
-        self._stand_in = httpx2.URL(stand_in)
-        self._target = httpx2.URL(target)
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        if request.url != self._stand_in:
-            raise httpx2.UnsupportedProtocol("request outside the MCP server's endpoint")
-        headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"host"]
-        headers.insert(0, (b"Host", self._target.netloc))
-        # A new request object: the client logs the one it built, which keeps the stand-in.
-        sent = httpx2.Request(
-            request.method,
-            self._target,
-            headers=headers,
-            stream=request.stream,
-            extensions=request.extensions,
-        )
-        return await self._inner.handle_async_request(sent)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-class ResponseTooLarge(httpx2.StreamError):
-    """A response body passed :data:`MAX_RESPONSE_BYTES`.
-
-    A ``StreamError`` so that the MCP transport answers the waiting request with an error
-    instead of tearing the whole session down."""
-
-
-class _BoundedBody(httpx2.AsyncByteStream):
-    def __init__(self, inner: httpx2.AsyncByteStream, limit: int) -> None:
-        self._inner = inner
-        self._limit = limit
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        seen = 0
-        async for chunk in self._inner:
-            seen += len(chunk)
-            if seen > self._limit:
-                raise ResponseTooLarge(f"response body larger than {self._limit} bytes")
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-class BoundedTransport(httpx2.AsyncBaseTransport):
-    """Wraps a transport so that no response body can grow past ``limit`` bytes."""
-
-    def __init__(
-        self, inner: httpx2.AsyncBaseTransport, *, limit: int = MAX_RESPONSE_BYTES
-    ) -> None:
-        self._inner = inner
-        self._limit = limit
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        response = await self._inner.handle_async_request(request)
-        assert isinstance(response.stream, httpx2.AsyncByteStream)
-        return httpx2.Response(
-            status_code=response.status_code,
-            headers=response.headers,
-            stream=_BoundedBody(response.stream, self._limit),
-            extensions=response.extensions,
-        )
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 def _dump(model: pydantic.BaseModel) -> dict[str, Any]:

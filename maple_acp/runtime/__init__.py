@@ -29,8 +29,8 @@ Leases
     router_factory=...)`` creates a provisional task; ``await nursery.start(service.serve_task,
     task_id, cwd, ...)`` attaches to an existing one (refusals in order: ``TASK_NOT_FOUND``,
     ``WRONG_ACCOUNT``, ``ROOT_MISMATCH``, ``WRONG_POLICY``, ``RUN_ACTIVE``, ``TASK_LEASED``,
-    ``MODEL_RETIRED``). ``router_factory(nursery)`` runs inside the lease's own nursery before
-    the lease is handed out, so a lease-scoped ``ExternalToolRouter`` is connected before
+    ``MODEL_RETIRED``). ``router_factory(nursery, task_id)`` runs inside the lease's own nursery
+    before the lease is handed out, so a lease-scoped ``ExternalToolRouter`` is connected before
     ownership is committed. The lease's ``ToolContext`` holds the relay values (allow-listed,
     bounded; they reach only children started by ``ToolContext.run_shell``) and the router.
     A tool child's environment is an allow-list of the host's (``PATH``, ``HOME``, ``LC_*``,

@@ -24,9 +24,11 @@ logger = logging.getLogger(__name__)
 #: and killing children, all within one bound.
 LEASE_CLEANUP_BOUND_S = 5.0
 
-#: Called inside the lease's own nursery before the lease is handed out, so a caller can start
-#: a lease-scoped router there (and connect it) before ownership is committed.
-RouterFactory = Callable[[trio.Nursery], Awaitable[ExternalToolRouter | None]]
+#: Called inside the lease's own nursery, with the id of the task the lease holds, before the
+#: lease is handed out, so a caller can start a lease-scoped router there (and connect it)
+#: before ownership is committed; a router whose servers are told which session they serve
+#: learns its id before the caller does.
+RouterFactory = Callable[[trio.Nursery, str], Awaitable[ExternalToolRouter | None]]
 
 
 class LeaseGuard(Protocol):
@@ -139,7 +141,8 @@ class LeaseLifetime:
                     nursery.cancel_scope.cancel()
                 if router_factory is not None:
                     try:
-                        self._tools.install_router(await router_factory(nursery))
+                        router = await router_factory(nursery, self._row.task_id)
+                        self._tools.install_router(router)
                     except Exception as exc:
                         setup_error = exc
                         nursery.cancel_scope.cancel()
@@ -180,7 +183,11 @@ class LeaseLifetime:
         """Start the new router in the lease's nursery first; only once it is up does it
         replace (and revoke) the old one. If it fails, its error propagates and the old router
         stays."""
-        router = await router_factory(self.nursery) if router_factory is not None else None
+        router = (
+            await router_factory(self.nursery, self._row.task_id)
+            if router_factory is not None
+            else None
+        )
         if self._revoked:
             if router is not None:
                 router.revoke()

@@ -62,9 +62,12 @@ class ExternalToolRouter(Protocol):
 
     def tool_definition(self) -> ExternalToolDefinition: ...
 
-    async def call(self, tool_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async def call(
+        self, tool_id: str, arguments: dict[str, Any], *, call_id: str | None = None
+    ) -> dict[str, Any]:
         """Call one exact tool id. Raises an exception whose ``str`` is one safe line; its
-        optional ``notice`` attribute is one more safe line for the user about the session."""
+        optional ``notice`` attribute is one more safe line for the user about the session.
+        ``call_id`` is the tool call the user sees (given only when the caller has one)."""
         ...
 
     def revoke(self) -> None:
@@ -242,8 +245,11 @@ class ToolContext:
         no other lease's): never a provider's key, never a ``MAPLE_ACP_*`` setting."""
         return tool_child_environment(os.environ, self._relay, self._env_allow)
 
-    async def call_external(self, tool_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Call a tool of the caller's MCP servers. ``ToolUnavailable`` when there are none,
+    async def call_external(
+        self, tool_id: str, arguments: dict[str, Any], *, call_id: str | None = None
+    ) -> dict[str, Any]:
+        """Call a tool of the caller's MCP servers (``call_id``: the tool call's id, which a
+        server that lives in the client is told). ``ToolUnavailable`` when there are none,
         the session was revoked, or its mode forbids MCP calls. A failure that carries a
         ``notice`` (a server that dropped its session) is also told to the user, as a warning
         notice of the run that made the call."""
@@ -254,7 +260,10 @@ class ToolContext:
         if router is None:
             raise ToolUnavailable("no external MCP servers are connected to this session")
         try:
-            return await router.call(tool_id, arguments)
+            if call_id is None:
+                # A router written before tool call ids is called as it always was.
+                return await router.call(tool_id, arguments)
+            return await router.call(tool_id, arguments, call_id=call_id)
         except Exception as exc:
             notice = getattr(exc, "notice", None)
             notify = self._notify

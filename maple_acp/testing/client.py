@@ -192,6 +192,9 @@ class AcpTestClient:
         self.elicitation_policy = elicitation
         self.permission_requests: list[Mapping[str, Any]] = []
         self.elicitation_requests: list[Mapping[str, Any]] = []
+        #: Answers to other requests the agent sends, by method (``mcp/message`` for the tools
+        #: a client offers): each takes the params and returns the result.
+        self.request_handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {}
         #: The schema every arriving frame is checked against (``None``: not checked).
         self.schema = schema
         #: The first frame from the agent that broke the schema, if any.
@@ -252,6 +255,9 @@ class AcpTestClient:
             if isinstance(answer, Awaitable):
                 answer = await answer
             return answer
+        handler = self.request_handlers.get(method)
+        if handler is not None:
+            return await handler(params)
         raise method_not_found(method)
 
     # --- requests ---------------------------------------------------------------------------

@@ -44,7 +44,11 @@ OUTBOUND_DEFINITIONS: Final[Mapping[str, str]] = {
     "session/update": "SessionNotification",
     "session/request_permission": "RequestPermissionRequest",
     "elicitation/create": "CreateElicitationRequest",
+    "mcp/message": "MessageMcpRequest",
+    "$/cancel_request": "CancelRequestNotification",
 }
+#: Requests an agent sends that only the unstable schema defines (both versions).
+UNSTABLE_OUTBOUND: Final = frozenset({"mcp/message"})
 
 
 #: The prompt queue's notification (this library's extension, outside the ACP schema) and the
@@ -58,6 +62,8 @@ QUEUE_PREVIEW_CHARS: Final = 200
 V2_OUTBOUND_DEFINITIONS: Final[Mapping[str, str]] = {
     "session/update": "UpdateSessionNotification",
     "session/request_permission": "RequestPermissionRequest",
+    "mcp/message": "MessageMcpRequest",
+    "$/cancel_request": "CancelRequestNotification",
 }
 V2_UNSTABLE_RESULTS: Final = frozenset({"session/fork"})
 #: The definition only the v2 schema has: how a directory without ``meta.json`` is told apart.
@@ -170,7 +176,7 @@ class AcpSchema:
         definition = table.get(method)
         if definition is None:
             raise SchemaViolation(f"agent sent an unexpected method {method!r}")
-        self.validate(definition, params)
+        self.validate(definition, params, unstable=method in UNSTABLE_OUTBOUND)
 
 
 def _check_queue_changed(params: Any) -> None:

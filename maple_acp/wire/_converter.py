@@ -394,14 +394,14 @@ _TAGGED_UNIONS: Final = (
         union=s.McpServer,
         noun="MCP server type",
         key="type",
-        members={"http": s.McpServerHttp, "sse": s.McpServerSse, "stdio": s.McpServerStdio},
+        members=s.MCP_SERVER_TYPES,
         untagged=s.McpServerStdio,
     ),
     _TaggedUnion(
         union=v2.V2McpServer,
         noun="MCP server type",
         key="type",
-        members={"http": v2.V2McpServerHttp, "sse": s.McpServerSse, "stdio": s.McpServerStdio},
+        members=v2.V2_MCP_SERVER_TYPES,
         untagged=s.McpServerStdio,
     ),
     _TaggedUnion(

@@ -120,6 +120,7 @@ class PromptCapabilities:
 class McpCapabilities:
     http: bool = False
     sse: bool = False
+    acp: bool = False
     meta: Meta | None = None
 
 

@@ -1,6 +1,7 @@
 """Session lifecycle messages: new, load, list, prompt, cancel, close, modes and config options."""
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Final, Literal
 
 import attrs
 
@@ -47,8 +48,26 @@ class McpServerStdio:
     meta: Meta | None = None
 
 
-#: ``type`` is ``http`` or ``sse``; a stdio server carries no ``type`` (``"stdio"`` is accepted).
-McpServer = McpServerHttp | McpServerSse | McpServerStdio
+@attrs.frozen(kw_only=True)
+class McpServerAcp:
+    """A server that lives in the client: the agent speaks MCP to it through ``mcp/message``
+    requests on the connection that declared it (unstable schema)."""
+
+    name: str
+    server_id: str
+    meta: Meta | None = None
+
+
+#: ``type`` is ``http``, ``sse`` or ``acp``; a stdio server carries no ``type`` (``"stdio"`` is
+#: accepted).
+McpServer = McpServerHttp | McpServerSse | McpServerStdio | McpServerAcp
+#: The members of :data:`McpServer` by their ``type`` (the converter's table).
+MCP_SERVER_TYPES: Final[Mapping[str, type]] = {
+    "http": McpServerHttp,
+    "sse": McpServerSse,
+    "stdio": McpServerStdio,
+    "acp": McpServerAcp,
+}
 
 
 @attrs.frozen(kw_only=True)

@@ -10,14 +10,22 @@ Open enums: a field the schema leaves open (a replay cursor's ``type``, a config
 ``_``-prefixed value is refused or ignored by a rule, never by a failed guess of the converter.
 """
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Final, Literal
 
 import attrs
 
 from ._content import ContentBlock, Meta
 from ._initialize import Implementation
 from ._interaction import PermissionOption
-from ._session import HttpHeader, McpServerSse, McpServerStdio, SessionConfigSelectOption
+from ._session import (
+    MCP_SERVER_TYPES,
+    HttpHeader,
+    McpServerAcp,
+    McpServerSse,
+    McpServerStdio,
+    SessionConfigSelectOption,
+)
 from ._validators import WireValueError, non_negative
 
 
@@ -56,8 +64,10 @@ class V2McpServerHttp:
     meta: Meta | None = None
 
 
-#: ``type`` is ``http`` or ``stdio`` (``sse`` too, to be refused as on v1).
-V2McpServer = V2McpServerHttp | McpServerSse | McpServerStdio
+#: ``type`` is ``http``, ``stdio`` or ``acp`` (``sse`` too, to be refused as on v1).
+V2McpServer = V2McpServerHttp | McpServerSse | McpServerStdio | McpServerAcp
+#: The members of :data:`V2McpServer` by their ``type`` (the converter's table).
+V2_MCP_SERVER_TYPES: Final[Mapping[str, type]] = {**MCP_SERVER_TYPES, "http": V2McpServerHttp}
 
 
 @attrs.frozen(kw_only=True)
@@ -133,6 +143,7 @@ class V2SetSessionConfigOptionRequest:
 class V2McpCapabilities:
     http: Meta | None = None
     stdio: Meta | None = None
+    acp: Meta | None = None
     meta: Meta | None = None
 
 

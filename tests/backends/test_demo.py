@@ -194,11 +194,15 @@ async def test_mcp_without_router_is_a_clear_tool_error(
 class EchoRouter:
     def __init__(self) -> None:
         self.revoked = False
+        self.call_ids: list[str | None] = []
 
     def tool_definition(self) -> Any:
         return None
 
-    async def call(self, tool_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async def call(
+        self, tool_id: str, arguments: dict[str, Any], *, call_id: str | None = None
+    ) -> dict[str, Any]:
+        self.call_ids.append(call_id)
         if tool_id == "srv__broken":
             raise RuntimeError("the tool failed")
         return {"echo": [tool_id, arguments]}
@@ -210,7 +214,7 @@ class EchoRouter:
 async def test_mcp_routes_through_the_lease_router(service: AgentService, project: Path) -> None:
     router = EchoRouter()
 
-    async def factory(nursery: trio.Nursery) -> EchoRouter:
+    async def factory(nursery: trio.Nursery, task_id: str) -> EchoRouter:
         return router
 
     async with trio.open_nursery() as nursery:
@@ -226,6 +230,9 @@ async def test_mcp_routes_through_the_lease_router(service: AgentService, projec
         assert rows[0].raw_output == {"echo": ["srv__ping", {"x": 1}]}
         assert rows[1].status is ToolStatus.FAILED
         assert rows[1].output_text == "the tool failed"
+        # The router is told which tool call each is (a server in the client hears of it).
+        ended = [e.tool_id for e in events if isinstance(e, ToolRow) and e.tool.status.terminal]
+        assert router.call_ids == ended
         await lease.release(close=True)
         assert router.revoked
 

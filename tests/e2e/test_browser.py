@@ -15,25 +15,14 @@ test skips, except under CI, where it fails (``.ci/run`` installs it as root).
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import signal
-import subprocess
-import tempfile
-from functools import partial
 from pathlib import Path
-from typing import Any
 
 import orjson
-import pytest
 import trio
 
-from tests.e2e.x_display import under_ci
+from tests.e2e.browser_support import PageServer, open_page, require_chromium
 from tests.net.net_support import net_host
 
-#: Bounds the whole browser run; a healthy one takes a few seconds.
-BROWSER_DEADLINE = 60.0
 #: The event stream's first bytes must arrive within this of its opening (the keepalive
 #: comes after 15 s, so a stream that writes nothing first fails it).
 FIRST_BYTES_WITHIN_MS = 3000
@@ -136,70 +125,11 @@ function overWebSocket() {
 </script>"""
 
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
-class PageServer:
-    """Serves the page at ``/`` and takes the page's report at ``/result`` (HTTP/1.0-style:
-    one request a connection)."""
-
-    def __init__(self) -> None:
-        self.page = b""
-        self.report: Any = None
-        self.reported = trio.Event()
-
-    async def handle(self, stream: trio.SocketStream) -> None:
-        async with stream:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = await stream.receive_some(65536)
-                if not chunk:
-                    return
-                data += chunk
-            head, _, body = data.partition(b"\r\n\r\n")
-            request_line, *header_lines = head.decode("latin-1").split("\r\n")
-            method, target, _ = request_line.split(" ", 2)
-            length = 0
-            for line in header_lines:
-                name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value.strip())
-            while len(body) < length:
-                chunk = await stream.receive_some(65536)
-                if not chunk:
-                    return
-                body += chunk
-            if method == "POST" and target == "/result":
-                self.report = orjson.loads(body)
-                self.reported.set()
-                answer, kind = b"ok", b"text/plain"
-            elif target == "/":
-                answer, kind = self.page, b"text/html; charset=utf-8"
-            else:
-                await stream.send_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
-                return
-            await stream.send_all(
-                b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
-                b"Connection: close\r\n\r\n%s" % (kind, len(answer), answer)
-            )
-
-
 async def test_a_browser_page_streams_over_fetch_and_websocket(tmp_path: Path) -> None:
-    browser = _chromium()
-    if browser is None:
-        if under_ci(os.environ):
-            pytest.fail("Chromium is missing; under CI it must run (.ci/run installs it as root)")
-        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    browser = require_chromium()
     pages = PageServer()
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(partial(trio.serve_tcp, pages.handle, 0, host="127.0.0.1"))
-        page_port = listeners[0].socket.getsockname()[1]
-        origin = f"http://127.0.0.1:{page_port}"
+        origin = await pages.serve(nursery)
         project = tmp_path / "project"
         project.mkdir()
         async with net_host(allowed_origins=(origin,)) as host:
@@ -212,37 +142,7 @@ async def test_a_browser_page_streams_over_fetch_and_websocket(tmp_path: Path) -
                 "first_ms": FIRST_BYTES_WITHIN_MS,
             }
             pages.page = (_PAGE % values).encode()
-            profile = Path(tempfile.mkdtemp(prefix="macp-chromium-"))
-            command = [
-                browser,
-                "--headless=new",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-extensions",
-                f"--user-data-dir={profile}",
-                f"{origin}/",
-            ]
-            try:
-                with trio.fail_after(BROWSER_DEADLINE):
-                    process = await nursery.start(
-                        partial(
-                            trio.run_process,
-                            command,
-                            stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL,
-                            check=False,
-                            # Its own process group: the renderers go with it.
-                            start_new_session=True,
-                        )
-                    )
-                    try:
-                        await pages.reported.wait()
-                    finally:
-                        with contextlib.suppress(ProcessLookupError):
-                            os.killpg(process.pid, signal.SIGKILL)
-            finally:
-                shutil.rmtree(profile, ignore_errors=True)
+            await open_page(browser, origin, pages, nursery)
         nursery.cancel_scope.cancel()
     report = pages.report
     assert report.get("httpError") is None, report

@@ -105,7 +105,7 @@ async def test_initialize_advertises_the_session_baseline(
         answer = await initialize_v2(client)
         session = answer["capabilities"]["session"]
         assert session["delete"] == {}
-        assert session["mcp"] == {"http": {}}
+        assert session["mcp"] == {"http": {}, "acp": {}}
         assert answer["info"]["name"] == "maple-acp"
         assert "goal" in answer["_meta"]
         client.validate(acp_schema_v2)

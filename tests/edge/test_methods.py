@@ -54,7 +54,7 @@ async def test_initialize_answers_version_one(
             "audio": False,
             "embeddedContext": True,
         }
-        assert caps["mcpCapabilities"] == {"http": True, "sse": False}
+        assert caps["mcpCapabilities"] == {"http": True, "sse": False, "acp": True}
         # Deletion is host policy: off unless the host's config allows it.
         assert set(caps["sessionCapabilities"]) == {
             "list",

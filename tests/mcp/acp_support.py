@@ -26,9 +26,11 @@ class AcpHarness(SharedHarness):
 
     @asynccontextmanager
     async def connect(  # type: ignore[override]
-        self, *, permission: PermissionPolicy = allow, initialize: bool = True
+        self, *, permission: PermissionPolicy = allow, initialize: bool = True, **options: Any
     ) -> AsyncIterator[AcpTestClient]:
-        async with super().connect(initialize=initialize, permission=permission) as client:
+        async with super().connect(
+            initialize=initialize, permission=permission, **options
+        ) as client:
             yield client
 
     def stored_task_ids(self) -> list[str]:
@@ -47,8 +49,8 @@ class AcpHarness(SharedHarness):
 
 
 @asynccontextmanager
-async def running_acp(tmp_path: Path) -> AsyncIterator[AcpHarness]:
-    async with running_demo_acp(tmp_path, harness_type=AcpHarness) as harness:
+async def running_acp(tmp_path: Path, **options: Any) -> AsyncIterator[AcpHarness]:
+    async with running_demo_acp(tmp_path, harness_type=AcpHarness, **options) as harness:
         assert isinstance(harness, AcpHarness)
         yield harness
 

@@ -24,7 +24,7 @@ from maple_acp.mcp._catalog import (
     sanitise_result,
     sanitise_tool,
 )
-from maple_acp.mcp._router import BoundedTransport, ResponseTooLarge
+from maple_acp.mcp._http_transport import BoundedTransport, ResponseTooLarge
 
 
 def _tool(name: str, **extra: Any) -> dict[str, Any]:

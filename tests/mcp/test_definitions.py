@@ -73,13 +73,13 @@ def test_key_normalisation(name: str, key: str) -> None:
 
 def test_stdio_refused() -> None:
     assert _refusal(StdioMcpServer("local")) == (
-        "MCP server #0 ('local'): stdio MCP servers are not supported; use http"
+        "MCP server #0 ('local'): stdio MCP servers are not supported; use http or acp"
     )
 
 
 def test_sse_refused() -> None:
     assert _refusal(HttpMcpServer("ok", GOOD_URL), SseMcpServer("events")) == (
-        "MCP server #1 ('events'): SSE MCP servers are not supported; use http"
+        "MCP server #1 ('events'): SSE MCP servers are not supported; use http or acp"
     )
 
 

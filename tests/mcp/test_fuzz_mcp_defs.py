@@ -62,12 +62,17 @@ _header_values = st.sampled_from(
 ) | st.text(max_size=20)
 _servers = st.fixed_dictionaries(
     {
-        "type": st.sampled_from(["http", "http", "stdio", "sse", "websocket"]),
+        "type": st.sampled_from(["http", "http", "acp", "stdio", "sse", "websocket"]),
         "name": st.one_of(st.text(max_size=70), st.sampled_from(["a", "A", "a b", "shell"])),
         "url": st.one_of(_urls, _json_values),
         "headers": st.one_of(
             st.lists(st.tuples(_header_names, _header_values).map(list), max_size=4),
             st.dictionaries(_header_names, _header_values, max_size=3),
+            _json_values,
+        ),
+        "serverId": st.one_of(
+            st.sampled_from(["tab-secret-id-1", "tab-secret-id-1", "", " ", "x" * 257, "a\nb"]),
+            st.text(max_size=12),
             _json_values,
         ),
     }
@@ -86,6 +91,12 @@ _documents = st.fixed_dictionaries(
 )
 @example(
     {"servers": [{"type": "http", "name": "x" * 17, "url": "http://[::1]:1/"}] * 17, "reserved": []}
+)
+@example(
+    {
+        "servers": [{"type": "acp", "name": n, "serverId": "tab-secret-id-1"} for n in "ab"],
+        "reserved": [],
+    }
 )
 def test_structured_definitions(document: dict[str, object]) -> None:
     fuzz_one(b"\x00" + orjson.dumps(document))

@@ -378,7 +378,7 @@ async def test_router_is_made_in_the_lease_nursery_before_the_lease_exists(
     router = RecordingRouter()
     seen: list[trio.Nursery] = []
 
-    async def factory(nursery: trio.Nursery) -> RecordingRouter:
+    async def factory(nursery: trio.Nursery, task_id: str) -> RecordingRouter:
         seen.append(nursery)
         # Nobody else can take the task while the router connects.
         assert service.lease_of("stored") is not None
@@ -403,7 +403,7 @@ async def test_a_failing_router_factory_releases_the_task(
 ) -> None:
     await service.store.create_task(stored_task(project))
 
-    async def factory(nursery: trio.Nursery) -> RecordingRouter:
+    async def factory(nursery: trio.Nursery, task_id: str) -> RecordingRouter:
         raise OSError("connection refused")
 
     async with trio.open_nursery() as nursery:

@@ -123,7 +123,7 @@ async def test_each_built_in_mode_offers_its_tools(
             service,
             nursery,
             project,
-            router_factory=lambda n: _started(n, router),
+            router_factory=lambda n, _: _started(n, router),
         )
         await lease.set_mode(mode)
         _events, outcome = await drive(lease, "go")
@@ -292,7 +292,7 @@ async def test_a_backend_that_never_asks_still_cannot_act_in_ask_mode(
     ):
         router = LoopRouter("mcp")
         lease = await open_lease(
-            service, nursery, project, router_factory=lambda n: _started(n, router)
+            service, nursery, project, router_factory=lambda n, _: _started(n, router)
         )
         await lease.set_mode("ask")
         _events, outcome = await drive(lease, "go")

@@ -27,14 +27,14 @@ class ConnectFailed(Exception):
 
 
 def factory_of(router: LoopRouter) -> Any:
-    async def start(nursery: trio.Nursery) -> LoopRouter:
+    async def start(nursery: trio.Nursery, task_id: str) -> LoopRouter:
         await nursery.start(router.serve)
         return router
 
     return start
 
 
-async def failing_factory(nursery: trio.Nursery) -> LoopRouter:
+async def failing_factory(nursery: trio.Nursery, task_id: str) -> LoopRouter:
     await trio.lowlevel.checkpoint()
     raise ConnectFailed("the new servers did not answer")
 
@@ -80,7 +80,7 @@ async def test_replace_router_is_refused_while_a_run_or_a_prompt_is_active(
     router = LoopRouter("kept")
     calls: list[str] = []
 
-    async def counting_factory(nursery: trio.Nursery) -> LoopRouter:
+    async def counting_factory(nursery: trio.Nursery, task_id: str) -> LoopRouter:
         calls.append("called")
         never = LoopRouter("never")
         await nursery.start(never.serve)

@@ -229,7 +229,7 @@ class RuntimeMachine(RuleBasedStateMachine):
     def new_lease(self, root: int) -> Any:
         router = CountingRouter()
 
-        async def factory(nursery: trio.Nursery) -> CountingRouter:
+        async def factory(nursery: trio.Nursery, task_id: str) -> CountingRouter:
             return router
 
         async def go() -> SessionLease | None:
@@ -264,7 +264,7 @@ class RuntimeMachine(RuleBasedStateMachine):
         task_id = tasks[task % len(tasks)]
         router = CountingRouter()
 
-        async def factory(nursery: trio.Nursery) -> CountingRouter:
+        async def factory(nursery: trio.Nursery, task_id: str) -> CountingRouter:
             return router
 
         async def go() -> SessionLease | RuntimeRejection:
@@ -404,7 +404,7 @@ class RuntimeMachine(RuleBasedStateMachine):
             return
         router = CountingRouter()
 
-        async def factory(nursery: trio.Nursery) -> CountingRouter:
+        async def factory(nursery: trio.Nursery, task_id: str) -> CountingRouter:
             await trio.lowlevel.checkpoint()
             if fails:
                 raise OSError("the new servers did not answer")

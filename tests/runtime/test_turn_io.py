@@ -162,7 +162,7 @@ async def test_offered_tools_hold_external_mcp_only_with_a_router(
     service, engine = engine_service
     router = LoopRouter("servers")
 
-    async def factory(nursery: trio.Nursery) -> LoopRouter:
+    async def factory(nursery: trio.Nursery, task_id: str) -> LoopRouter:
         await nursery.start(router.serve)
         return router
 

@@ -397,7 +397,7 @@ async def _external(row: _Row, turn: Turn, args: Mapping[str, Any]) -> ToolResul
         return ToolResult(content=DENIED)
     await row.update(ToolStatus.IN_PROGRESS)
     try:
-        result = await turn.tools.call_external(tool_id, arguments)
+        result = await turn.tools.call_external(tool_id, arguments, call_id=row.row_id)
     except trio.Cancelled:
         raise
     except Exception as exc:

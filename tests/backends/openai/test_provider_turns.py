@@ -388,12 +388,16 @@ class EchoRouter:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.call_ids: list[str | None] = []
 
     def tool_definition(self) -> Definition:
         return Definition()
 
-    async def call(self, tool_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async def call(
+        self, tool_id: str, arguments: dict[str, Any], *, call_id: str | None = None
+    ) -> dict[str, Any]:
         self.calls.append((tool_id, arguments))
+        self.call_ids.append(call_id)
         return {"content": [{"type": "text", "text": "pong"}]}
 
     def revoke(self) -> None:
@@ -405,7 +409,7 @@ async def test_external_mcp_is_offered_asked_and_routed(
 ) -> None:
     router = EchoRouter()
 
-    async def factory(nursery: trio.Nursery) -> EchoRouter:
+    async def factory(nursery: trio.Nursery, task_id: str) -> EchoRouter:
         return router
 
     provider.add(
@@ -426,6 +430,7 @@ async def test_external_mcp_is_offered_asked_and_routed(
     (ask,) = [e for e in events if isinstance(e, PermissionRequest)]
     assert ask.request.name == "external_mcp"
     assert router.calls == [("srv__ping", {"n": 1})]
+    assert router.call_ids == [ask.request.tool_id]
     first = provider.chat_requests()[0].body
     offered = {tool["function"]["name"]: tool["function"] for tool in first["tools"]}
     assert offered["external_mcp"]["parameters"]["properties"]["tool"]["enum"] == ["srv__ping"]
