@@ -47,6 +47,7 @@ from maple_acp.model import (
 from maple_acp.runtime import (
     AgentBackend,
     Backend,
+    DelegationResult,
     EmbeddedText,
     FileChange,
     FileRead,
@@ -76,6 +77,7 @@ __all__ = [
     "Backend",
     "BuiltEngine",
     "CommandInfo",
+    "DelegationResult",
     "EmbeddedText",
     "EngineKind",
     "EngineOptions",

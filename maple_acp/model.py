@@ -97,6 +97,11 @@ class TaskRecord:
     thought_level: str | None = None
     #: Canonical absolute directories the task may work in besides ``root``.
     additional_directories: tuple[str, ...] = ()
+    #: A child session's parent task (``None``: a session of its own). A child is reached
+    #: only through its parent: it is not listed, loaded or deleted alone.
+    parent_id: str | None = None
+    #: The parent's tool call that delegated to this child (where its transcript is replayed).
+    parent_tool_id: str | None = None
 
 
 class PlanPriority(enum.StrEnum):

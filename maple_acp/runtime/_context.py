@@ -47,3 +47,5 @@ class LeaseContext:
     modes: ModeSet
     #: The thinking-effort levels the backend declares for a model (checked, maybe none).
     thought_levels: Callable[[str | None], tuple[str, ...]]
+    #: The model a child session runs on (``None``: its parent's).
+    subagent_model: str | None = None

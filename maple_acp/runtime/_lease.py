@@ -34,6 +34,7 @@ from maple_acp.model import (
 from maple_acp.runtime._attachments import Prompt
 from maple_acp.runtime._background import BackgroundCommands, BackgroundInfo
 from maple_acp.runtime._barrier import OperationBarrier, PromptClaim, PromptSlot
+from maple_acp.runtime._children import LeaseChildren
 from maple_acp.runtime._context import LeaseContext
 from maple_acp.runtime._goal_driver import GoalCycleDriver
 from maple_acp.runtime._history import replay_rows_view, replay_view
@@ -133,6 +134,14 @@ class SessionLease:
             saved_trust=lambda: context.store.get_trust(self.account, task.root),
             save_trust=lambda trusted: context.set_trust(generation, task.root, trusted),
         )
+        # Child sessions run inside this lease's runs, on its tools and directories.
+        self._children = LeaseChildren(
+            task=lambda: self._row.record,
+            store=context.store,
+            backend=context.backend,
+            now_ms=context.now_ms,
+            model=context.subagent_model,
+        )
         self._turns = LeaseTurns(
             row=self._row,
             guard=life,
@@ -156,6 +165,7 @@ class SessionLease:
                 known_models=lambda: context.known_models(generation),
                 poke=lambda: self._goals.poke(),
             ),
+            children=self._children,
         )
         self._reattach = Reattachment(
             row=self._row,
@@ -395,6 +405,18 @@ class SessionLease:
     def cancel_run(self) -> bool:
         """Cancel the active run, if any. True if there was one."""
         return self._turns.cancel_run()
+
+    # -- child sessions ----------------------------------------------------------------------
+
+    @property
+    def running_children(self) -> tuple[str, ...]:
+        """The task ids of the child sessions whose turn runs now (inside this lease's run)."""
+        return self._children.running
+
+    def cancel_child(self, child_id: str) -> bool:
+        """Cancel child session ``child_id``'s turn alone: the parent's turn goes on, its
+        delegation told the child was cancelled. False when no such child runs now."""
+        return self._children.cancel(child_id)
 
     # -- background commands -----------------------------------------------------------------
 

@@ -85,6 +85,7 @@ class AgentService(ServedInOwnNursery):
         allowed_roots: Sequence[str] = (),
         tool_env_allow: Collection[str] = (),
         modes: ModeSet = BUILTIN_MODES,
+        subagent_model: str | None = None,
     ) -> None:
         if not isinstance(modes, ModeSet):
             raise ValueError("modes is a ModeSet")
@@ -145,6 +146,7 @@ class AgentService(ServedInOwnNursery):
             declared_commands=lambda: self._command_bounds.of(backend_commands(backend)),
             modes=modes,
             thought_levels=lambda model: backend_thought_levels(backend, model),
+            subagent_model=subagent_model,
         )
         self._opener = LeaseOpener(
             store=store,

@@ -286,6 +286,15 @@ CREATE TABLE prompt_keys (
 CREATE INDEX prompt_keys_by_seq ON prompt_keys (task_id, seq)
 """
 
+#: Step 12: child sessions (``tasks.parent_id``, ``tasks.parent_tool_id``): a task a parent's
+#: turn delegated to, deleted with its parent; the tool call that delegated it places its
+#: transcript in the parent's replay.
+_CHILDREN = """
+ALTER TABLE tasks ADD COLUMN parent_id TEXT REFERENCES tasks (id) ON DELETE CASCADE;
+ALTER TABLE tasks ADD COLUMN parent_tool_id TEXT;
+CREATE INDEX tasks_by_parent ON tasks (parent_id) WHERE parent_id IS NOT NULL
+"""
+
 #: One schema step: a SQL script, or a function that runs inside the step's transaction (for
 #: a change of stored values that SQL cannot state exactly).
 Step = str | Callable[[sqlite3.Connection], None]
@@ -303,6 +312,7 @@ MIGRATIONS: tuple[Step, ...] = (
     _THOUGHT_SIGNATURES,
     _TRANSCRIPTS,
     _PROMPT_KEYS,
+    _CHILDREN,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -34,6 +34,8 @@ DOCUMENTED_SCHEMA = {
         "mode",
         "thought_level",
         "additional_directories",
+        "parent_id",
+        "parent_tool_id",
     ],
     "items": [
         "id",

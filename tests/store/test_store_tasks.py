@@ -152,6 +152,9 @@ _CHANGES: dict[str, object] = {
     "mode": "plan",
     "thought_level": "high",
     "additional_directories": ("/also",),
+    # The task itself: the only parent the row can name without another row.
+    "parent_id": "p",
+    "parent_tool_id": "call-1",
 }
 
 
