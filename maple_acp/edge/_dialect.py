@@ -204,6 +204,8 @@ class ClientFeatures:
     compaction: bool = False
     #: Plan operations, ``plan_update`` and ``plan_removed`` (else the legacy ``plan``).
     plans: bool = False
+    #: Child sessions (``subagent_update``, ``session_message``; else a child is a tool call).
+    subagents: bool = False
 
 
 def config_options(

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 
 import trio
 
+from maple_acp.edge._children import SessionChildren
 from maple_acp.edge._dialect import ConfigOptions, Dialect, SessionSettings, config_options
 from maple_acp.edge._idempotency import PromptKeys
 from maple_acp.runtime import ModelChoices, SessionLease
@@ -40,6 +41,7 @@ class EdgeSession:
         notices: bool = False,
         compaction: bool = False,
         plans: bool = False,
+        subagents: bool = False,
     ) -> None:
         self.lease = lease
         self.id = lease.task_id
@@ -49,6 +51,16 @@ class EdgeSession:
         self.dialect = dialect
         self.projector = dialect.projection(
             self.id, notices=notices, compaction=compaction, plans=plans
+        )
+        #: The child sessions its runs delegate to, as the client sees them (``subagents``:
+        #: it shows them as sessions).
+        self.children = SessionChildren(
+            self.id,
+            dialect,
+            visible=subagents,
+            notices=notices,
+            compaction=compaction,
+            plans=plans,
         )
         self.choices = choices
         #: Set once the close started; a second close or any new operation is refused.

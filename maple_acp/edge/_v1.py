@@ -195,6 +195,7 @@ class V1Dialect:
             notices=session is not None and session.notices is not None,
             compaction=session is not None and session.compaction is not None,
             plans=request.client_capabilities.plan is not None,
+            subagents=request.client_capabilities.subagents is not None,
         )
 
     def initialize_answer(self, answer: InitializeResponse) -> InitializeResponse:

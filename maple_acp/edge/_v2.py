@@ -501,7 +501,7 @@ class V2Dialect:
         # v2's elicitation is another shape; the trust question asks with the chooser. A
         # notice is a baseline v2 update, shown by every client that knows it. Compactions
         # are not projected to v2 yet. Plan operations are v2's baseline plan updates.
-        return ClientFeatures(notices=True, plans=True)
+        return ClientFeatures(notices=True, plans=True, subagents=True)
 
     def initialize_answer(self, answer: InitializeResponse) -> v2.V2InitializeResponse:
         v1_session = answer.agent_capabilities.session_capabilities

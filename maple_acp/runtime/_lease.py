@@ -341,6 +341,18 @@ class SessionLease:
             self._life.check_live()
             return replay_rows_view(rows)
 
+    async def children_history(self) -> list[tuple[TaskRecord, list[TimelineItem | MessageRow]]]:
+        """The task's child sessions in the order they were delegated, each with its history
+        as ``replay_rows`` reads it."""
+        with self._life.operation():
+            store = self._context.store
+            children = await store.children(self.task_id)
+            found = [
+                (child, replay_rows_view(await store.replay_rows(child.id))) for child in children
+            ]
+            self._life.check_live()
+            return found
+
     # -- trust -------------------------------------------------------------------------------
 
     async def trust_status(self) -> TrustStatus:

@@ -98,6 +98,7 @@ from ._initialize import (
     SessionForkCapabilities,
     SessionListCapabilities,
     SessionResumeCapabilities,
+    SubagentCapabilities,
 )
 from ._interaction import (
     BooleanPropertySchema,
@@ -364,6 +365,7 @@ __all__ = [
     "SteeringRequest",
     "SteeringResponse",
     "StopReason",
+    "SubagentCapabilities",
     "TextContent",
     "TextResourceContents",
     "ToolCall",

@@ -260,8 +260,9 @@ EXTRA_KEYS = {
     "PlanMarkdown": {"type"},
     # ``fork`` is the unstable schema's (checked against it by the edge's initialize test).
     "SessionCapabilities": {"fork"},
-    # ``plan`` is the unstable schema's (v1 1.29); its PlanCapabilities is checked below.
-    "ClientCapabilities": {"plan"},
+    # ``plan`` and ``subagents`` are the unstable schema's (v1 1.29); their capability
+    # markers are checked below.
+    "ClientCapabilities": {"plan", "subagents"},
 }
 #: Our own extensions, which the ACP schema does not define.
 EXTENSIONS = {
@@ -309,6 +310,8 @@ def test_fields_match_the_schema_key_for_key(cls: type) -> None:
                 "PlanUpdate",
             )
         },
+        # Child sessions, shown to a client that declared ``clientCapabilities.subagents``.
+        "SubagentCapabilities": UNSTABLE_DEFS["SubagentCapabilities"],
     }
     schema_keys: set[str] = set()
     required: set[str] = set()
