@@ -409,7 +409,8 @@ def replayed_child(
     answer, its idle state)."""
     child_id = child.id
     projection = dialect.projection(child_id, plans=plans)
-    transcript = _outbound(projection.history(rows))
+    # A version whose resume replays ends each child's replay once, as its parent's.
+    transcript = [*_outbound(projection.history(rows)), *projection.replay_complete()]
     prompt = next((row.text for row in rows if row.kind is ItemKind.USER), "")
     answers = [row for row in rows if row.kind is ItemKind.ASSISTANT]
     call = child.parent_tool_id or child_id

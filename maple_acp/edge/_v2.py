@@ -472,8 +472,8 @@ class V2Projection:
 
     def replay_complete(self) -> list[Outbound]:
         # Once per resume that named ``replayFrom``, even for an empty replay: a client takes
-        # a replay that ends without it (and without an answer) as cut short. Sessions have no
-        # child sessions yet, so there is no child's marker to send.
+        # a replay that ends without it (and without an answer) as cut short. Each child
+        # session the replay announces gets its own, after its transcript (edge/_children.py).
         return [self._update(REPLAY_COMPLETE, {})]
 
 

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from edge_harness import Harness, running_service
 from test_acp_v2 import v2_client, wait_idle
 
-from maple_acp.edge import AcpServiceConfig
+from maple_acp.edge import CLOSE_DEADLINE_S, AcpServiceConfig
 from maple_acp.testing.client import AcpTestClient, HeldPermissions, reject
 from maple_acp.testing.schema import (
     OUTBOUND_DEFINITIONS,
@@ -276,3 +277,68 @@ async def test_load_replays_each_child_after_its_announcement(
                 await client.call(method, params)
             assert refused.value.code == -32602
             assert refused.value.message == "a child session: use its parent"
+
+
+async def test_closing_the_parent_ends_its_child_within_the_close_deadline(
+    autojump_clock: trio.testing.MockClock, harness: Harness, project: Path
+) -> None:
+    held = HeldPermissions()
+    async with harness.connect(permission=held) as client:
+        await client.initialize(clientCapabilities={"subagents": {}})
+        sid = (await client.new_session(str(project)))["sessionId"]
+        async with trio.open_nursery() as nursery:
+            answers: list[Any] = []
+
+            async def prompt() -> None:
+                answers.append(await client.prompt(sid, DELEGATE))
+
+            nursery.start_soon(prompt)
+            # The child waits on its permission question inside the parent's run.
+            await held.wait_pending()
+            lease = harness.runtime.lease_of(sid)
+            assert lease is not None
+            assert len(lease.running_children) == 1
+            before = trio.current_time()
+            await client.close_session(sid)
+            assert trio.current_time() - before < CLOSE_DEADLINE_S
+        assert answers[0]["stopReason"] == "cancelled"
+        assert lease.running_children == ()
+        assert harness.runtime.lease_of(sid) is None
+        # The child's turn ended with its parent's: it asked, and nothing ran.
+        (child,) = await harness.runtime.store.children(sid)
+        history = await harness.runtime.store.history(child.id)
+        assert not [
+            item
+            for item in history
+            if item.tool is not None and item.tool.status.value == "completed"
+        ]
+
+
+async def test_a_v2_resume_replays_each_child_after_its_announcement(
+    harness: Harness, project: Path, acp_schema_v2: AcpSchema
+) -> None:
+    async with v2_client(harness) as client:
+        sid = (await client.call("session/new", {"cwd": str(project)}))["sessionId"]
+        await client.prompt(sid, "/echo before\n/delegate A :: /echo from a\n/echo after")
+        await wait_idle(client, sid)
+        await client.call("session/close", {"sessionId": sid})
+    async with v2_client(harness) as client:
+        await client.call(
+            "session/resume",
+            {"sessionId": sid, "cwd": str(project), "replayFrom": {"type": "start"}},
+        )
+        order = session_ids_in_order(client)
+        child = child_id_of(client, sid)
+        announced = order.index((sid, "subagent_update"))
+        child_frames = [i for i, (s, _) in enumerate(order) if s == child]
+        assert announced < child_frames[0]
+        # The child's replay ends with its own marker; the parent's comes last of all.
+        assert order[child_frames[-1]] == (child, "replay_complete")
+        assert order[-1] == (sid, "replay_complete")
+        assert [t for k, _, t in client.messages(child) if k == "agent_message"] == ["from a"]
+        parent_said = [t for k, _, t in client.messages(sid) if k == "agent_message"]
+        assert parent_said[:1] == ["before"]
+        # "before" precedes the child's transcript, "after" follows it.
+        agent_frames = [i for i, (s, k) in enumerate(order) if s == sid and k == "agent_message"]
+        assert agent_frames[0] < child_frames[0] < child_frames[-1] < agent_frames[-1]
+        client.validate(ChildSessionsSchema(acp_schema_v2.directory))

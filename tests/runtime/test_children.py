@@ -3,6 +3,7 @@ limits; cancelling one child alone or its parent; the store's view of children."
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,31 @@ async def test_a_child_is_refused_alone_and_deleted_with_its_parent(
         assert deleted.value.kind is RejectionKind.CHILD_SESSION
         await service.delete_task(lease.task_id)
         assert await service.store.get_task(child.id) is None
+
+
+async def test_a_fork_copies_the_children_it_holds_under_new_ids(
+    service: AgentService, project: Path
+) -> None:
+    async with trio.open_nursery() as nursery:
+        lease = await nursery.start(service.serve_new_task, str(project))
+        await run_prompt(lease, "/delegate A :: /echo from a")
+        await run_prompt(lease, "/delegate B :: /echo from b")
+        sources = await service.store.children(lease.task_id)
+        whole = await nursery.start(
+            functools.partial(service.fork_task, lease.task_id, cwd=str(project))
+        )
+        copies = await service.store.children(whole.task_id)
+        assert [c.title for c in copies] == ["A", "B"]
+        assert not {c.id for c in copies} & {c.id for c in sources}
+        assert {c.parent_id for c in copies} == {whole.task_id}
+        texts = [[i.text for i in await service.store.history(c.id)] for c in copies]
+        assert texts == [["/echo from a", "from a"], ["/echo from b", "from b"]]
+        # A fork up to the first delegation's call holds that delegation only.
+        history = await service.store.history(lease.task_id)
+        up_to = next(i for i in history if i.tool is not None).item_id
+        part = await nursery.start(
+            functools.partial(service.fork_task, lease.task_id, cwd=str(project), up_to=up_to)
+        )
+        assert [c.title for c in await service.store.children(part.task_id)] == ["A"]
+        for held in (part, whole, lease):
+            await held.release(close=True)
