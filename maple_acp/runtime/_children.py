@@ -82,6 +82,8 @@ class LeaseChildren:
         self._model = model
         self.started = 0
         self._running: dict[str, Run] = {}
+        #: How to cancel each child not yet ended: its wait for a place, then its run.
+        self._cancels: dict[str, Callable[[], None]] = {}
 
     @property
     def running(self) -> tuple[str, ...]:
@@ -89,12 +91,13 @@ class LeaseChildren:
         return tuple(self._running)
 
     def cancel(self, child_id: str) -> bool:
-        """Cancel child ``child_id``'s turn alone (its parent goes on, told it was cancelled).
-        False when no child of this lease runs under that id."""
-        run = self._running.get(child_id)
-        if run is None:
+        """Cancel child ``child_id``'s turn alone (its parent goes on, told it was cancelled),
+        or its wait for a place among the running. False when no child of this lease under
+        that id is waiting or running."""
+        cancel = self._cancels.get(child_id)
+        if cancel is None:
             return False
-        run.cancel()
+        cancel()
         return True
 
     def for_run(self) -> RunDelegation:
@@ -133,16 +136,30 @@ class LeaseChildren:
         parent_run = outlet.run_id
         await outlet.send(ChildAnnounced(parent_run, child.id, tool_id, title, prompt, prompt_id))
         queue = _ChildQueue(outlet.queue, parent_run, child.id)
-        run: Run | None = None
+        run = self._child_run(run_id, child, turn, outlet, queue, prompt)
+        # Until it has a place among the running, a cancel of this child alone ends its wait.
+        waiting = trio.CancelScope()
+        self._cancels[child.id] = waiting.cancel
         try:
-            async with slots:
-                await outlet.send(ChildRunning(parent_run, child.id))
-                run = self._child_run(run_id, child, turn, outlet, queue, prompt)
-                self._running[child.id] = run
-                await run.drive(self._backend, on_end=_ignore_end)
+            acquired = False
+            with waiting:
+                await slots.acquire()
+                acquired = True
+            if waiting.cancel_called:
+                if acquired:
+                    slots.release()
+            else:
+                try:
+                    self._cancels[child.id] = run.cancel
+                    self._running[child.id] = run
+                    await outlet.send(ChildRunning(parent_run, child.id))
+                    await run.drive(self._backend, on_end=_ignore_end)
+                finally:
+                    slots.release()
         finally:
             self._running.pop(child.id, None)
-            outcome = run.outcome if run is not None else None
+            self._cancels.pop(child.id, None)
+            outcome = run.outcome
             if outcome is None:
                 outcome = RunOutcome(state=RunState.CANCELLED)
             text = _answer(outcome, queue.answer)

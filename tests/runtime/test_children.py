@@ -12,12 +12,15 @@ import trio.testing
 
 from maple_acp.model import ItemKind, TaskQuery
 from maple_acp.runtime import (
+    MAX_RUNNING_CHILDREN,
     MAX_SESSION_CHILDREN,
     AgentService,
+    Backend,
     ChildAnnounced,
     ChildEnded,
     ChildEvent,
     ChildRunning,
+    DelegationResult,
     PermissionAnswer,
     PermissionRequest,
     RejectionKind,
@@ -29,8 +32,9 @@ from maple_acp.runtime import (
     TextChunk,
     ToolRow,
     ToolStatus,
+    Turn,
 )
-from maple_acp.testing.demo import run_prompt
+from maple_acp.testing.demo import demo_service, run_prompt
 
 
 async def _answering(lease: SessionLease, text: str, answer: PermissionAnswer) -> list[RunEvent]:
@@ -242,3 +246,53 @@ async def test_a_fork_copies_the_children_it_holds_under_new_ids(
         assert [c.title for c in await service.store.children(part.task_id)] == ["A"]
         for held in (part, whole, lease):
             await held.release(close=True)
+
+
+class FanOut(Backend):
+    """A parent turn delegates five tasks at once, each to a child that waits to be
+    cancelled."""
+
+    async def run_turn(self, turn: Turn) -> None:
+        if turn.delegated:
+            await trio.sleep_forever()
+        results: list[DelegationResult] = []
+
+        async def one(n: int) -> None:
+            results.append(await turn.delegate(f"call-{n}", f"T{n}", "hang"))
+
+        async with trio.open_nursery() as nursery:
+            for n in range(5):
+                nursery.start_soon(one, n)
+        await turn.send_text(" ".join(sorted(r.state.value for r in results)))
+
+
+async def test_a_waiting_child_runs_only_once_a_place_is_free_and_may_be_cancelled(
+    tmp_path: Path, project: Path
+) -> None:
+    async with demo_service(tmp_path, backend=FanOut()) as service, trio.open_nursery() as nursery:
+        lease = await nursery.start(service.serve_new_task, str(project))
+        run = await lease.start_run("fan out")
+        announced: list[str] = []
+        running: list[str] = []
+        events: list[RunEvent] = []
+        cancelled = False
+        async for event in run.events():
+            events.append(event)
+            if isinstance(event, ChildAnnounced):
+                announced.append(event.child_id)
+            elif isinstance(event, ChildRunning):
+                running.append(event.child_id)
+            if len(announced) == 5 and len(running) == MAX_RUNNING_CHILDREN and not cancelled:
+                # The fifth waits: announced, not running; a cancel ends its wait.
+                (waiting,) = set(announced) - set(running)
+                assert len(lease.running_children) == MAX_RUNNING_CHILDREN
+                assert waiting not in lease.running_children
+                for child in (waiting, *running):
+                    assert lease.cancel_child(child)
+                cancelled = True
+        ended = {e.child_id: e.outcome.state for e in events if isinstance(e, ChildEnded)}
+        assert set(ended) == set(announced)
+        assert set(ended.values()) == {RunState.CANCELLED}
+        assert len(running) == MAX_RUNNING_CHILDREN
+        assert [e.text for e in events if isinstance(e, TextChunk)] == [" ".join(["cancelled"] * 5)]
+        await lease.release(close=True)
