@@ -10,6 +10,7 @@ import pytest
 import trio
 import trio.testing
 
+from maple_acp.backends.demo import DemoBackend, demo_catalog, demo_policy
 from maple_acp.model import ItemKind, TaskQuery
 from maple_acp.runtime import (
     MAX_RUNNING_CHILDREN,
@@ -34,7 +35,8 @@ from maple_acp.runtime import (
     ToolStatus,
     Turn,
 )
-from maple_acp.testing.demo import demo_service, run_prompt
+from maple_acp.testing.demo import DEMO_ACCOUNT, demo_service, run_prompt
+from maple_acp.testing.store import temp_store
 
 
 async def _answering(lease: SessionLease, text: str, answer: PermissionAnswer) -> list[RunEvent]:
@@ -296,3 +298,22 @@ async def test_a_waiting_child_runs_only_once_a_place_is_free_and_may_be_cancell
         assert len(running) == MAX_RUNNING_CHILDREN
         assert [e.text for e in events if isinstance(e, TextChunk)] == [" ".join(["cancelled"] * 5)]
         await lease.release(close=True)
+
+
+async def test_a_child_runs_on_the_hosts_subagent_model(tmp_path: Path, project: Path) -> None:
+    async with temp_store(tmp_path) as store:
+        service = AgentService(
+            store=store,
+            backend=DemoBackend(),
+            catalog=demo_catalog(),
+            policy=demo_policy(),
+            subagent_model="demo-echo-large",
+        )
+        async with service, trio.open_nursery() as nursery:
+            service.sign_in(DEMO_ACCOUNT)
+            lease = await nursery.start(service.serve_new_task, str(project))
+            await run_prompt(lease, "/delegate T :: /echo hi")
+            (child,) = await store.children(lease.task_id)
+            assert child.model == "demo-echo-large"
+            assert lease.task.model != child.model
+            await lease.release(close=True)
