@@ -317,3 +317,21 @@ async def test_a_child_runs_on_the_hosts_subagent_model(tmp_path: Path, project:
             assert child.model == "demo-echo-large"
             assert lease.task.model != child.model
             await lease.release(close=True)
+
+
+async def test_a_child_inherits_the_mode_and_its_shell_is_refused_in_ask(
+    service: AgentService, project: Path
+) -> None:
+    async with trio.open_nursery() as nursery:
+        lease = await nursery.start(service.serve_new_task, str(project))
+        await lease.set_mode("ask")
+        events, outcome = await run_prompt(lease, "/delegate T :: look")
+        assert outcome.state is RunState.COMPLETED
+        inner = [e.event for e in events if isinstance(e, ChildEvent)]
+        # Nobody is asked: the mode refuses the child's shell call as it would its parent's.
+        assert not [e for e in inner if isinstance(e, PermissionRequest)]
+        shell = [e.tool for e in inner if isinstance(e, ToolRow) and e.tool.name == "shell"]
+        assert shell[-1].status is ToolStatus.FAILED
+        (child,) = await service.store.children(lease.task_id)
+        assert child.mode == "ask"
+        await lease.release(close=True)
