@@ -140,10 +140,6 @@ HistorySender = Callable[
 ]
 
 
-async def _no_image(sha256: str) -> bytes | None:
-    return None
-
-
 def _outbound(updates: Iterable[Outbound | ImageSlot]) -> list[Outbound]:
     # A child's history carries no images (its one user message is the delegation text).
     return [update for update in updates if not isinstance(update, ImageSlot)]
@@ -202,14 +198,15 @@ class SessionChildren:
         rows: Sequence[TimelineItem | MessageRow],
         children: Sequence[tuple[TaskRecord, Sequence[TimelineItem | MessageRow]]],
         send_history: HistorySender,
+        image_data: Callable[[str], Awaitable[bytes | None]],
     ) -> None:
         """Replay the parent's ``rows`` with each child announced right after the call that
         delegated it and its transcript after the announcement, in stored order."""
         parent_id = self._session_id
         plans = bool(self._options["plans"])
-        for segment, indexes in replay_segments(rows, children):
+        for segment, indexes in replay_segments(latest_plan_only(rows), children):
             if segment:
-                await send_history(parent_id, projector, segment, _no_image)
+                await send_history(parent_id, projector, segment, image_data)
             for index in indexes:
                 child, child_rows = children[index]
                 before, transcript, after = replayed_child(
@@ -366,6 +363,20 @@ class SessionChildren:
                     await channel.send_many(
                         parent_id, [subagent_update(parent_id, child_id, state=running)]
                     )
+
+
+def latest_plan_only(
+    rows: Sequence[TimelineItem | MessageRow],
+) -> list[TimelineItem | MessageRow]:
+    """``rows`` without any plan but the latest: a replay cut into runs must still send only
+    the plan the whole history ends with (each run's projection sends its own latest)."""
+    plans = [
+        index
+        for index, row in enumerate(rows)
+        if not isinstance(row, MessageRow) and row.kind is ItemKind.PLAN
+    ]
+    dropped = set(plans[:-1])
+    return [row for index, row in enumerate(rows) if index not in dropped]
 
 
 def replay_segments(

@@ -262,7 +262,12 @@ class SessionOpener:
             # Each child right after the call that delegated it.
             children = await lease.children_history()
             await session.children.replay(
-                self._channel, session.projector, rows, children, self._send_history
+                self._channel,
+                session.projector,
+                rows,
+                children,
+                self._send_history,
+                lease.image_data,
             )
         else:
             await self._send_history(session.id, session.projector, rows, lease.image_data)

@@ -9,6 +9,7 @@ that defines them."""
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from test_acp_v2 import v2_client, wait_idle
 
 from maple_acp.edge import CLOSE_DEADLINE_S, AcpServiceConfig
 from maple_acp.testing.client import AcpTestClient, HeldPermissions, reject
+from maple_acp.testing.images import png
 from maple_acp.testing.schema import (
     OUTBOUND_DEFINITIONS,
     V2_OUTBOUND_DEFINITIONS,
@@ -342,3 +344,36 @@ async def test_a_v2_resume_replays_each_child_after_its_announcement(
         agent_frames = [i for i, (s, k) in enumerate(order) if s == sid and k == "agent_message"]
         assert agent_frames[0] < child_frames[0] < child_frames[-1] < agent_frames[-1]
         client.validate(ChildSessionsSchema(acp_schema_v2.directory))
+
+
+async def test_a_replay_with_children_keeps_the_parents_images_and_only_its_last_plan(
+    harness: Harness, project: Path, acp_schema: AcpSchema
+) -> None:
+    picture = base64.b64encode(png(2, 3)).decode()
+    async with harness.connect() as writer:
+        await writer.initialize(clientCapabilities={"subagents": {}})
+        sid = (await writer.new_session(str(project)))["sessionId"]
+        await writer.prompt(
+            sid,
+            [
+                {"type": "text", "text": "/plan [x] one"},
+                {"type": "image", "data": picture, "mimeType": "image/png"},
+            ],
+        )
+        await writer.prompt(sid, "/delegate A :: /echo from a")
+        await writer.prompt(sid, "/plan two")
+        await writer.call("session/close", {"sessionId": sid})
+    async with harness.connect() as client:
+        await client.initialize(clientCapabilities={"subagents": {}})
+        await client.load_session(sid, str(project))
+        updates = client.updates(sid)
+        images = [
+            u["content"]
+            for u in updates
+            if u["sessionUpdate"] == "user_message_chunk" and u["content"]["type"] == "image"
+        ]
+        assert [image["data"] for image in images] == [picture]
+        plans = [u["entries"] for u in updates if u["sessionUpdate"] == "plan"]
+        assert plans == [[{"content": "two", "priority": "medium", "status": "pending"}]]
+        assert client.text(child_id_of(client, sid)) == "from a"
+        client.validate(ChildSessionsSchema(acp_schema.directory))
