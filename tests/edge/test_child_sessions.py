@@ -279,6 +279,12 @@ async def test_load_replays_each_child_after_its_announcement(
                 await client.call(method, params)
             assert refused.value.code == -32602
             assert refused.value.message == "a child session: use its parent"
+        # Deleting the parent deletes its children.
+        await client.delete_session(sid)
+        store = harness.runtime.store
+        assert await store.children(sid) == []
+        for child in (a, b):
+            assert await store.get_task(child) is None
 
 
 async def test_closing_the_parent_ends_its_child_within_the_close_deadline(
