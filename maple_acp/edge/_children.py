@@ -59,6 +59,10 @@ from maple_acp.wire import ProtocolError
 
 logger = logging.getLogger(__name__)
 
+#: A client that sees a child as its delegate call gets the whole text so far each time
+#: (a content update replaces the call's content): at most once per this many new
+#: characters, and before any other event of the child, so the frames stay linear in size.
+TOOL_TEXT_STEP_CHARS: Final = 256
 #: The event types a pump hands to :meth:`SessionChildren.relay`.
 CHILD_REPORTS: Final = (ChildAnnounced, ChildRunning, ChildEvent, ChildEnded)
 
@@ -153,8 +157,11 @@ class _Child:
     projection: Projection
     #: Its permission questions waiting now (``requires_action`` while any does).
     waiting: int = 0
-    #: The child's text so far, for a client that sees the child as a tool call.
+    #: The child's text so far, for a client that sees the child as a tool call, and how
+    #: much of it that client has not been sent yet.
     text: str = ""
+    unsent: int = 0
+    message_id: str = ""
     ended: bool = False
 
 
@@ -259,7 +266,9 @@ class SessionChildren:
                 await channel.send_many(event.child_id, child.projection.run_started())
         elif isinstance(event, ChildEnded):
             child.ended = True
-            if self.visible:
+            if not self.visible:
+                await self._send_tool_text(channel, child)
+            else:
                 outcome = event.outcome
                 await channel.send_many(
                     parent_id,
@@ -295,12 +304,14 @@ class SessionChildren:
             return
         if not self.visible:
             if isinstance(event, TextChunk) and len(child.text) < MAX_TOOL_TEXT_CHARS:
-                child.text = bound_text(child.text + event.text)
-                content = [{"type": "content", "content": _text(child.text)[0]}]
-                body = {"toolCallId": child.tool_id, "content": content}
-                await channel.send_many(
-                    self._session_id, [_line(self._session_id, "tool_call_update", body)]
-                )
+                # Each of the child's messages a paragraph of its own.
+                gap = "\n\n" if child.text and event.message_id != child.message_id else ""
+                child.message_id = event.message_id
+                child.text = bound_text(child.text + gap + event.text)
+                child.unsent += len(event.text)
+                if child.unsent < TOOL_TEXT_STEP_CHARS:
+                    return
+            await self._send_tool_text(channel, child)
             return
         projection = child.projection
         if isinstance(event, TextChunk | ThoughtChunk):
@@ -317,6 +328,18 @@ class SessionChildren:
                 await channel.send_many(child_id, update)
             elif update is not None:
                 await channel.send(child_id, update)
+
+    async def _send_tool_text(self, channel: ClientChannel, child: _Child) -> None:
+        """The child's text so far as its delegate call's content (a client that does not
+        show children), if some of it was not sent yet."""
+        if not child.unsent:
+            return
+        child.unsent = 0
+        content = [{"type": "content", "content": _text(child.text)[0]}]
+        body = {"toolCallId": child.tool_id, "content": content}
+        await channel.send_many(
+            self._session_id, [_line(self._session_id, "tool_call_update", body)]
+        )
 
     async def _ask(
         self,

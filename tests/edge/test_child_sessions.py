@@ -383,3 +383,23 @@ async def test_a_replay_with_children_keeps_the_parents_images_and_only_its_last
         assert plans == [[{"content": "two", "priority": "medium", "status": "pending"}]]
         assert client.text(child_id_of(client, sid)) == "from a"
         client.validate(ChildSessionsSchema(acp_schema.directory))
+
+
+async def test_a_long_child_streams_a_bounded_number_of_bounded_frames_as_a_tool_call(
+    harness: Harness, project: Path, acp_schema: AcpSchema
+) -> None:
+    async with harness.connect(initialize=True) as client:
+        sid = (await client.new_session(str(project)))["sessionId"]
+        await client.prompt(sid, "/delegate Long :: /stream 3000 10\n/echo done")
+        call = next(u for u in client.updates(sid) if u.get("title") == "Long")["toolCallId"]
+        streamed = [
+            u["content"][0]["content"]["text"]
+            for u in client.updates(sid)
+            if u.get("toolCallId") == call and u.get("content")
+        ]
+        # 30,000 characters in 3,000 chunks: the text so far at most every 256 new ones,
+        # never past the tool text bound, and the call ends with the child's (cut) answer.
+        assert len(streamed) <= 16_000 // 256 + 3
+        assert max(len(text) for text in streamed) <= 16_000
+        assert streamed[-2].startswith("x" * 1000)
+        client.validate(acp_schema)
