@@ -257,6 +257,18 @@ def _choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
     return check
 
 
+#: A model id a config file names, at most (catalog ids are far shorter).
+MAX_MODEL_ID_CHARS = 200
+
+
+def _model_id(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_MODEL_ID_CHARS:
+        raise ValueError(f"must be a model id of 1 to {MAX_MODEL_ID_CHARS} characters")
+    if any(ch in value for ch in "\r\n\0"):
+        raise ValueError("must be a model id on one line")
+    return value.strip()
+
+
 #: The ``serve`` options a config file may set, with the check that normalises each value.
 SERVE_KEYS: Final[Mapping[str, Callable[[Any], Any]]] = {
     "socket": _absolute_path,
@@ -267,6 +279,7 @@ SERVE_KEYS: Final[Mapping[str, Callable[[Any], Any]]] = {
     "grace": _seconds,
     "relay_allow": check_relay_names,
     "tool_env_allow": check_tool_env_allow,
+    "subagent_model": _model_id,
     "log_level": _choice(LOG_LEVELS),
     "log_format": _choice(LOG_FORMATS),
 }
@@ -451,6 +464,8 @@ class ServeSettings:
     relay_allow: tuple[str, ...] = ()
     #: Host variables tool children inherit beyond the built-in list (config file only).
     tool_env_allow: tuple[str, ...] = ()
+    #: The model child sessions run on (config file only; ``None``: their parent's).
+    subagent_model: str | None = None
     log_level: str = "info"
     log_format: str = "text"
     #: The network listener (``[http]``; ``serve --http``): off while ``http_listen`` is None.

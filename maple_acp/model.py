@@ -100,6 +100,11 @@ class TaskRecord:
     #: The boolean options set for the task (option id, value), in id order; an option the
     #: backend declares and the task never set has the backend's default.
     boolean_options: tuple[tuple[str, bool], ...] = ()
+    #: A child session's parent task (``None``: a session of its own). A child is reached
+    #: only through its parent: it is not listed, loaded or deleted alone.
+    parent_id: str | None = None
+    #: The parent's tool call that delegated to this child (where its transcript is replayed).
+    parent_tool_id: str | None = None
 
 
 class PlanPriority(enum.StrEnum):

@@ -50,6 +50,10 @@ message is cut to its first line. Directives:
     inside the task's directory; one that escapes it (or names a file that is not UTF-8 text)
     ends the row as failed, without asking. Otherwise the row carries the diff and the file's
     location, the demo policy asks, and on allow the file is written (created if new).
+``/delegate TITLE :: PROMPT``
+    Delegate PROMPT to a child session (``backends/_demo_delegate.py``): its scripted turn
+    streams what it works on, runs ``echo child`` through its own permission, and answers;
+    a PROMPT that holds directive lines runs as the child's script instead.
 ``/mcp ID {json arguments}``
     An ``external_mcp`` call of tool ID through the session's router (always asked first); a
     clear tool error when the session has no external tools.
@@ -95,6 +99,7 @@ from typing import Any
 import orjson
 import trio
 
+from maple_acp.backends import _demo_delegate as demo_delegate
 from maple_acp.backends import _demo_tools as demo_tools
 from maple_acp.runtime import (
     MAX_PLAN_ENTRIES,
@@ -180,6 +185,11 @@ DEMO_COMMANDS = (
         description="Call a tool of the session's MCP servers",
         input_hint="ID {json arguments}",
     ),
+    CommandInfo(
+        name="delegate",
+        description="Delegate PROMPT to a child session",
+        input_hint="TITLE :: PROMPT",
+    ),
     CommandInfo(name="goal", description="Give the session an active goal", input_hint="OBJECTIVE"),
     CommandInfo(name="compact", description="Summarize the session so far (a compaction)"),
 )
@@ -247,6 +257,9 @@ class DemoBackend(Backend):
         if turn.kind is RunKind.GOAL_CYCLE:
             return TurnResult(goal_progress=await self._goal_cycle(turn))
         script = turn.prompt
+        if turn.delegated and not any(map(_DIRECTIVE_LINE.match, script.splitlines())):
+            await demo_delegate.scripted_child(turn)
+            return None
         described = [
             f"image {number}: {describe_image(image)}"
             for number, image in enumerate(turn.images, 1)
@@ -409,6 +422,7 @@ _DIRECTIVES: dict[str, _Directive] = {
     "tool": DemoBackend._tool,
     "bg": lambda demo, turn, rest: demo_tools.shell(turn, {"command": rest, "background": True}),
     "mcp": DemoBackend._mcp,
+    "delegate": lambda demo, turn, rest: demo_delegate.delegate(turn, rest),
     "goal": DemoBackend._goal,
     "compact": DemoBackend._compact,
 }

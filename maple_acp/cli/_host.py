@@ -133,6 +133,8 @@ class HostOptions:
     relay_allow: frozenset[str] = frozenset()
     #: Host variables tool children inherit beyond the built-in list (config: tool_env_allow).
     tool_env_allow: frozenset[str] = frozenset()
+    #: The model child sessions run on (config: subagent_model; ``None``: their parent's).
+    subagent_model: str | None = None
     account: str = attrs.field(factory=local_account)
     #: ``None``: the offline demo engine.
     engine: EngineFactory | None = None
@@ -244,6 +246,7 @@ async def open_default_host(options: HostOptions) -> AsyncIterator[Any]:
             provisional_grace_s=DEFAULT_PROVISIONAL_GRACE_S if grace is None else grace,
             relay_allow_list=options.relay_allow,
             tool_env_allow=options.tool_env_allow,
+            subagent_model=options.subagent_model,
             # The ACP service is this host's only surface, so its roots are the runtime's too.
             allowed_roots=options.allowed_roots,
         )

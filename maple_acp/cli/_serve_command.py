@@ -363,6 +363,7 @@ def _serve_with(
         provisional_grace_s=settings.grace,
         relay_allow=frozenset(settings.relay_allow),
         tool_env_allow=frozenset(settings.tool_env_allow),
+        subagent_model=settings.subagent_model,
         engine=engine,
         network=network,
     )

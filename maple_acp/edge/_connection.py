@@ -33,6 +33,7 @@ import trio
 
 from maple_acp._text import one_line
 from maple_acp.edge._background import BackgroundFlow
+from maple_acp.edge._children import cancel_child
 from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._closing import SessionCloser
 from maple_acp.edge._config import AcpServiceConfig
@@ -380,6 +381,8 @@ class AcpConnection:
             session = self.sessions.get(session_id)
             if session is not None:
                 session.cancel_prompt(latest)
+            else:
+                cancel_child(self.sessions.children(), session_id)
 
         self.peer.in_order(session_key(session_id), cancel)
 

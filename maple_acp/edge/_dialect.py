@@ -220,6 +220,8 @@ class ClientFeatures:
     plans: bool = False
     #: Boolean config options (else the session offers its selects only).
     boolean_options: bool = False
+    #: Child sessions (``subagent_update``, ``session_message``; else a child is a tool call).
+    subagents: bool = False
 
 
 def config_options(

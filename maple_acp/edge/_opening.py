@@ -118,6 +118,7 @@ class SessionOpener:
             compaction=self._channel.features.compaction,
             plans=self._channel.features.plans,
             boolean_options=self._channel.features.boolean_options,
+            subagents=self._channel.features.subagents,
         )
         table.register(session)
         nursery.start_soon(self._watch, session)
@@ -249,9 +250,20 @@ class SessionOpener:
         """Send the visible history (then the title), before the answer, through the live
         projector."""
         lease = session.lease
-        await self._send_history(
-            session.id, session.projector, await lease.replay_rows(), lease.image_data
-        )
+        rows = await lease.replay_rows()
+        if session.children.visible:
+            # Each child right after the call that delegated it.
+            children = await lease.children_history()
+            await session.children.replay(
+                self._channel,
+                session.projector,
+                rows,
+                children,
+                self._send_history,
+                lease.image_data,
+            )
+        else:
+            await self._send_history(session.id, session.projector, rows, lease.image_data)
         task = lease.task
         if task.title:
             await self._channel.send(session.id, session.projector.title(task.title))

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 import attrs
 import trio
 
+from maple_acp.edge._children import SessionChildren
 from maple_acp.edge._dialect import ConfigOptions, Dialect, SessionSettings, config_options
 from maple_acp.edge._idempotency import PromptKeys
 from maple_acp.runtime import ModelChoices, SessionLease
@@ -54,6 +55,7 @@ class EdgeSession:
         compaction: bool = False,
         plans: bool = False,
         boolean_options: bool = False,
+        subagents: bool = False,
     ) -> None:
         self.lease = lease
         self.id = lease.task_id
@@ -63,6 +65,16 @@ class EdgeSession:
         self.dialect = dialect
         self.projector = dialect.projection(
             self.id, notices=notices, compaction=compaction, plans=plans
+        )
+        #: The child sessions its runs delegate to, as the client sees them (``subagents``:
+        #: it shows them as sessions).
+        self.children = SessionChildren(
+            self.id,
+            dialect,
+            visible=subagents,
+            notices=notices,
+            compaction=compaction,
+            plans=plans,
         )
         self.choices = choices
         #: Whether the client takes boolean config options (else they are not offered).

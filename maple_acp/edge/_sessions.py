@@ -18,8 +18,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
+from maple_acp.edge._children import SessionChildren
 from maple_acp.edge._errors import unknown_session
 from maple_acp.edge._session import EdgeSession
+from maple_acp.runtime import SessionLease
 from maple_acp.wire import INVALID_REQUEST, ProtocolError
 
 #: Sessions one connection may hold: releasing them all when the connection
@@ -59,6 +61,10 @@ class SessionTable:
     def ids(self) -> tuple[str, ...]:
         """The ids of the sessions held here, closing ones included, in the order opened."""
         return tuple(self._sessions)
+
+    def children(self) -> list[tuple[SessionChildren, SessionLease]]:
+        """Each live session's children as its client sees them, with its lease."""
+        return [(session.children, session.lease) for session in self._sessions.values()]
 
     def is_tombstoned(self, session_id: str) -> bool:
         return session_id in self._tombstones

@@ -27,6 +27,7 @@ from typing import Any
 import attrs
 import trio
 
+from maple_acp.edge._children import CHILD_REPORTS
 from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._closing import CLOSE_DEADLINE_S
 from maple_acp.edge._dialect import Projection, permission_answer
@@ -319,6 +320,10 @@ class PromptTurns:
                             return state, outcome.stop_reason
                         if isinstance(event, PermissionRequest):
                             permissions.start_soon(self._ask_permission, session, event)
+                        elif isinstance(event, CHILD_REPORTS):
+                            await session.children.relay(
+                                self._channel, projector, event, permissions
+                            )
                         else:
                             dropped |= await self._send_event(session, run, event)
                     if texts:

@@ -200,6 +200,7 @@ class V1Dialect:
             boolean_options=session is not None
             and session.config_options is not None
             and session.config_options.boolean is not None,
+            subagents=request.client_capabilities.subagents is not None,
         )
 
     def initialize_answer(self, answer: InitializeResponse) -> InitializeResponse:

@@ -474,8 +474,8 @@ class V2Projection:
 
     def replay_complete(self) -> list[Outbound]:
         # Once per resume that named ``replayFrom``, even for an empty replay: a client takes
-        # a replay that ends without it (and without an answer) as cut short. Sessions have no
-        # child sessions yet, so there is no child's marker to send.
+        # a replay that ends without it (and without an answer) as cut short. Each child
+        # session the replay announces gets its own, after its transcript (edge/_children.py).
         return [self._update(REPLAY_COMPLETE, {})]
 
 
@@ -502,9 +502,10 @@ class V2Dialect:
     def client_features(self, request: InitializeParams) -> ClientFeatures:
         # v2's elicitation is another shape; the trust question asks with the chooser. A
         # notice is a baseline v2 update, shown by every client that knows it. Compactions
-        # are not projected to v2 yet. Plan operations and boolean options are v2's baseline
-        # (no capability for either: a client ignores a kind of option it does not know).
-        return ClientFeatures(notices=True, plans=True, boolean_options=True)
+        # are not projected to v2 yet. Plan operations, child sessions and boolean options are
+        # v2's baseline (no capability for any: a client ignores a kind of option it does not
+        # know).
+        return ClientFeatures(notices=True, plans=True, boolean_options=True, subagents=True)
 
     def initialize_answer(self, answer: InitializeResponse) -> v2.V2InitializeResponse:
         v1_session = answer.agent_capabilities.session_capabilities

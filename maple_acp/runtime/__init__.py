@@ -73,8 +73,10 @@ Runs and events
     stored message. ``async for event in run.events()`` yields ``TextChunk``/``ThoughtChunk``
     (stable ``message_id``), ``ToolRow`` (``first`` for the first row of a tool id),
     ``PermissionRequest``, ``UsageUpdate``, ``TitleChanged``, ``PlanUpdated`` (the whole
-    plan), ``ContextUsage`` (context window used/size), ``CommandsChanged``, ``RunNotice``
-    and, last, ``RunEnded``. When a prompt run ends with its task still untitled, the task is
+    plan), ``ContextUsage`` (context window used/size), ``CommandsChanged``, ``RunNotice``,
+    the child sessions it delegated to (``ChildAnnounced``, ``ChildRunning``, each of their
+    own events as a ``ChildEvent``, ``ChildEnded``; ``lease.cancel_child(id)`` stops one
+    alone) and, last, ``RunEnded``. When a prompt run ends with its task still untitled, the task is
     titled from the first line of its first user message (``TitleChanged`` before
     ``RunEnded``); a backend's own ``turn.set_title`` wins. A failed run's text arrives as a
     terminal ``RunNotice`` before ``RunEnded``. ``run.cancel()``; ``await run.wait()`` gives
@@ -217,13 +219,24 @@ from maple_acp.runtime._backend import (
 )
 from maple_acp.runtime._background import MAX_BACKGROUND_COMMANDS, BackgroundInfo
 from maple_acp.runtime._barrier import PromptClaim
+from maple_acp.runtime._children import (
+    MAX_ANSWER_CHARS,
+    MAX_RUNNING_CHILDREN,
+    MAX_SESSION_CHILDREN,
+)
 from maple_acp.runtime._errors import (
+    CHILD_SESSION_MESSAGE,
     MAX_MESSAGE_CHARS,
     RejectionKind,
     RuntimeRejection,
     bounded_text,
 )
 from maple_acp.runtime._events import (
+    ChildAnnounced,
+    ChildEnded,
+    ChildEvent,
+    ChildReport,
+    ChildRunning,
     CommandsChanged,
     CompactionChanged,
     CompactionText,
@@ -338,13 +351,14 @@ from maple_acp.runtime._tools import (
     ToolUnavailable,
 )
 from maple_acp.runtime._trust import SkillInfo, TrustStatus, find_project_skills
-from maple_acp.runtime._turn import Turn
+from maple_acp.runtime._turn import DelegationResult, Turn
 
 __all__ = [
     "ASK_MODE",
     "AUTO_EDIT_MODE",
     "BUILTIN_MODES",
     "BUILTIN_TOOL_CATEGORIES",
+    "CHILD_SESSION_MESSAGE",
     "CODE_MODE",
     "DEFAULT_PROVISIONAL_GRACE_S",
     "DRAIN_BOUND_S",
@@ -353,6 +367,7 @@ __all__ = [
     "LEASE_CLEANUP_BOUND_S",
     "LIVE_TAIL_CHARS",
     "MAX_ADDITIONAL_DIRECTORIES",
+    "MAX_ANSWER_CHARS",
     "MAX_BACKGROUND_COMMANDS",
     "MAX_BOOLEAN_OPTIONS",
     "MAX_COMMANDS",
@@ -372,6 +387,8 @@ __all__ = [
     "MAX_RELAY_TOTAL_BYTES",
     "MAX_RELAY_VALUES",
     "MAX_RELAY_VALUE_BYTES",
+    "MAX_RUNNING_CHILDREN",
+    "MAX_SESSION_CHILDREN",
     "MAX_WAITING_STEERS",
     "MODEL_CACHE_TTL_S",
     "MODEL_DISCOVERY_BOUND_S",
@@ -387,6 +404,11 @@ __all__ = [
     "BackgroundInfo",
     "BackgroundOutput",
     "BooleanOption",
+    "ChildAnnounced",
+    "ChildEnded",
+    "ChildEvent",
+    "ChildReport",
+    "ChildRunning",
     "CommandInfo",
     "CommandSource",
     "CommandsChanged",
@@ -394,6 +416,7 @@ __all__ = [
     "CompactionText",
     "ContextUsage",
     "CycleStarted",
+    "DelegationResult",
     "EmbeddedText",
     "ExternalToolDefinition",
     "ExternalToolRouter",

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from maple_acp.model import TaskPolicy, TaskQuery, TaskRecord, TimelineItem
 from maple_acp.runtime._admission import AdmissionFence, ProjectRoots
-from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
+from maple_acp.runtime._errors import CHILD_SESSION_MESSAGE, RejectionKind, RuntimeRejection
 from maple_acp.runtime._history import replay_view
 from maple_acp.runtime._registry import LeaseRegistry
 from maple_acp.runtime._replies import TaskListing
@@ -105,6 +105,9 @@ class AccountTasks:
             account = self._fence.account_of(generation)
             if task is None or task.account != account:
                 raise RuntimeRejection(RejectionKind.TASK_NOT_FOUND, "no such session")
+            if task.parent_id is not None:
+                raise RuntimeRejection(RejectionKind.CHILD_SESSION, CHILD_SESSION_MESSAGE)
             self._leases.check_free(task_id)
             await self._store.delete_task(task_id)
+        # Its child sessions went with it (the store deletes them with their parent).
         logger.info("task %s deleted", task_id)

@@ -50,3 +50,5 @@ class LeaseContext:
     thought_levels: Callable[[str | None], tuple[str, ...]]
     #: The boolean options the backend declares (checked when the service was built).
     boolean_options: tuple[BooleanOption, ...] = ()
+    #: The model a child session runs on (``None``: its parent's).
+    subagent_model: str | None = None

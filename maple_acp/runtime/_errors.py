@@ -71,6 +71,12 @@ class RejectionKind(enum.Enum):
     #: A prompt's content is refused: a malformed or oversized image or resource, too many
     #: images, or images for a model that does not see them.
     INVALID_PROMPT = "invalid_prompt"
+    #: The task is a child session: it is reached only through its parent.
+    CHILD_SESSION = "child_session"
+
+
+#: The one line every refusal of a child session's id says.
+CHILD_SESSION_MESSAGE = "a child session: use its parent"
 
 
 class RuntimeRejection(MapleAcpError):

@@ -108,6 +108,13 @@ class RunEventQueue:
         self._put(event)
         return True
 
+    def put_retained(self, event: RunEvent) -> None:
+        """Queue ``event`` without waiting and past the bound: only for the closing events of
+        a child session this run delegated to (a handful each, at most
+        ``MAX_RUNNING_CHILDREN`` at once), which must precede the run's own end."""
+        if not self._closed:
+            self._put(event)
+
     def _put(self, event: RunEvent) -> None:
         self._items.append(event)
         self.sent += 1

@@ -207,6 +207,55 @@ class RunEnded:
     outcome: RunOutcome
 
 
+@attrs.frozen
+class ChildAnnounced:
+    """The run delegated to a child session (``child_id``, a task of its own whose parent is
+    this run's task) from its tool call ``tool_id``: ``prompt`` is what the child was asked.
+    It runs once a place among the running children is free (``ChildRunning``)."""
+
+    run_id: str
+    child_id: str
+    tool_id: str
+    title: str
+    prompt: str
+    #: The id of the delegation prompt in the child's history (its user message).
+    prompt_message_id: str
+
+
+@attrs.frozen
+class ChildRunning:
+    """A child announced by this run started its turn."""
+
+    run_id: str
+    child_id: str
+
+
+@attrs.frozen
+class ChildEvent:
+    """One event of a child's own run (its text, tool calls, permission questions, its end),
+    in the child's order: ``event.run_id`` is the child's run."""
+
+    run_id: str
+    child_id: str
+    event: RunEvent
+
+
+@attrs.frozen
+class ChildEnded:
+    """A child's turn ended with ``outcome``; ``answer`` is what its parent's tool call
+    returns (its final answer, or why there is none), ``answer_message_id`` its id in the
+    child's history (empty when the child said nothing)."""
+
+    run_id: str
+    child_id: str
+    outcome: RunOutcome
+    answer: str
+    answer_message_id: str
+
+
+#: What a run reports about a child session it delegated to.
+ChildReport: TypeAlias = ChildAnnounced | ChildRunning | ChildEvent | ChildEnded
+
 RunEvent: TypeAlias = (
     TextChunk
     | ThoughtChunk
@@ -221,5 +270,9 @@ RunEvent: TypeAlias = (
     | RunNotice
     | CompactionChanged
     | CompactionText
+    | ChildAnnounced
+    | ChildRunning
+    | ChildEvent
+    | ChildEnded
     | RunEnded
 )

@@ -35,6 +35,7 @@ from maple_acp.model import (
 from maple_acp.runtime._attachments import Prompt
 from maple_acp.runtime._background import BackgroundCommands, BackgroundInfo
 from maple_acp.runtime._barrier import OperationBarrier, PromptClaim, PromptSlot
+from maple_acp.runtime._children import LeaseChildren
 from maple_acp.runtime._context import LeaseContext
 from maple_acp.runtime._events import RunKind
 from maple_acp.runtime._goal_driver import GoalCycleDriver
@@ -138,6 +139,14 @@ class SessionLease:
             saved_trust=lambda: context.store.get_trust(self.account, task.root),
             save_trust=lambda trusted: context.set_trust(generation, task.root, trusted),
         )
+        # Child sessions run inside this lease's runs, on its tools and directories.
+        self._children = LeaseChildren(
+            task=lambda: self._row.record,
+            store=context.store,
+            backend=context.backend,
+            now_ms=context.now_ms,
+            model=context.subagent_model,
+        )
         turns = self._turns = LeaseTurns(
             row=self._row,
             guard=life,
@@ -162,6 +171,7 @@ class SessionLease:
                 known_models=lambda: context.known_models(generation),
                 poke=lambda: self._goals.poke(),
             ),
+            children=self._children,
         )
         events = self._events
         self._queue = PromptQueue(
@@ -362,6 +372,18 @@ class SessionLease:
             self._life.check_live()
             return replay_rows_view(rows)
 
+    async def children_history(self) -> list[tuple[TaskRecord, list[TimelineItem | MessageRow]]]:
+        """The task's child sessions in the order they were delegated, each with its history
+        as ``replay_rows`` reads it."""
+        with self._life.operation():
+            store = self._context.store
+            children = await store.children(self.task_id)
+            found = [
+                (child, replay_rows_view(await store.replay_rows(child.id))) for child in children
+            ]
+            self._life.check_live()
+            return found
+
     # -- trust -------------------------------------------------------------------------------
 
     async def trust_status(self) -> TrustStatus:
@@ -455,6 +477,18 @@ class SessionLease:
     def cancel_run(self) -> bool:
         """Cancel the active run, if any. True if there was one."""
         return self._turns.cancel_run()
+
+    # -- child sessions ----------------------------------------------------------------------
+
+    @property
+    def running_children(self) -> tuple[str, ...]:
+        """The task ids of the child sessions whose turn runs now (inside this lease's run)."""
+        return self._children.running
+
+    def cancel_child(self, child_id: str) -> bool:
+        """Cancel child session ``child_id``'s turn alone: the parent's turn goes on, its
+        delegation told the child was cancelled. False when no such child runs now."""
+        return self._children.cancel(child_id)
 
     # -- background commands -----------------------------------------------------------------
 

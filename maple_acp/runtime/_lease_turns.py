@@ -16,6 +16,7 @@ from maple_acp.model import CommandInfo, GoalRecord, ItemKind, TimelineItem
 from maple_acp.runtime._attachments import Prompt
 from maple_acp.runtime._backend import AgentBackend, backend_accepts_images
 from maple_acp.runtime._barrier import OperationBarrier, PromptClaim, PromptSlot
+from maple_acp.runtime._children import LeaseChildren
 from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
 from maple_acp.runtime._events import RunKind
 from maple_acp.runtime._history import title_from_history
@@ -81,6 +82,7 @@ class LeaseTurns:
         tools: ToolContext,
         commands: tuple[CommandInfo, ...],
         session: TurnSession,
+        children: LeaseChildren | None = None,
     ) -> None:
         self._row = row
         self._guard = guard
@@ -93,6 +95,7 @@ class LeaseTurns:
         self._now_ms = now_ms
         self._tools = tools
         self._session = session
+        self._children = children
         self.commands = commands
         self.active_run: Run | None = None
         #: Prompts being admitted (a goal cycle must not start meanwhile).
@@ -251,6 +254,7 @@ class LeaseTurns:
         )
         skills, goal, tools = session.skills(), session.goal(), self._tools
         offered = offered_tools(tools.router if not tools.revoked else None)
+        delegator = self._children.for_run() if self._children is not None else None
 
         def make_turn(outlet: RunOutlet) -> Turn:
             return Turn(
@@ -266,6 +270,7 @@ class LeaseTurns:
                 history=history,
                 offered_tools=offered,
                 read_blob=store.read_blob,
+                delegator=delegator,
             )
 
         run = Run(

@@ -17,7 +17,7 @@ from maple_acp.runtime._admission import (
     check_directories,
 )
 from maple_acp.runtime._context import LeaseContext
-from maple_acp.runtime._errors import RejectionKind, RuntimeRejection
+from maple_acp.runtime._errors import CHILD_SESSION_MESSAGE, RejectionKind, RuntimeRejection
 from maple_acp.runtime._lease import SessionLease
 from maple_acp.runtime._lease_life import RouterFactory
 from maple_acp.runtime._models import AccountModels
@@ -164,6 +164,8 @@ class LeaseOpener:
             found = await store.get_task(task_id)
             self._sweep.check_found(task_id, found)
             account = self._fence.account_of(generation)
+            if found is not None and found.account == account:
+                _refuse_child(found)
             named = additional
             if replace_directories and found is not None:
                 named = found.additional_directories
@@ -222,6 +224,7 @@ class LeaseOpener:
         tools = self._tool_context(relay)
         root = await self._roots.admit(cwd, allowed_roots)
         source = await self._tasks.own(generation, task_id)
+        _refuse_child(source)
         named = source.additional_directories
         additional = await self._roots.admit_additional(
             named if additional_directories is None else additional_directories, allowed_roots
@@ -289,3 +292,9 @@ class LeaseOpener:
             lease.task.additional_directories if replace_directories else additional,
         )
         return additional
+
+
+def _refuse_child(task: TaskRecord | None) -> None:
+    """A child session is opened only through its parent (``CHILD_SESSION``)."""
+    if task is not None and task.parent_id is not None:
+        raise RuntimeRejection(RejectionKind.CHILD_SESSION, CHILD_SESSION_MESSAGE)

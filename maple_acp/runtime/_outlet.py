@@ -111,6 +111,11 @@ class RunOutlet:
         return self._usage
 
     @property
+    def queue(self) -> RunEventQueue:
+        """The run's event queue, for the child sessions it delegates to (``_children``)."""
+        return self._queue
+
+    @property
     def overflowed(self) -> bool:
         """A send that could not wait found the queue full, and the run was cancelled."""
         return self._overflowed

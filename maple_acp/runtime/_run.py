@@ -67,6 +67,7 @@ class Run:
         store: TaskStore,
         make_turn: Callable[[RunOutlet], Turn],
         notices: tuple[tuple[str, str], ...] = (),
+        queue: RunEventQueue | None = None,
     ) -> None:
         self.id = run_id
         #: ``(level, text)`` notices the runtime itself has for the user before the turn.
@@ -75,7 +76,8 @@ class Run:
         self.kind = kind
         self._scope = trio.CancelScope()
         self._store = store
-        self._queue = RunEventQueue()
+        # A child session's run hands its events to its parent's run instead (``_children``).
+        self._queue = queue if queue is not None else RunEventQueue()
         #: Steering messages for this run's backend (only a prompt's run takes them).
         self.steering = SteeringInbox()
         self._journal = RunJournal(run_id=run_id, task_id=task_id, store=store, now_ms=hooks.now_ms)

@@ -86,6 +86,7 @@ class AgentService(ServedInOwnNursery):
         allowed_roots: Sequence[str] = (),
         tool_env_allow: Collection[str] = (),
         modes: ModeSet = BUILTIN_MODES,
+        subagent_model: str | None = None,
     ) -> None:
         if not isinstance(modes, ModeSet):
             raise ValueError("modes is a ModeSet")
@@ -147,6 +148,7 @@ class AgentService(ServedInOwnNursery):
             modes=modes,
             thought_levels=lambda model: backend_thought_levels(backend, model),
             boolean_options=backend_boolean_options(backend),
+            subagent_model=subagent_model,
         )
         self._opener = LeaseOpener(
             store=store,

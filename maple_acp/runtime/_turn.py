@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final
+from typing import Final, Protocol
+
+import attrs
 
 from maple_acp.model import (
     CommandInfo,
@@ -30,6 +32,8 @@ from maple_acp.runtime._events import (
     NoticeLevel,
     RunKind,
     RunNotice,
+    RunState,
+    StopReason,
     TitleChanged,
     ToolOutput,
 )
@@ -56,6 +60,29 @@ _LOG_LEVELS: Final[dict[NoticeLevel, int]] = {
 }
 
 
+@attrs.frozen(kw_only=True)
+class DelegationResult:
+    """How a delegation to a child session ended (``Turn.delegate``)."""
+
+    #: The child session's task id.
+    child_id: str
+    #: ``COMPLETED``, ``FAILED`` or ``CANCELLED`` (the child alone, or its parent's turn).
+    state: RunState
+    #: What the parent's model is told: the child's final answer (at most 16,000
+    #: characters), or one line saying why there is none.
+    text: str
+    #: For a completed child: why its turn stopped.
+    stop_reason: StopReason = StopReason.END_TURN
+
+
+class Delegator(Protocol):
+    """Runs a turn's delegations (the runtime's ``_children``; a child's turn has none)."""
+
+    async def delegate(
+        self, turn: Turn, outlet: RunOutlet, tool_id: str, title: str, prompt: str
+    ) -> DelegationResult: ...
+
+
 class Turn:
     """The backend's view of one run: what to do, and where to report it. How the turn ended
     is not reported here: ``run_turn`` returns it as a ``TurnResult``.
@@ -80,8 +107,12 @@ class Turn:
         history: tuple[TimelineItem, ...] = (),
         offered_tools: tuple[ToolSpec, ...] = (),
         read_blob: Callable[[str], Awaitable[bytes | None]] | None = None,
+        delegator: Delegator | None = None,
     ) -> None:
         self._outlet = outlet
+        self._delegator = delegator
+        #: This turn is a child session's (a parent's ``delegate`` started it).
+        self.delegated = False
         self.run_id = outlet.run_id
         self.task_id = task_id
         self.kind = kind
@@ -119,7 +150,7 @@ class Turn:
     def follow_up(self, prompt: Prompt, history: tuple[TimelineItem, ...]) -> Turn:
         """The same run's next backend turn, for steering messages this one did not take
         (the runtime makes it; a backend does not need to)."""
-        return Turn(
+        turn = Turn(
             self._outlet,
             task_id=self.task_id,
             kind=self.kind,
@@ -133,7 +164,52 @@ class Turn:
             offered_tools=self._offered_tools,
             # The history's images (the first prompt's among them) stay readable.
             read_blob=self._read_blob,
+            delegator=self._delegator,
         )
+        turn.delegated = self.delegated
+        return turn
+
+    # -- child sessions ------------------------------------------------------------------------
+
+    @property
+    def can_delegate(self) -> bool:
+        """Whether this turn may start child sessions (a child's own turn may not: depth 1)."""
+        return self._delegator is not None
+
+    async def delegate(self, tool_id: str, title: str, prompt: str) -> DelegationResult:
+        """Start a child session for ``prompt`` and wait for its answer. The child is a task
+        of its own under this one, in the session's directories and mode, with the session's
+        model (or the host's subagent model) and a history of ``prompt`` only; its turn runs
+        inside this run (cancelling this run cancels it). At most 4 run at once per turn (a
+        further call waits), 16 per session. Report tool call ``tool_id``'s rows as for any
+        tool; its result is ``DelegationResult.text``. A child's failure is its result, never
+        an exception; ``ToolUnavailable`` (one line) when no child may be started."""
+        if self._delegator is None:
+            raise ToolUnavailable("a child session cannot delegate to a session of its own")
+        return await self._delegator.delegate(self, self._outlet, tool_id, title, prompt)
+
+    def child_turn(
+        self, outlet: RunOutlet, *, task_id: str, prompt: Prompt, model: str | None
+    ) -> Turn:
+        """The first turn of a child session's run (the runtime makes it): this turn's
+        directories, skills and tools, its own prompt and an empty history, no delegation."""
+        child = Turn(
+            outlet,
+            task_id=task_id,
+            kind=RunKind.PROMPT,
+            prompt=prompt,
+            model=model,
+            root=self.root,
+            skills=self.skills,
+            goal=None,
+            tools=self.tools,
+            offered_tools=self._offered_tools,
+            read_blob=self._read_blob,
+        )
+        child.delegated = True
+        # The session's tool notices stay with the parent's turn.
+        self.tools.notify_through(self.notice)
+        return child
 
     # -- steering: messages the user adds while the turn works ---------------------------------
 

@@ -292,6 +292,15 @@ _BOOLEAN_OPTIONS = """
 ALTER TABLE tasks ADD COLUMN boolean_options TEXT NOT NULL DEFAULT '{}'
 """
 
+#: Step 13: child sessions (``tasks.parent_id``, ``tasks.parent_tool_id``): a task a parent's
+#: turn delegated to, deleted with its parent; the tool call that delegated it places its
+#: transcript in the parent's replay.
+_CHILDREN = """
+ALTER TABLE tasks ADD COLUMN parent_id TEXT REFERENCES tasks (id) ON DELETE CASCADE;
+ALTER TABLE tasks ADD COLUMN parent_tool_id TEXT;
+CREATE INDEX tasks_by_parent ON tasks (parent_id) WHERE parent_id IS NOT NULL
+"""
+
 #: One schema step: a SQL script, or a function that runs inside the step's transaction (for
 #: a change of stored values that SQL cannot state exactly).
 Step = str | Callable[[sqlite3.Connection], None]
@@ -310,6 +319,7 @@ MIGRATIONS: tuple[Step, ...] = (
     _TRANSCRIPTS,
     _PROMPT_KEYS,
     _BOOLEAN_OPTIONS,
+    _CHILDREN,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

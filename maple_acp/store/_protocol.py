@@ -91,7 +91,8 @@ class TaskStore(Protocol):
     ) -> TaskRecord | None: ...
 
     async def delete_task(self, task_id: str) -> bool:
-        """Delete a task with everything that hangs off it. True if a row was deleted."""
+        """Delete a task with everything that hangs off it (its child sessions too). True if
+        a row was deleted."""
 
     async def delete_task_if_unchanged(self, snapshot: TaskRecord) -> bool:
         """Delete the task only if its row still equals ``snapshot`` exactly, it is still
@@ -150,7 +151,11 @@ class TaskStore(Protocol):
         """Insert ``task`` with a copy of ``source_id``'s items (all of them, or up to and
         including the last row of the message ``up_to``), in one transaction. Returns how many
         items were copied. Raises ``ForkSourceMissing`` (nothing written) when the source or
-        the message is not stored, ``StoreError`` if ``task``'s id exists."""
+        the message is not stored, ``StoreError`` if ``task``'s id exists. The source's child
+        sessions whose delegating call the copy holds are copied too, under new ids."""
+
+    async def children(self, task_id: str) -> list[TaskRecord]:
+        """The child sessions of ``task_id``, in the order they were delegated."""
 
     async def put_transcript(self, task_id: str, run_id: str, body: bytes) -> None:
         """Keep what a provider engine sent for run ``run_id`` (opaque bytes, replacing an

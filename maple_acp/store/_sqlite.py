@@ -27,7 +27,7 @@ from maple_acp.model import (
     TimelineItem,
     Usage,
 )
-from maple_acp.store import _blobs, _history, _tasks
+from maple_acp.store import _blobs, _children, _history, _tasks
 from maple_acp.store._lock import DataDirectoryLock
 from maple_acp.store._migrations import SCHEMA_VERSION, migrate
 from maple_acp.store._prompt_keys import message_for_key, remember_key_locked
@@ -242,6 +242,8 @@ class SqliteTaskStore:
     async def delete_task(self, task_id: str) -> bool:
         def change(conn: sqlite3.Connection) -> bool:
             self._histories.forget(task_id)
+            for child in _children.read_children(conn, task_id):
+                self._histories.forget(child.id)
             deleted = _tasks.delete_task(conn, task_id)
             _blobs.drop_unreferenced_locked(conn)
             return deleted
@@ -360,10 +362,14 @@ class SqliteTaskStore:
             if copied is None:
                 # Raised inside the transaction: the new task's row is rolled back with it.
                 raise ForkSourceMissing(message=True)
+            _children.copy_children_locked(conn, source_id, task.id)
             _blobs.refer_copied_locked(conn, task.id)
             return copied
 
         return await self._transaction(change)
+
+    async def children(self, task_id: str) -> list[TaskRecord]:
+        return await self._run(lambda conn: _children.read_children(conn, task_id))
 
     async def read_blob(self, sha256: str) -> bytes | None:
         return await self._run(lambda conn: _blobs.read_blob(conn, sha256))

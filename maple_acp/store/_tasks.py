@@ -52,8 +52,10 @@ _TASK_COLUMNS = (
     "thought_level",
     "additional_directories",
     "boolean_options",
+    "parent_id",
+    "parent_tool_id",
 )
-_TASK_SELECT = ", ".join(_TASK_COLUMNS)
+TASK_SELECT = ", ".join(_TASK_COLUMNS)
 
 _GOAL_COLUMNS = (
     "objective",
@@ -96,6 +98,8 @@ def _task_params(task: TaskRecord) -> tuple[Any, ...]:
         task.thought_level,
         encode_directories(task.additional_directories),
         encode_boolean_options(task.boolean_options),
+        task.parent_id,
+        task.parent_tool_id,
     )
 
 
@@ -129,7 +133,7 @@ def _directories(text: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _task_from_row(row: Sequence[Any]) -> TaskRecord:
+def task_from_row(row: Sequence[Any]) -> TaskRecord:
     try:
         return TaskRecord(
             id=row[0],
@@ -149,6 +153,8 @@ def _task_from_row(row: Sequence[Any]) -> TaskRecord:
             thought_level=row[14],
             additional_directories=_directories(row[15]),
             boolean_options=_boolean_options(row[16]),
+            parent_id=row[17],
+            parent_tool_id=row[18],
         )
     except ValueError as exc:
         raise StoreError("a stored task row holds a value this version does not know") from exc
@@ -240,6 +246,8 @@ def list_sql(query: TaskQuery) -> tuple[str, list[Any], int]:
         where.append("provisional = 0")
     if not query.include_archived:
         where.append("archived = 0")
+    # A child session is shown through its parent, never as a session of its own.
+    where.append("parent_id IS NULL")
     if query.cursor is not None:
         updated_ms, last_id = _decode_cursor(query, query.cursor)
         # A row-value comparison, not the equivalent OR: SQLite turns it into a range on the
@@ -247,7 +255,7 @@ def list_sql(query: TaskQuery) -> tuple[str, list[Any], int]:
         where.append("(updated_ms, id) < (?, ?)")
         params.extend((updated_ms, last_id))
     sql = (
-        f"SELECT {_TASK_SELECT} FROM tasks WHERE {' AND '.join(where)} "
+        f"SELECT {TASK_SELECT} FROM tasks WHERE {' AND '.join(where)} "
         "ORDER BY updated_ms DESC, id DESC LIMIT ?"
     )
     params.append(limit + 1)
@@ -260,7 +268,7 @@ def list_sql(query: TaskQuery) -> tuple[str, list[Any], int]:
 def insert_task(conn: sqlite3.Connection, task: TaskRecord) -> None:
     try:
         conn.execute(
-            f"INSERT INTO tasks ({_TASK_SELECT}) VALUES ({', '.join('?' * len(_TASK_COLUMNS))})",
+            f"INSERT INTO tasks ({TASK_SELECT}) VALUES ({', '.join('?' * len(_TASK_COLUMNS))})",
             _task_params(task),
         )
     except sqlite3.IntegrityError as exc:
@@ -268,14 +276,14 @@ def insert_task(conn: sqlite3.Connection, task: TaskRecord) -> None:
 
 
 def read_task(conn: sqlite3.Connection, task_id: str) -> TaskRecord | None:
-    row = conn.execute(f"SELECT {_TASK_SELECT} FROM tasks WHERE id = ?", (task_id,)).fetchone()
-    return None if row is None else _task_from_row(row)
+    row = conn.execute(f"SELECT {TASK_SELECT} FROM tasks WHERE id = ?", (task_id,)).fetchone()
+    return None if row is None else task_from_row(row)
 
 
 def read_page(conn: sqlite3.Connection, query: TaskQuery) -> TaskPage:
     sql, params, limit = list_sql(query)
     rows = conn.execute(sql, params).fetchall()
-    tasks = tuple(_task_from_row(row) for row in rows[:limit])
+    tasks = tuple(task_from_row(row) for row in rows[:limit])
     next_cursor = _encode_cursor(query, tasks[-1]) if len(rows) > limit else None
     return TaskPage(tasks=tasks, next_cursor=next_cursor)
 
@@ -285,10 +293,10 @@ def update_task(
 ) -> TaskRecord | None:
     """Apply ``assignments`` (a SET clause) to one task; the new row, ``None`` if none."""
     rows = conn.execute(
-        f"UPDATE tasks SET {assignments} WHERE id = ? RETURNING {_TASK_SELECT}",
+        f"UPDATE tasks SET {assignments} WHERE id = ? RETURNING {TASK_SELECT}",
         (*params, task_id),
     ).fetchall()
-    return _task_from_row(rows[0]) if rows else None
+    return task_from_row(rows[0]) if rows else None
 
 
 def end_provisional(conn: sqlite3.Connection, task_id: str, now_ms: int) -> TaskRecord:

@@ -106,6 +106,7 @@ from ._initialize import (
     SessionForkCapabilities,
     SessionListCapabilities,
     SessionResumeCapabilities,
+    SubagentCapabilities,
 )
 from ._interaction import (
     BooleanPropertySchema,
@@ -384,6 +385,7 @@ __all__ = [
     "SteeringRequest",
     "SteeringResponse",
     "StopReason",
+    "SubagentCapabilities",
     "TextContent",
     "TextResourceContents",
     "ToolCall",

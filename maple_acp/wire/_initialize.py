@@ -90,6 +90,14 @@ class PlanCapabilities:
 
 
 @attrs.frozen(kw_only=True)
+class SubagentCapabilities:
+    """Present when the client shows child sessions: ``subagent_update`` and
+    ``session_message`` (v1 1.29, unstable)."""
+
+    meta: Meta | None = None
+
+
+@attrs.frozen(kw_only=True)
 class ClientCapabilities:
     fs: FileSystemCapabilities = FileSystemCapabilities()
     terminal: bool = False
@@ -97,6 +105,7 @@ class ClientCapabilities:
     auth: AuthCapabilities = AuthCapabilities()
     elicitation: ElicitationCapabilities | None = None
     plan: PlanCapabilities | None = None
+    subagents: SubagentCapabilities | None = None
     meta: Meta | None = None
 
 

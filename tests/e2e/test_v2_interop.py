@@ -34,5 +34,12 @@ async def test_typescript_v2_client_drives_maple_acp_acp(tmp_path: Path, ts_sdk:
         "idle:end_turn",
     ]
     assert report["toolKinds"] == ["tool_call_update"]
-    assert report["replayed"] == 2
+    assert report["child"] == {
+        "title": "Survey",
+        "text": "working on: list the filesanswer: list the files",
+        "askedWithItsId": True,
+        "messages": [["parent", "list the files"], ["child", "answer: list the files"]],
+        "replayed": 1,
+    }
+    assert report["replayed"] == 3
     assert report["listed"] is True

@@ -105,7 +105,7 @@ class Delete:
 class Prompt:
     conn: int
     task: int
-    script: str  # "echo" | "hang" | "tool"
+    script: str  # "echo" | "hang" | "tool" | "delegate" (a child that hangs)
     answer: str = "allow"  # "allow" | "reject" | "cancel" | "malformed" | "deferred"
     then: int | None = None
 
@@ -662,6 +662,9 @@ class Scenario:
             text = f"/echo reply-{number}"
         elif op.script == "hang":
             text = "/hang"
+        elif op.script == "delegate":
+            # The parent waits in its delegation for a child that waits to be cancelled.
+            text = f"/delegate child-{number} :: /hang"
         else:
             text = f'/tool shell {{"command": "touch marker-{number}"}}'
         params = {"sessionId": task, "prompt": [{"type": "text", "text": text}]}
@@ -1215,7 +1218,7 @@ class Scenario:
                 and not self.drained
                 and record.stopped_at is None
                 and (
-                    record.script == "hang"
+                    record.script in ("hang", "delegate")
                     or (
                         record.script == "tool"
                         and record.answer == "deferred"
@@ -1269,6 +1272,10 @@ class Scenario:
                 for conn in self.history
                 for c in conn.calls
             )
+            if lease is not None and lease.running_children and lease.active_run is None:
+                raise Violation(
+                    f"task {task.id} has children running outside a run: {lease.running_children}"
+                )
             if holder is None:
                 if lease is not None and not closing:
                     raise Violation(f"task {task.id} is still leased with no session open")

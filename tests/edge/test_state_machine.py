@@ -3,7 +3,8 @@
 Each example is a list of operations (new, load and resume - a re-attach when the connection
 holds the session -, delete, prompt with every kind of permission answer, cancel, close, a close
 and a load or resume written back to back, a cancel and a prompt written back to back, set the
-model, disconnect, list, advance virtual time, account change, runtime stop) run inside one
+model, disconnect, list, advance virtual time, account change, runtime stop; a prompt may
+delegate to a child session that waits to be cancelled) run inside one
 ``trio.run`` on a mock clock; ``edge_machine`` holds the engine and the invariants it checks
 after every settled step.
 """
@@ -51,7 +52,7 @@ conns = st.sampled_from([0, 0, 0, 1, 1, 2])
 tasks = st.integers(0, 5)
 #: Mostly settle after an operation; sometimes let the next one race it.
 thens = st.sampled_from([None, None, None, None, None, 0, 1, 3])
-scripts = st.sampled_from(["echo", "hang", "tool", "tool"])
+scripts = st.sampled_from(["echo", "hang", "tool", "tool", "delegate"])
 answers = st.sampled_from(["allow", "reject", "cancel", "malformed", "deferred"])
 
 #: Each kind of operation, with how often it is drawn (out of the sum of the weights).
@@ -345,5 +346,25 @@ def test_a_prompt_written_right_after_a_cancel_runs_after_the_cancelled_turn() -
             CancelThenPrompt(0, 0, "tool"),
             CancelThenPrompt(0, 0, "hang"),
             CancelThenPrompt(0, 0, "echo"),
+        ]
+    )
+
+
+def test_a_delegating_turn_ends_with_its_child_on_cancel_close_and_disconnect() -> None:
+    run_scenario(
+        [
+            Initialize(0),
+            New(0),
+            Prompt(0, 0, "delegate"),
+            Cancel(0, 0),
+            Prompt(0, 0, "delegate"),
+            Close(0, 0),
+            Initialize(1),
+            New(1),
+            Prompt(1, 0, "delegate"),
+            Disconnect(1),
+            Load(0, 1),
+            Prompt(0, 1, "delegate", then=0),
+            Close(0, 1, then=1),
         ]
     )

@@ -35,6 +35,8 @@ DOCUMENTED_SCHEMA = {
         "thought_level",
         "additional_directories",
         "boolean_options",
+        "parent_id",
+        "parent_tool_id",
     ],
     "items": [
         "id",

@@ -153,6 +153,9 @@ _CHANGES: dict[str, object] = {
     "thought_level": "high",
     "additional_directories": ("/also",),
     "boolean_options": (("brief", True),),
+    # The task itself: the only parent the row can name without another row.
+    "parent_id": "p",
+    "parent_tool_id": "call-1",
 }
 
 

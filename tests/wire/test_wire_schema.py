@@ -263,8 +263,9 @@ EXTRA_KEYS = {
     "PlanMarkdown": {"type"},
     # ``fork`` is the unstable schema's (checked against it by the edge's initialize test).
     "SessionCapabilities": {"fork"},
-    # ``plan`` is the unstable schema's (v1 1.29); its PlanCapabilities is checked below.
-    "ClientCapabilities": {"plan"},
+    # ``plan`` and ``subagents`` are the unstable schema's (v1 1.29); their capability
+    # markers are checked below.
+    "ClientCapabilities": {"plan", "subagents"},
 }
 #: Our own extensions, which the ACP schema does not define.
 EXTENSIONS = {
@@ -318,6 +319,8 @@ def test_fields_match_the_schema_key_for_key(cls: type) -> None:
         },
         # MCP servers that live in the client (MCP over ACP) are the unstable schema's.
         **{name: UNSTABLE_DEFS[name] for name in ("McpCapabilities", "McpServerAcp")},
+        # Child sessions, shown to a client that declared ``clientCapabilities.subagents``.
+        "SubagentCapabilities": UNSTABLE_DEFS["SubagentCapabilities"],
     }
     schema_keys: set[str] = set()
     required: set[str] = set()

@@ -48,7 +48,7 @@ from maple_acp.backends.provider._history import (
     wanted_images,
 )
 from maple_acp.backends.provider._http import ProviderKeys, RequestTimeouts, where
-from maple_acp.backends.provider._tools import ToolCall, run_tool_call
+from maple_acp.backends.provider._tools import DELEGATE, ToolCall, run_tool_call
 from maple_acp.model import ImageRef, ItemKind, TimelineItem
 from maple_acp.runtime import (
     Backend,
@@ -373,13 +373,24 @@ class ProviderEngine(Backend):
     async def run_tools(turn: Turn, calls: Sequence[ToolCall]) -> list[tuple[ToolCall, str]]:
         """Run each call as its tool row, in order; what the model is told of each (bounded,
         without relay values: a shell tool may print one, and it must reach neither the
-        provider nor its request log). No tool runs after a cancel."""
-        told = []
-        for call in calls:
-            await trio.lowlevel.checkpoint_if_cancelled()
-            result = await run_tool_call(turn, call, f"{turn.new_message_id()}-tool")
-            told.append((call, bound_result(turn.tools.redactor.text(result.content))))
-        return told
+        provider nor its request log). No tool runs after a cancel. The ``delegate`` calls run
+        together, each in a task of this turn's (the runtime lets four run at once); their
+        results keep the calls' order."""
+        results: dict[int, str] = {}
+
+        async def run(index: int, call: ToolCall, row_id: str) -> None:
+            result = await run_tool_call(turn, call, row_id)
+            results[index] = bound_result(turn.tools.redactor.text(result.content))
+
+        async with trio.open_nursery() as children:
+            for index, call in enumerate(calls):
+                await trio.lowlevel.checkpoint_if_cancelled()
+                row_id = f"{turn.new_message_id()}-tool"
+                if call.name == DELEGATE and turn.can_delegate:
+                    children.start_soon(run, index, call, row_id)
+                else:
+                    await run(index, call, row_id)
+        return [(call, results[index]) for index, call in enumerate(calls)]
 
     @staticmethod
     async def keep(turn: Turn, kind: str, messages: Sequence[Any]) -> None:

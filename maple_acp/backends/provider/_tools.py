@@ -7,6 +7,8 @@ with ``shell_kill``);
 ``edit_file`` ask, showing the diff they would make, then make it; ``external_mcp`` (when the
 session has MCP servers) is always asked by the runtime. The session's mode decides which of
 them the model is offered, and a call of one it forbids fails its row without asking.
+``delegate`` (every mode; never to a child session's turn) hands a task to a child session
+and returns its answer; the calls of one model answer run together, at most four at once.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from maple_acp.runtime import (
     MAX_PLAN_MARKDOWN_CHARS,
     FileChange,
     FileToolError,
+    RunState,
     ToolRequest,
     ToolState,
     ToolStatus,
@@ -46,6 +49,7 @@ READ_FILE = "read_file"
 WRITE_FILE = "write_file"
 EDIT_FILE = "edit_file"
 UPDATE_PLAN = "update_plan"
+DELEGATE = "delegate"
 #: Lines ``read_file`` returns unless asked for fewer: a window the model can page through.
 READ_LINES = 2000
 #: Entries of one plan; a longer list is a model rambling, not a plan.
@@ -156,12 +160,30 @@ PLAN_TOOL = _spec(
 )
 
 
+DELEGATE_TOOL = _spec(
+    DELEGATE,
+    "Hand a self-contained task to a helper session and get its final answer back. The "
+    "helper works in the same project and mode with the same tools, but sees only your "
+    "prompt, not this conversation: say everything it needs. Several calls in one answer "
+    "run together.",
+    {
+        "title": {"type": "string", "description": "A short name for the task, shown to the user."},
+        "prompt": {"type": "string", "description": "The whole task, with what it needs."},
+    },
+    ["title", "prompt"],
+)
+
+
 def offered_tools(turn: Turn) -> list[Any]:
-    """The native tools and ``update_plan`` that the session's mode allows now, plus what the
-    turn offers (``external_mcp`` while the session has MCP servers and the mode allows it)."""
+    """The native tools and ``update_plan`` that the session's mode allows now, ``delegate``
+    unless the turn is a child session's, plus what the turn offers (``external_mcp`` while
+    the session has MCP servers and the mode allows it)."""
     tools = [
         spec for spec in (*NATIVE_TOOLS, PLAN_TOOL) if turn.tool_allowed(spec["function"]["name"])
     ]
+    if turn.can_delegate:
+        # Every mode: the child inherits the mode, and its own calls meet it.
+        tools.append(DELEGATE_TOOL)
     for spec in turn.offered_tools:
         tools.append(
             {
@@ -196,6 +218,8 @@ class ToolResult:
 async def run_tool_call(turn: Turn, call: ToolCall, row_id: str) -> ToolResult:
     """Run one call as a tool row: pending (with its diff when it writes) -> permission ->
     in progress -> completed or failed. Never raises for the tool's own failure."""
+    if call.name == DELEGATE and turn.can_delegate:
+        return await _delegate(turn, call, row_id)
     # The session's mode now (it may have changed since the model was offered its tools).
     refusal = turn.tool_refusal(call.name)
     if refusal is not None:
@@ -292,6 +316,27 @@ class _Row:
             ToolStatus.COMPLETED, output_text=text[:MAX_ROW_TEXT_CHARS], raw_output=raw_output
         )
         return ToolResult(content=text)
+
+
+async def _delegate(turn: Turn, call: ToolCall, row_id: str) -> ToolResult:
+    """A child session for the call's task; its answer (or why there is none) is the result."""
+    row = _Row(turn, row_id, DELEGATE)
+    args = _parse_arguments(call.arguments)
+    if isinstance(args, str):
+        await row.update(ToolStatus.PENDING, raw_input={"arguments": (call.arguments or "")[:4096]})
+        return await row.fail(args)
+    title, prompt = args.get("title"), args.get("prompt")
+    row.title = title if isinstance(title, str) and title.strip() else DELEGATE
+    await row.update(ToolStatus.IN_PROGRESS, raw_input=args)
+    if not isinstance(prompt, str) or not prompt.strip():
+        return await row.fail("delegate takes a title and a prompt")
+    try:
+        result = await turn.delegate(row_id, row.title, prompt)
+    except ToolUnavailable as exc:
+        return await row.fail(str(exc))
+    if result.state is RunState.COMPLETED:
+        return await row.done(result.text)
+    return await row.fail(result.text)
 
 
 async def _read_file(row: _Row, turn: Turn, args: Mapping[str, Any]) -> ToolResult:

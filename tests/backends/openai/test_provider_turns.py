@@ -77,7 +77,7 @@ async def test_a_streamed_answer_reaches_the_caller_with_usage_and_the_key(
     assert body["messages"][0]["role"] == "system"
     assert body["messages"][-1] == {"role": "user", "content": "say hello"}
     native = {"shell", "shell_output", "shell_kill", "read_file", "write_file", "edit_file"}
-    native.add("update_plan")
+    native |= {"update_plan", "delegate"}
     assert {tool["function"]["name"] for tool in body["tools"]} == native
 
 

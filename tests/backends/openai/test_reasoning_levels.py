@@ -230,8 +230,9 @@ async def test_the_mode_decides_the_tools_offered_and_refuses_a_write_without_as
         await answering(await lease.start_run("do it"), "allow_once")
         await lease.release()
     bodies = [request.body for request in provider.chat_requests()]
-    assert offered_names(bodies[0]) == ["read_file"]
-    assert offered_names(bodies[2]) == ["read_file", "update_plan"]
+    # ``delegate`` in every mode: a child inherits the mode, and its own calls meet it.
+    assert offered_names(bodies[0]) == ["read_file", "delegate"]
+    assert offered_names(bodies[2]) == ["read_file", "update_plan", "delegate"]
     assert offered_names(bodies[3]) == [
         "shell",
         "shell_output",
@@ -240,6 +241,7 @@ async def test_the_mode_decides_the_tools_offered_and_refuses_a_write_without_as
         "write_file",
         "edit_file",
         "update_plan",
+        "delegate",
     ]
     assert "plan mode" in bodies[2]["messages"][0]["content"]
     assert "plan mode" not in bodies[3]["messages"][0]["content"]
