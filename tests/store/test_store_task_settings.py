@@ -119,6 +119,10 @@ async def test_a_file_before_boolean_options_gains_none_set(
         await store.create_task(task_record(id="t", mode="plan"))
     conn = sqlite3.connect(store_path, isolation_level=None)
     try:
+        # Undo step 13 (child sessions) first: a later step's columns go before an earlier's.
+        conn.execute("DROP INDEX tasks_by_parent")
+        conn.execute("ALTER TABLE tasks DROP COLUMN parent_tool_id")
+        conn.execute("ALTER TABLE tasks DROP COLUMN parent_id")
         conn.execute("ALTER TABLE tasks DROP COLUMN boolean_options")
         conn.execute("PRAGMA user_version = 11")
         assert migrate(conn) == 11

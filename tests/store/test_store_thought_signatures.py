@@ -50,7 +50,7 @@ async def test_a_schema_8_file_gains_the_column_with_its_rows_unsigned(tmp_path:
         await store.upsert_items("t", [thought("m1", "old thinking", None)], now_ms=2)
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        # Undo step 12 (child sessions) first: a later step's columns go before an earlier's.
+        # Undo step 13 (child sessions) first: a later step's columns go before an earlier's.
         conn.execute("DROP INDEX tasks_by_parent")
         conn.execute("ALTER TABLE tasks DROP COLUMN parent_tool_id")
         conn.execute("ALTER TABLE tasks DROP COLUMN parent_id")

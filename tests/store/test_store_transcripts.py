@@ -52,7 +52,7 @@ async def test_a_schema_9_file_gains_an_empty_table(tmp_path: Path) -> None:
         await store.upsert_items("t", [row("u1", "r1", ItemKind.USER)], now_ms=2)
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        # Undo step 12 (child sessions) first: a later step's columns go before an earlier's.
+        # Undo step 13 (child sessions) first: a later step's columns go before an earlier's.
         conn.execute("DROP INDEX tasks_by_parent")
         conn.execute("ALTER TABLE tasks DROP COLUMN parent_tool_id")
         conn.execute("ALTER TABLE tasks DROP COLUMN parent_id")
