@@ -69,6 +69,8 @@ class RejectionKind(enum.Enum):
     #: A prompt's content is refused: a malformed or oversized image or resource, too many
     #: images, or images for a model that does not see them.
     INVALID_PROMPT = "invalid_prompt"
+    #: A session already has as many observing windows as it takes.
+    OBSERVERS_FULL = "observers_full"
 
 
 class RuntimeRejection(MapleAcpError):

@@ -10,6 +10,7 @@ the hooks the lease hands them here:
 - ``_lease_settings``: the model, the session mode, the thinking effort;
 - ``_lease_skills``: the project skills the backend sees;
 - ``_reattach``: swapping the router and the directories on a re-attach;
+- ``_observers``: the windows that follow the task without holding it;
 - ``_goal_driver``: the goal and its autonomous cycles;
 - ``_background``: the background commands, in the lease's nursery;
 - ``_task_row``: the task row they share; ``_context``: what the lease sees of the service.
@@ -42,6 +43,7 @@ from maple_acp.runtime._lease_settings import SessionSettings
 from maple_acp.runtime._lease_skills import LeaseSkills
 from maple_acp.runtime._lease_turns import LeaseTurns, TurnSession
 from maple_acp.runtime._models import ModelChoices
+from maple_acp.runtime._observers import Observer, SessionObservers
 from maple_acp.runtime._reattach import Reattachment
 from maple_acp.runtime._run import Run
 from maple_acp.runtime._session_events import SessionEvents
@@ -90,7 +92,8 @@ class SessionLease:
         self.created_here = created_here
         self.tools = tools
         self._row = TaskRow(task, created_here=created_here, history_locked=history_locked)
-        self._events = SessionEvents()
+        self._observers = SessionObservers(now_ms=context.now_ms)
+        self._events = SessionEvents(mirror=self._observers.mirror)
         barrier = OperationBarrier()
         self._barrier = barrier
         slot = self._slot = PromptSlot()
@@ -155,6 +158,7 @@ class SessionLease:
                 model_choices=lambda: context.model_choices(generation, False),
                 known_models=lambda: context.known_models(generation),
                 poke=lambda: self._goals.poke(),
+                observe=self._observers.watch,
             ),
         )
         self._reattach = Reattachment(
@@ -463,6 +467,24 @@ class SessionLease:
         router serves (canonical and admitted: ``AgentService.reattach`` passes them)."""
         await self._reattach.replace_router(router_factory, directories)
 
+    # -- observers ---------------------------------------------------------------------------
+
+    def attach_observer(self) -> Observer:
+        """Another window follows this task without holding it (the holder keeps the lease):
+        the returned ``Observer`` holds a snapshot of the runs being read, then yields what
+        follows (their events, prompts' user messages, goal, mode and background events)
+        until it is detached: by ``Observer.detach``, by falling ``OBSERVER_BACKLOG`` events
+        behind, or when this lease is revoked. Its permission requests carry tickets of its
+        own; the first window's clean answer decides. ``OBSERVERS_FULL`` beyond
+        ``MAX_OBSERVERS``."""
+        self._life.check_live()
+        return self._observers.attach()
+
+    @property
+    def observers(self) -> int:
+        """How many windows observe this task now."""
+        return len(self._observers)
+
     # -- revocation and release --------------------------------------------------------------
 
     def revoke(self, reason: str = "the session was revoked") -> None:
@@ -473,6 +495,7 @@ class SessionLease:
         self._life.revoke(reason)
 
     def _on_revoke(self) -> None:
+        self._observers.end()
         self._turns.cancel_run()
         self._slot.changed()
         self._goals.poke()

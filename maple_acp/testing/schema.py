@@ -44,6 +44,8 @@ OUTBOUND_DEFINITIONS: Final[Mapping[str, str]] = {
     "session/update": "SessionNotification",
     "session/request_permission": "RequestPermissionRequest",
     "elicitation/create": "CreateElicitationRequest",
+    # Either side's: a permission question another window answered is withdrawn.
+    "$/cancel_request": "CancelRequestNotification",
 }
 
 
@@ -52,6 +54,7 @@ OUTBOUND_DEFINITIONS: Final[Mapping[str, str]] = {
 V2_OUTBOUND_DEFINITIONS: Final[Mapping[str, str]] = {
     "session/update": "UpdateSessionNotification",
     "session/request_permission": "RequestPermissionRequest",
+    "$/cancel_request": "CancelRequestNotification",
 }
 V2_UNSTABLE_RESULTS: Final = frozenset({"session/fork"})
 #: The definition only the v2 schema has: how a directory without ``meta.json`` is told apart.

@@ -1,0 +1,369 @@
+"""Several windows on one session: a second connection follows a session another holds
+(``_meta["maple.attach"] = "observe"`` on ``session/load`` in v1, ``session/resume`` with a
+replay in v2). Through the real wire on both versions, every frame checked against the
+schema of the negotiated version as it arrives."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from edge_harness import Harness, running_service
+
+from maple_acp.edge import AcpServiceConfig
+from maple_acp.runtime import MAX_OBSERVERS
+from maple_acp.testing.client import AcpTestClient, HeldPermissions
+from maple_acp.testing.schema import AcpSchema
+from maple_acp.wire import ProtocolError
+
+ATTACH = "maple.attach"
+
+
+class Windows:
+    """Clients of one version on one service, and what each version calls things."""
+
+    def __init__(self, harness: Harness, version: int, schema: AcpSchema) -> None:
+        self.harness = harness
+        self.version = version
+        self.schema = schema
+
+    @asynccontextmanager
+    async def window(self, **options: Any) -> AsyncIterator[AcpTestClient]:
+        async with self.harness.connect(schema=self.schema, **options) as client:
+            await self.initialize(client)
+            yield client
+            client.check()
+            client.validate(self.schema)
+
+    async def initialize(self, client: AcpTestClient) -> None:
+        answer = await client.call(
+            "initialize", {"protocolVersion": self.version, "clientCapabilities": {}}
+        )
+        assert answer["protocolVersion"] == self.version
+
+    async def new(self, client: AcpTestClient, cwd: Path) -> str:
+        params: dict[str, Any] = {"cwd": str(cwd)}
+        if self.version == 1:
+            params["mcpServers"] = []
+        sid: str = (await client.call("session/new", params))["sessionId"]
+        return sid
+
+    def attach_params(self, sid: str, cwd: Path, meta: dict[str, Any] | None) -> tuple[str, Any]:
+        params: dict[str, Any] = {"sessionId": sid, "cwd": str(cwd), "mcpServers": []}
+        if meta is not None:
+            params["_meta"] = meta
+        if self.version == 1:
+            return "session/load", params
+        params["replayFrom"] = {"type": "start"}
+        return "session/resume", params
+
+    async def observe(
+        self, client: AcpTestClient, sid: str, cwd: Path, value: Any = "observe"
+    ) -> Any:
+        return await client.call(*self.attach_params(sid, cwd, {ATTACH: value}))
+
+    def agent_text(self, client: AcpTestClient, sid: str) -> str:
+        """The agent's text of the session as this client shows it."""
+        if self.version == 1:
+            return client.text(sid)
+        return "".join(t for kind, _, t in client.messages(sid) if kind == "agent_message")
+
+    def user_texts(self, client: AcpTestClient, sid: str) -> list[str]:
+        if self.version == 1:
+            return [
+                u["content"]["text"]
+                for u in client.updates(sid)
+                if u["sessionUpdate"] == "user_message_chunk"
+            ]
+        return [t for kind, _, t in client.messages(sid) if kind == "user_message"]
+
+    async def prompt(self, client: AcpTestClient, sid: str, text: str) -> str:
+        """Write a prompt without waiting for its answer."""
+        return await client.send(
+            "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}
+        )
+
+
+@pytest.fixture(params=[1, 2], ids=["v1", "v2"])
+async def windows(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    acp_schema: AcpSchema,
+    acp_schema_v2: AcpSchema,
+) -> AsyncIterator[Windows]:
+    version: int = request.param
+    async with running_service(tmp_path, config=AcpServiceConfig(protocol_max=2)) as harness:
+        yield Windows(harness, version, acp_schema if version == 1 else acp_schema_v2)
+
+
+async def until(client: AcpTestClient, predicate: Callable[[], bool]) -> None:
+    with trio.fail_after(10):
+        await client.wait_until(predicate)
+
+
+def cancel_requests(client: AcpTestClient) -> list[Any]:
+    return [
+        m["params"]["requestId"]
+        for m in client.inbound()
+        if isinstance(m, dict) and m.get("method") == "$/cancel_request"
+    ]
+
+
+def tool_rows(client: AcpTestClient, sid: str, tool_id: str) -> list[dict[str, Any]]:
+    return [u for u in client.updates(sid) if u.get("toolCallId") == tool_id]
+
+
+def shell(marker: Path) -> str:
+    return "/tool shell " + json.dumps({"command": f"touch {marker}"})
+
+
+async def test_an_observer_gets_the_replay_then_every_live_update(
+    windows: Windows, project: Path
+) -> None:
+    async with windows.window() as holder, windows.window() as observer:
+        sid = await windows.new(holder, project)
+        await holder.call(
+            "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "/echo one"}]}
+        )
+        await until(holder, lambda: windows.agent_text(holder, sid) == "one")
+        await windows.observe(observer, sid, project)
+        assert windows.agent_text(observer, sid) == "one"
+        # The holder keeps the lease.
+        lease = windows.harness.runtime.lease_of(sid)
+        assert lease is not None
+        assert lease.observers == 1
+        await windows.prompt(holder, sid, "/echo two")
+        await until(observer, lambda: windows.agent_text(observer, sid) == "onetwo")
+        assert windows.user_texts(observer, sid) == ["/echo one", "/echo two"]
+        await until(holder, lambda: windows.agent_text(holder, sid) == "onetwo")
+
+
+async def test_a_running_turns_output_so_far_is_replayed_once(
+    windows: Windows, project: Path
+) -> None:
+    async with windows.window() as holder, windows.window() as observer:
+        sid = await windows.new(holder, project)
+        prompt_id = await windows.prompt(holder, sid, "/echo so far\n/hang")
+        await until(holder, lambda: windows.agent_text(holder, sid) == "so far")
+        await windows.observe(observer, sid, project)
+        assert windows.agent_text(observer, sid) == "so far"
+        assert windows.user_texts(observer, sid) == ["/echo so far\n/hang"]
+        # The observer's cancel ends the holder's turn; nothing it had shown comes again.
+        await observer.cancel(sid)
+        await turn_over(windows, holder, sid, prompt_id)
+        if windows.version == 2:
+            await until(observer, lambda: "idle:cancelled" in states(observer, sid))
+        assert windows.agent_text(observer, sid) == "so far"
+        assert windows.user_texts(observer, sid) == ["/echo so far\n/hang"]
+
+
+async def turn_over(windows: Windows, client: AcpTestClient, sid: str, prompt_id: str) -> None:
+    """Until the turn of the prompt ``prompt_id`` ended, as the holder sees it."""
+    if windows.version == 1:
+        await until(client, lambda: client.answer(prompt_id) is not None)
+    else:
+        await until(client, lambda: any(s.startswith("idle:") for s in states(client, sid)))
+
+
+def states(client: AcpTestClient, sid: str) -> list[str]:
+    return [
+        u["state"] + (f":{u['stopReason']}" if u.get("stopReason") else "")
+        for u in client.updates(sid)
+        if u["sessionUpdate"] == "state_update"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("first", "decision", "made"),
+    [("holder", "allow", True), ("observer", "allow", True), ("observer", "reject", False)],
+)
+async def test_the_first_window_to_answer_decides_the_others_are_withdrawn(
+    windows: Windows, project: Path, first: str, decision: str, made: bool
+) -> None:
+    held = {"holder": HeldPermissions(), "observer": HeldPermissions()}
+    async with (
+        windows.window(permission=held["holder"]) as holder,
+        windows.window(permission=held["observer"]) as observer,
+    ):
+        clients = {"holder": holder, "observer": observer}
+        sid = await windows.new(holder, project)
+        await windows.observe(observer, sid, project)
+        marker = project / "marker"
+        prompt_id = await windows.prompt(holder, sid, shell(marker))
+        with trio.fail_after(10):
+            await held["holder"].wait_pending()
+            await held["observer"].wait_pending()
+        params = held[first].answer_next(decision)
+        tool_id = (
+            params["toolCall"]["toolCallId"]
+            if windows.version == 1
+            else (params["subject"]["toolCall"]["toolCallId"])
+        )
+        other = "observer" if first == "holder" else "holder"
+        loser = clients[other]
+        # The other window's question is withdrawn, and it sees the call as decided.
+        await until(loser, lambda: len(cancel_requests(loser)) == 1)
+        await until(loser, lambda: bool(tool_rows(loser, sid, tool_id)))
+        await turn_over(windows, holder, sid, prompt_id)
+        assert marker.exists() is made
+        assert cancel_requests(clients[first]) == [], clients[first].inbound()
+        final = tool_rows(loser, sid, tool_id)[-1]["status"]
+        assert final == ("completed" if made else "failed")
+
+
+async def test_a_cancelled_answer_from_one_window_waits_for_another(
+    windows: Windows, project: Path
+) -> None:
+    held = {"holder": HeldPermissions(), "observer": HeldPermissions()}
+    async with (
+        windows.window(permission=held["holder"]) as holder,
+        windows.window(permission=held["observer"]) as observer,
+    ):
+        sid = await windows.new(holder, project)
+        await windows.observe(observer, sid, project)
+        marker = project / "marker"
+        prompt_id = await windows.prompt(holder, sid, shell(marker))
+        with trio.fail_after(10):
+            await held["holder"].wait_pending()
+            await held["observer"].wait_pending()
+        held["holder"].answer_next("cancel")
+        # Ignored while the observer can still answer: the question waits.
+        await trio.testing.wait_all_tasks_blocked()
+        lease = windows.harness.runtime.lease_of(sid)
+        assert lease is not None
+        run = lease.active_run
+        assert run is not None
+        assert run.pending_permissions
+        held["observer"].answer_next("allow")
+        await turn_over(windows, holder, sid, prompt_id)
+        assert marker.exists()
+
+
+async def test_with_every_window_gone_the_question_is_denied(
+    windows: Windows, project: Path
+) -> None:
+    held = {"holder": HeldPermissions(), "observer": HeldPermissions()}
+    async with windows.window(permission=held["holder"]) as holder:
+        sid = await windows.new(holder, project)
+        connection = await windows.harness.open_connection(
+            permission=held["observer"], schema=windows.schema
+        )
+        await windows.initialize(connection.client)
+        await windows.observe(connection.client, sid, project)
+        marker = project / "marker"
+        prompt_id = await windows.prompt(holder, sid, shell(marker))
+        with trio.fail_after(10):
+            await held["holder"].wait_pending()
+            await held["observer"].wait_pending()
+        # The observer goes away: only detached (the holder's turn goes on, the lease is its).
+        await connection.disconnect()
+        lease = windows.harness.runtime.lease_of(sid)
+        assert lease is not None
+        assert lease.observers == 0
+        assert not lease.revoked
+        run = lease.active_run
+        assert run is not None
+        assert run.pending_permissions
+        held["holder"].answer_next("cancel")
+        await turn_over(windows, holder, sid, prompt_id)
+        assert not marker.exists()
+        connection.client.validate(windows.schema)
+
+
+async def test_the_holders_disconnect_detaches_observers_with_a_notice(
+    windows: Windows, project: Path
+) -> None:
+    async with windows.window() as observer:
+        connection = await windows.harness.open_connection(schema=windows.schema)
+        holder = connection.client
+        await windows.initialize(holder)
+        sid = await windows.new(holder, project)
+        await windows.observe(observer, sid, project)
+        before = len(observer.updates(sid))
+        await connection.disconnect()
+        await until(observer, lambda: len(observer.updates(sid)) > before)
+        (notice,) = observer.updates(sid)[before:]
+        shown = notice.get("title") or notice.get("content", {}).get("text", "")
+        assert "no longer follows the session" in shown
+        # Gone for the observer's connection: it is not told about it again.
+        with pytest.raises(ProtocolError) as refused:
+            await observer.close_session(sid)
+        assert refused.value.code == -32002
+        holder.validate(windows.schema)
+
+
+async def test_an_observers_close_detaches_it_only(windows: Windows, project: Path) -> None:
+    async with windows.window() as holder, windows.window() as observer:
+        sid = await windows.new(holder, project)
+        await windows.observe(observer, sid, project)
+        assert await observer.close_session(sid) == {}
+        lease = windows.harness.runtime.lease_of(sid)
+        assert lease is not None
+        assert lease.observers == 0
+        assert not lease.revoked
+        await holder.call(
+            "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "/echo on"}]}
+        )
+        await until(holder, lambda: windows.agent_text(holder, sid) == "on")
+        # It may follow again.
+        await windows.observe(observer, sid, project)
+        assert lease.observers == 1
+
+
+async def test_at_most_four_observers(windows: Windows, project: Path) -> None:
+    async with windows.window() as holder:
+        sid = await windows.new(holder, project)
+        observers = [
+            await windows.harness.open_connection(schema=windows.schema)
+            for _ in range(MAX_OBSERVERS + 1)
+        ]
+        for connection in observers:
+            await windows.initialize(connection.client)
+        for connection in observers[:MAX_OBSERVERS]:
+            await windows.observe(connection.client, sid, project)
+        with pytest.raises(ProtocolError) as refused:
+            await windows.observe(observers[-1].client, sid, project)
+        assert refused.value.code == -32600
+        assert "4" in refused.value.message
+        for connection in observers:
+            await connection.disconnect()
+            connection.client.validate(windows.schema)
+
+
+@pytest.mark.parametrize("value", ["hold", "", 1, None, {"observe": True}])
+async def test_any_other_attach_value_is_bad_params(
+    windows: Windows, project: Path, value: Any
+) -> None:
+    async with windows.window() as holder, windows.window() as other:
+        sid = await windows.new(holder, project)
+        with pytest.raises(ProtocolError) as refused:
+            await windows.observe(other, sid, project, value)
+        assert refused.value.code == -32602
+        assert ATTACH in refused.value.message
+
+
+async def test_without_the_key_a_held_session_is_refused(windows: Windows, project: Path) -> None:
+    async with windows.window() as holder, windows.window() as other:
+        sid = await windows.new(holder, project)
+        with pytest.raises(ProtocolError) as refused:
+            await other.call(*windows.attach_params(sid, project, None))
+        assert refused.value.code == -32600
+        assert "open in" in refused.value.message
+
+
+async def test_an_observers_prompt_is_refused_until_prompts_can_wait(
+    windows: Windows, project: Path
+) -> None:
+    async with windows.window() as holder, windows.window() as observer:
+        sid = await windows.new(holder, project)
+        await windows.observe(observer, sid, project)
+        with pytest.raises(ProtocolError) as refused:
+            await observer.prompt(sid, "/echo from the phone")
+        assert refused.value.code == -32600
+        assert windows.agent_text(holder, sid) == ""
