@@ -34,17 +34,18 @@ class Windows:
         self.schema = schema
 
     @asynccontextmanager
-    async def window(self, **options: Any) -> AsyncIterator[AcpTestClient]:
+    async def window(self, name: str = "", **options: Any) -> AsyncIterator[AcpTestClient]:
         async with self.harness.connect(schema=self.schema, **options) as client:
-            await self.initialize(client)
+            await self.initialize(client, name)
             yield client
             client.check()
             client.validate(self.schema)
 
-    async def initialize(self, client: AcpTestClient) -> None:
-        answer = await client.call(
-            "initialize", {"protocolVersion": self.version, "clientCapabilities": {}}
-        )
+    async def initialize(self, client: AcpTestClient, name: str = "") -> None:
+        params: dict[str, Any] = {"protocolVersion": self.version, "clientCapabilities": {}}
+        if name:
+            params["clientInfo"] = {"name": name, "version": "1"}
+        answer = await client.call("initialize", params)
         assert answer["protocolVersion"] == self.version
 
     async def new(self, client: AcpTestClient, cwd: Path) -> str:
@@ -331,6 +332,12 @@ async def test_at_most_four_observers(windows: Windows, project: Path) -> None:
             await windows.observe(observers[-1].client, sid, project)
         assert refused.value.code == -32600
         assert "4" in refused.value.message
+        # Every window gets every live update.
+        await windows.prompt(holder, sid, "/echo to all")
+        for connection in observers[:MAX_OBSERVERS]:
+            client = connection.client
+            await until(client, lambda c=client: windows.agent_text(c, sid) == "to all")  # type: ignore[misc]
+        assert windows.agent_text(observers[-1].client, sid) == ""
         for connection in observers:
             await connection.disconnect()
             connection.client.validate(windows.schema)
@@ -349,12 +356,26 @@ async def test_any_other_attach_value_is_bad_params(
 
 
 async def test_without_the_key_a_held_session_is_refused(windows: Windows, project: Path) -> None:
-    async with windows.window() as holder, windows.window() as other:
+    # The following window connects first: the holder is not the first connection found.
+    async with (
+        windows.window("phone") as observer,
+        windows.window("desk") as holder,
+        windows.window() as other,
+    ):
         sid = await windows.new(holder, project)
+        await windows.observe(observer, sid, project)
         with pytest.raises(ProtocolError) as refused:
             await other.call(*windows.attach_params(sid, project, None))
         assert refused.value.code == -32600
+        # The client holding it is named (a v1 client's name), not one that only follows it.
         assert "open in" in refused.value.message
+        assert "phone" not in refused.value.message
+        if windows.version == 1:
+            assert "open in desk;" in refused.value.message
+        # An observer's own load without the key: it follows the session already.
+        with pytest.raises(ProtocolError) as again:
+            await observer.call(*windows.attach_params(sid, project, None))
+        assert again.value.code == -32600
 
 
 async def test_an_observers_prompt_is_refused_until_prompts_can_wait(
@@ -366,4 +387,11 @@ async def test_an_observers_prompt_is_refused_until_prompts_can_wait(
         with pytest.raises(ProtocolError) as refused:
             await observer.prompt(sid, "/echo from the phone")
         assert refused.value.code == -32600
+        steer = {"sessionId": sid, "prompt": [{"type": "text", "text": "steer"}]}
+        with pytest.raises(ProtocolError) as steering:
+            await observer.call("_session/steering", steer)
+        assert steering.value.code == -32600
+        lease = windows.harness.runtime.lease_of(sid)
+        assert lease is not None
+        assert not lease.model_locked  # nothing was admitted
         assert windows.agent_text(holder, sid) == ""
