@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Final
 
 import trio
@@ -163,8 +164,21 @@ class SessionFollowing:
         rows.extend(item for run in snapshot for item in run.items)
         return rows
 
-    def follow_after_answer(self, session: EdgeSession) -> None:
-        """Start following once the load's or resume's answer is queued."""
+    @contextmanager
+    def attaching(self, session: EdgeSession) -> Iterator[None]:
+        """Around the rest of an observing load or resume: if it fails, the window is
+        detached and the session forgotten here; if it succeeds, the window follows once the
+        answer is queued."""
+        observer = session.observer
+        assert observer is not None
+        try:
+            yield
+        except BaseException:
+            observer.detach()
+            session.stop_updates()
+            if self._table.holds(session):
+                self._table.remove(session)
+            raise
 
         async def start() -> None:
             self._nursery.start_soon(self._follow, session)

@@ -21,8 +21,10 @@ by a close of the session (its update scope).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING
@@ -259,12 +261,12 @@ class SessionOpener:
             resume=False,
             observe=observe,
         )
-        with session.lease.operation(), session.update_scope():
-            await self._replay(session)
-            await self._announce(session)
-        if session.stopped:
-            raise unknown_session()
-        self._follow_after_answer(session)
+        with self._following_if(session):
+            with session.lease.operation(), session.update_scope():
+                await self._replay(session)
+                await self._announce(session)
+            if session.stopped:
+                raise unknown_session()
         logger.info("session %s loaded", session.id)
         return session.dialect.load_answer(session.options(), session.settings())
 
@@ -354,27 +356,31 @@ class SessionOpener:
             resume=True,
             observe=observe,
         )
-        with session.lease.operation(), session.update_scope():
-            async with held_if(self._channel, session.id, replay):
-                if replay:
-                    await self._replay(session)
-                await self._announce(session)
-                # The current state comes after any replay and before the answer (in a version
-                # that has one).
-                running = session.lease.active_run is not None
-                await self._channel.send_many(session.id, session.projector.attached(running))
-                if replay:
-                    await self._channel.send_many(session.id, session.projector.replay_complete())
-        if session.stopped:
-            raise unknown_session()
-        self._follow_after_answer(session)
+        with self._following_if(session):
+            with session.lease.operation(), session.update_scope():
+                async with held_if(self._channel, session.id, replay):
+                    if replay:
+                        await self._replay(session)
+                    await self._announce(session)
+                    # The current state comes after any replay and before the answer (in a
+                    # version that has one).
+                    running = session.lease.active_run is not None
+                    await self._channel.send_many(session.id, session.projector.attached(running))
+                    if replay:
+                        await self._channel.send_many(
+                            session.id, session.projector.replay_complete()
+                        )
+            if session.stopped:
+                raise unknown_session()
         logger.info("session %s resumed", session.id)
         return session.dialect.resume_answer(session.options(), session.settings())
 
-    def _follow_after_answer(self, session: EdgeSession) -> None:
-        """An observing window's live updates start once its answer is queued."""
+    def _following_if(self, session: EdgeSession) -> AbstractContextManager[None]:
+        """For a session this connection observes: its live updates start once the answer
+        is queued, and a load or resume that fails leaves it neither attached nor held."""
         if session.observer is not None and self._following is not None:
-            self._following.follow_after_answer(session)
+            return self._following.attaching(session)
+        return contextlib.nullcontext()
 
     async def _announce(self, session: EdgeSession) -> None:
         """What attaching announces (its commands, its goal), sent before a load's or a
