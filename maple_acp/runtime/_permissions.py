@@ -216,10 +216,14 @@ class SharedQuestion:
         return PermissionTicket(self)
 
     def _answer(self, ticket: PermissionTicket, answer: PermissionAnswer | None) -> bool:
-        if ticket.used or self.request_done:
-            ticket.used = True
-            return False
+        if ticket.used:
+            # A second answer through one ticket is the responder's invalid form: it fails
+            # closed (deny, cancel the run), whatever the other windows do.
+            return self.responder.answer(answer)
         ticket.used = True
+        if self.request_done:
+            # Another window decided (or the run ended) first: this answer changes nothing.
+            return False
         self._open -= 1
         if answer in (PermissionAnswer.ALLOW_ONCE, PermissionAnswer.DENY_ONCE):
             accepted = self.responder.answer(answer)
@@ -269,7 +273,8 @@ class PermissionTicket:
         return self.question.responder.cancelled
 
     def answer(self, answer: PermissionAnswer | None) -> bool:
-        """This window's answer; True if it decided the question."""
+        """This window's answer; True if it decided the question. A second answer through
+        the same ticket fails closed, as a responder's does."""
         return self.question._answer(self, answer)
 
     def __repr__(self) -> str:
