@@ -277,8 +277,9 @@ async def test_with_every_window_gone_the_question_is_denied(
         connection.client.validate(windows.schema)
 
 
-async def test_the_holders_disconnect_detaches_observers_with_a_notice(
-    windows: Windows, project: Path
+@pytest.mark.parametrize("how", ["disconnect", "close"])
+async def test_the_holders_end_detaches_observers_with_a_notice(
+    windows: Windows, project: Path, how: str
 ) -> None:
     async with windows.window() as observer:
         connection = await windows.harness.open_connection(schema=windows.schema)
@@ -287,6 +288,8 @@ async def test_the_holders_disconnect_detaches_observers_with_a_notice(
         sid = await windows.new(holder, project)
         await windows.observe(observer, sid, project)
         before = len(observer.updates(sid))
+        if how == "close":
+            assert await holder.close_session(sid) == {}
         await connection.disconnect()
         await until(observer, lambda: len(observer.updates(sid)) > before)
         (notice,) = observer.updates(sid)[before:]
