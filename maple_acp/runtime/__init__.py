@@ -147,6 +147,18 @@ Goals
     the backend. ``lease.session_events()`` is the stream outside any prompt: ``GoalChanged``
     (snapshot or ``None``), ``CycleStarted(run)`` (read its events like a prompt's) and
     ``LeaseRevoked``.
+
+Observers
+    Other windows may follow a held task without holding it: ``lease.attach_observer()`` (or
+    ``await service.observe_task(task_id, cwd)``, with a re-attach's root rule) gives an
+    ``Observer``: its ``snapshot`` (the runs being read, as far as they were read, as
+    ``TimelineItem`` rows), then ``async for item in observer``: ``PromptAdmitted``,
+    ``RunBatch`` (a run's events as the holder's side read them), the session's
+    ``GoalChanged``/``ModeChanged``/background events, and ``ObserverDetached`` last (the
+    window detached, fell ``OBSERVER_BACKLOG`` events behind, or the lease went). Read through
+    the lease, every ``PermissionRequest`` carries a ``PermissionTicket`` of its window on a
+    ``SharedQuestion``: the first allow-once or deny-once decides, ``None`` withdraws that
+    window only, and the last window's withdrawal denies. At most ``MAX_OBSERVERS``.
 """
 
 from maple_acp.model import (
