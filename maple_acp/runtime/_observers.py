@@ -57,9 +57,11 @@ MAX_OBSERVERS: Final = 4
 #: Events waiting for one observer, at most: a window this far behind is detached (told why)
 #: rather than holding up the run, the holder or the other windows.
 OBSERVER_BACKLOG: Final = 4096
-#: Batches of a run kept as read before they are folded into its snapshot: a run no observer
-#: attaches to is never folded, and one that streams long keeps only its messages' text.
-FOLD_AFTER: Final = 256
+#: Batches of a run kept as read before they are folded into its snapshot (the fold is the
+#: only per-event work of the tap): a run no observer attaches to within this many batches is
+#: never folded (a fast stream comes in large batches), and one that streams long keeps only
+#: its messages' text.
+FOLD_AFTER: Final = 1024
 
 #: Why an observer was detached.
 HOLDER_LEFT: Final = "the window holding the session closed it or went away"

@@ -398,3 +398,19 @@ async def test_an_observers_prompt_is_refused_until_prompts_can_wait(
         assert lease is not None
         assert not lease.model_locked  # nothing was admitted
         assert windows.agent_text(holder, sid) == ""
+
+
+async def test_a_question_whose_turn_is_cancelled_is_withdrawn(
+    windows: Windows, project: Path
+) -> None:
+    held = HeldPermissions()
+    async with windows.window(permission=held) as holder:
+        sid = await windows.new(holder, project)
+        marker = project / "marker"
+        prompt_id = await windows.prompt(holder, sid, shell(marker))
+        with trio.fail_after(10):
+            await held.wait_pending()
+        await holder.cancel(sid)
+        await until(holder, lambda: len(cancel_requests(holder)) == 1)
+        await turn_over(windows, holder, sid, prompt_id)
+        assert not marker.exists()
