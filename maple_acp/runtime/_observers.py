@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Final, TypeAlias
 
 import attrs
@@ -57,11 +58,10 @@ MAX_OBSERVERS: Final = 4
 #: Events waiting for one observer, at most: a window this far behind is detached (told why)
 #: rather than holding up the run, the holder or the other windows.
 OBSERVER_BACKLOG: Final = 4096
-#: Batches of a run kept as read before they are folded into its snapshot (the fold is the
-#: only per-event work of the tap): a run no observer attaches to within this many batches is
-#: never folded (a fast stream comes in large batches), and one that streams long keeps only
-#: its messages' text.
-FOLD_AFTER: Final = 1024
+#: Events of a run kept as read before they are folded into its snapshot (the fold is the
+#: tap's only per-event work): a run no observer attaches to within this many events is
+#: never folded, and one that streams longer keeps its messages' text, not every chunk.
+FOLD_AFTER: Final = 65_536
 
 #: Why an observer was detached.
 HOLDER_LEFT: Final = "the window holding the session closed it or went away"
@@ -201,33 +201,50 @@ class _ReadRun:
         self.run_id = run_id
         self._created_ms = created_ms
         self._batches: list[list[RunEvent]] = []
+        self._retained = 0
         #: (kind, id) -> message kind and text pieces, or the tool call's latest row.
         self._rows: dict[tuple[str, str], tuple[ItemKind, list[str]] | ToolState] = {}
         self.questions: list[tuple[SharedQuestion, PermissionRequest]] = []
 
     def read(self, batch: list[RunEvent]) -> None:
         self._batches.append(batch)
-        if len(self._batches) >= FOLD_AFTER:
+        self._retained += len(batch)
+        if self._retained >= FOLD_AFTER:
             self._fold()
 
     def _fold(self) -> None:
         rows = self._rows
+        # The chunk being joined: consecutive chunks of one message (the streaming case) cost
+        # an append each, without a lookup.
+        current: tuple[type, str] | None = None
+        pieces: list[str] = []
         for batch in self._batches:
             for event in batch:
                 kind = type(event)
                 if kind is TextChunk or kind is ThoughtChunk:
                     chunk: TextChunk | ThoughtChunk = event  # type: ignore[assignment]
+                    if (
+                        current is not None
+                        and current[0] is kind
+                        and current[1] == chunk.message_id
+                    ):
+                        pieces.append(chunk.text)
+                        continue
                     key = ("m", chunk.message_id)
                     row = rows.get(key)
                     if isinstance(row, tuple):
-                        row[1].append(chunk.text)
+                        pieces = row[1]
                     else:
                         item_kind = ItemKind.ASSISTANT if kind is TextChunk else ItemKind.THOUGHT
-                        rows[key] = (item_kind, [chunk.text])
+                        pieces = []
+                        rows[key] = (item_kind, pieces)
+                    pieces.append(chunk.text)
+                    current = (kind, chunk.message_id)
                 elif kind is ToolRow:
                     tool_row: ToolRow = event  # type: ignore[assignment]
                     rows[("t", tool_row.tool_id)] = tool_row.tool
         self._batches = []
+        self._retained = 0
 
     def snapshot(self) -> RunSnapshot:
         self._fold()
@@ -313,31 +330,31 @@ class SessionObservers:
     def watch(self, run: Run, prompt: Prompt | None) -> None:
         """A run starts (``prompt``: a prompt's, whose user message it answers): tap its
         events as they are read. Call before anyone reads them."""
-        self._runs[run.id] = _ReadRun(run.id, self._now_ms())
+        read = self._runs[run.id] = _ReadRun(run.id, self._now_ms())
         if prompt is not None:
             admitted = PromptAdmitted(run.id, run.user_message_id, prompt.text)
             for observer in list(self._observers):
                 observer.offer(admitted)
-        run.tap(lambda batch: self._read(run.id, batch))
+        run.tap(partial(self._read, read))
 
-    def _read(self, run_id: str, batch: list[RunEvent]) -> list[RunEvent]:
+    def _read(self, read: _ReadRun, batch: list[RunEvent]) -> list[RunEvent]:
         """The tap: one call per batch the holder's side reads (the streaming path: a batch
-        without a permission request costs a type scan and a list append)."""
-        observers = self._observers
+        without a permission request, with nobody observing, costs a type scan and an
+        append)."""
         copies: list[list[RunEvent]] | None = None
-        read = self._runs.get(run_id)
         if PermissionRequest in map(type, batch):
             batch, copies = self._share_questions(read, batch)
-        if read is not None:
-            read.read(batch)
-            if type(batch[-1]) is RunEnded:
-                del self._runs[run_id]
-        for index, observer in enumerate(list(observers)):
-            observer.offer(RunBatch(run_id, copies[index] if copies is not None else batch))
+        read.read(batch)
+        run_id = read.run_id
+        if type(batch[-1]) is RunEnded:
+            self._runs.pop(run_id, None)
+        if self._observers:
+            for index, observer in enumerate(list(self._observers)):
+                observer.offer(RunBatch(run_id, copies[index] if copies is not None else batch))
         return batch
 
     def _share_questions(
-        self, read: _ReadRun | None, batch: list[RunEvent]
+        self, read: _ReadRun, batch: list[RunEvent]
     ) -> tuple[list[RunEvent], list[list[RunEvent]]]:
         """The holder's batch and each observer's, each permission request with a ticket of
         its own on one shared question."""
@@ -353,8 +370,7 @@ class SessionObservers:
             holder[index] = attrs.evolve(request, responder=question.ticket())
             for copy in copies:
                 copy[index] = attrs.evolve(request, responder=question.ticket())
-            if read is not None:
-                read.questions = [(q, e) for q, e in read.questions if not q.request_done] + [
-                    (question, request)
-                ]
+            read.questions = [(q, e) for q, e in read.questions if not q.request_done] + [
+                (question, request)
+            ]
         return holder, copies
