@@ -15,9 +15,10 @@ import pytest
 import trio
 import trio.testing
 from edge_harness import Harness, running_service
+from line_client import LineClient, socket_pair_for
 
 from maple_acp.edge import AcpServiceConfig
-from maple_acp.runtime import MAX_OBSERVERS
+from maple_acp.runtime import MAX_OBSERVERS, OBSERVER_BACKLOG
 from maple_acp.testing.client import AcpTestClient, HeldPermissions
 from maple_acp.testing.schema import AcpSchema
 from maple_acp.wire import ProtocolError
@@ -414,3 +415,51 @@ async def test_a_question_whose_turn_is_cancelled_is_withdrawn(
         await until(holder, lambda: len(cancel_requests(holder)) == 1)
         await turn_over(windows, holder, sid, prompt_id)
         assert not marker.exists()
+
+
+async def test_a_window_attached_while_a_question_waits_can_answer_it(
+    windows: Windows, project: Path
+) -> None:
+    held = {"holder": HeldPermissions(), "observer": HeldPermissions()}
+    async with (
+        windows.window(permission=held["holder"]) as holder,
+        windows.window(permission=held["observer"]) as phone,
+    ):
+        sid = await windows.new(holder, project)
+        marker = project / "marker"
+        prompt_id = await windows.prompt(holder, sid, shell(marker))
+        with trio.fail_after(10):
+            await held["holder"].wait_pending()
+        # The phone attaches while the desk's question waits, and answers it.
+        await windows.observe(phone, sid, project)
+        with trio.fail_after(10):
+            await held["observer"].wait_pending()
+        held["observer"].answer_next("allow")
+        await until(holder, lambda: len(cancel_requests(holder)) == 1)
+        await turn_over(windows, holder, sid, prompt_id)
+        assert marker.exists()
+
+
+async def test_a_window_that_stops_reading_never_holds_up_the_holder(
+    windows: Windows, project: Path
+) -> None:
+    async with windows.window() as holder, trio.open_nursery() as nursery:
+        sid = await windows.new(holder, project)
+        stalled = LineClient(socket_pair_for(windows.harness, nursery))
+        initialize = {"protocolVersion": windows.version, "clientCapabilities": {}}
+        await stalled.send("initialize", initialize)
+        await stalled.read()
+        attach_id = await stalled.send(*windows.attach_params(sid, project, {ATTACH: "observe"}))
+        with trio.fail_after(10):
+            while (await stalled.read()).get("id") != attach_id:
+                pass
+        lease = windows.harness.runtime.lease_of(sid)
+        assert lease is not None
+        assert lease.observers == 1
+        # It reads nothing from here on; the holder's turn streams far past its credit.
+        prompt_id = await windows.prompt(holder, sid, f"/stream {OBSERVER_BACKLOG * 2} 64")
+        await turn_over(windows, holder, sid, prompt_id)
+        assert len(windows.agent_text(holder, sid)) == OBSERVER_BACKLOG * 2 * 64
+        assert lease.observers == 0
+        await stalled.stream.aclose()
+        nursery.cancel_scope.cancel()
