@@ -143,6 +143,15 @@ async def test_an_observer_gets_the_replay_then_every_live_update(
         await windows.prompt(holder, sid, "/echo two")
         await until(observer, lambda: windows.agent_text(observer, sid) == "onetwo")
         assert windows.user_texts(observer, sid) == ["/echo one", "/echo two"]
+        if windows.version == 2:
+            # The turn framed as the holder's is, and nothing live before the replay's end.
+            await until(observer, lambda: states(observer, sid)[-1:] == ["idle:end_turn"])
+            assert states(observer, sid) == ["idle", "running", "idle:end_turn"]
+            updates = observer.updates(sid)
+            kinds = [u["sessionUpdate"] for u in updates]
+            assert kinds.count("replay_complete") == 1
+            running = next(i for i, u in enumerate(updates) if u.get("state") == "running")
+            assert kinds.index("replay_complete") < running
         await until(holder, lambda: windows.agent_text(holder, sid) == "onetwo")
 
 
@@ -463,3 +472,17 @@ async def test_a_window_that_stops_reading_never_holds_up_the_holder(
         assert lease.observers == 0
         await stalled.stream.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_mode_change_by_the_holder_reaches_the_observer(
+    windows: Windows, project: Path
+) -> None:
+    async with windows.window() as holder, windows.window() as observer:
+        sid = await windows.new(holder, project)
+        await windows.observe(observer, sid, project)
+        before = len(observer.updates(sid))
+        change: dict[str, Any] = {"sessionId": sid, "configId": "mode", "value": "ask"}
+        if windows.version == 2:
+            change["type"] = "id"
+        await holder.call("session/set_config_option", change)
+        await until(observer, lambda: '"ask"' in json.dumps(observer.updates(sid)[before:]))
