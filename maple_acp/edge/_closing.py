@@ -119,6 +119,9 @@ class SessionCloser:
         account's) answers ``{}`` too: delete is idempotent, and no existence oracle."""
         task_id = request.session_id
         session = self._table.get(task_id)
+        if session is not None and session.observer is not None:
+            # Another connection holds it: refused as for any held session, still followed.
+            raise RuntimeRejection(RejectionKind.TASK_LEASED, "the session is open elsewhere")
         if session is not None and not session.closing:
             # Before the close, which would cancel the run the delete must refuse: nothing is
             # closed or deleted while one runs (RUN_ACTIVE, -32600).

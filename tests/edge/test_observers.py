@@ -486,3 +486,23 @@ async def test_a_mode_change_by_the_holder_reaches_the_observer(
             change["type"] = "id"
         await holder.call("session/set_config_option", change)
         await until(observer, lambda: '"ask"' in json.dumps(observer.updates(sid)[before:]))
+
+
+async def test_an_observers_delete_is_refused_and_it_still_follows(
+    tmp_path: Path, project: Path, acp_schema: AcpSchema
+) -> None:
+    config = AcpServiceConfig(allow_session_delete=True)
+    async with running_service(tmp_path, config=config) as harness:
+        windows = Windows(harness, 1, acp_schema)
+        async with windows.window("desk") as holder, windows.window() as observer:
+            sid = await windows.new(holder, project)
+            await windows.observe(observer, sid, project)
+            with pytest.raises(ProtocolError) as refused:
+                await observer.delete_session(sid)
+            assert refused.value.code == -32600
+            assert "open in desk" in refused.value.message
+            lease = harness.runtime.lease_of(sid)
+            assert lease is not None
+            assert lease.observers == 1
+            await windows.prompt(holder, sid, "/echo still")
+            await until(observer, lambda: windows.agent_text(observer, sid) == "still")
