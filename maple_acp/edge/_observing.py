@@ -137,12 +137,20 @@ class SessionFollowing:
         )
         try:
             table.register(session)
+            session.choices = await lease.model_choices()
         except BaseException:
-            observer.detach()
+            self._forget(session)
             raise
-        session.choices = await lease.model_choices()
         logger.info("session %s observed", session.id)
         return session
+
+    def _forget(self, session: EdgeSession) -> None:
+        """Detach the window and forget the session here (the holder keeps it)."""
+        assert session.observer is not None
+        session.observer.detach()
+        session.stop_updates()
+        if self._table.holds(session):
+            self._table.remove(session)
 
     async def replay_rows(self, session: EdgeSession) -> list[TimelineItem]:
         """The history an observing window is shown: the stored rows, the runs it attached
@@ -169,15 +177,10 @@ class SessionFollowing:
         """Around the rest of an observing load or resume: if it fails, the window is
         detached and the session forgotten here; if it succeeds, the window follows once the
         answer is queued."""
-        observer = session.observer
-        assert observer is not None
         try:
             yield
         except BaseException:
-            observer.detach()
-            session.stop_updates()
-            if self._table.holds(session):
-                self._table.remove(session)
+            self._forget(session)
             raise
 
         async def start() -> None:
@@ -218,8 +221,7 @@ class SessionFollowing:
             session.update_scope(),
         ):
             await self._send(session, _listed(notice))
-        session.stop_updates()
-        self._table.remove(session)
+        self._forget(session)
 
     async def _pump(self, session: EdgeSession, questions: trio.Nursery) -> str | None:
         """Project the feed until it ends; the reason it ended (``None``: the window went)."""
@@ -249,7 +251,10 @@ class SessionFollowing:
             elif isinstance(item, ObserverDetached):
                 return item.reason
             else:
-                await self._forward(session, item)
+                try:
+                    await self._forward(session, item)
+                except OutboundFrameTooLarge as exc:
+                    logger.info("an update was left out for an observing window: %s", exc)
         return None
 
     async def _batch(
