@@ -218,8 +218,9 @@ class SharedQuestion:
     def _answer(self, ticket: PermissionTicket, answer: PermissionAnswer | None) -> bool:
         if ticket.used:
             # A second answer through one ticket is the responder's invalid form: it fails
-            # closed (deny, cancel the run), whatever the other windows do.
-            return self.responder.answer(answer)
+            # closed (deny, cancel the run), whatever it says and whatever the other windows do.
+            self.responder.answer(None)
+            return False
         ticket.used = True
         if self.request_done:
             # Another window decided (or the run ended) first: this answer changes nothing.

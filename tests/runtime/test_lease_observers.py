@@ -8,9 +8,11 @@ import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import hypothesis.strategies as st
 import pytest
 import trio
 import trio.testing
+from hypothesis import given
 from runtime_helpers import exists, next_event
 
 from maple_acp.model import ItemKind
@@ -21,6 +23,7 @@ from maple_acp.runtime import (
     ObservedEvent,
     Observer,
     ObserverDetached,
+    PermissionAnswer,
     PermissionRequest,
     PermissionTicket,
     RejectionKind,
@@ -30,8 +33,10 @@ from maple_acp.runtime import (
     RunState,
     RuntimeRejection,
     SessionLease,
+    SharedQuestion,
     TextChunk,
 )
+from maple_acp.runtime._permissions import PermissionBroker
 
 
 def touch(path: Path) -> str:
@@ -191,3 +196,53 @@ async def test_at_most_four_observers_and_none_once_the_lease_is_gone(
     with pytest.raises(RuntimeRejection) as gone:
         lease.attach_observer()
     assert gone.value.kind is RejectionKind.LEASE_REVOKED
+
+
+#: One window's move on a shared question: its answer, or ``cancel_run`` (the run ends).
+_MOVES = st.lists(
+    st.tuples(st.integers(0, MAX_OBSERVERS), st.sampled_from(["allow", "deny", "give_up", "end"])),
+    max_size=12,
+)
+
+
+@given(windows=st.integers(1, MAX_OBSERVERS + 1), moves=_MOVES)
+def test_exactly_one_answer_decides_a_shared_question(
+    windows: int, moves: list[tuple[int, str]]
+) -> None:
+    """Whatever the windows do, in any order: at most one answer decides; the outcome is that
+    answer; the question is denied and its run cancelled once every window gave up first; a
+    second answer through one ticket fails closed."""
+    cancelled: list[bool] = []
+    broker = PermissionBroker("r1", lambda: cancelled.append(True))
+    responder = broker.open_request()
+    shared = SharedQuestion(responder)
+    tickets = [shared.ticket() for _ in range(windows)]
+    decided: list[str] = []
+    gave_up: set[int] = set()
+    for index, move in moves:
+        ticket = tickets[index % windows]
+        if move == "end":
+            broker.close()
+            continue
+        reused = ticket.used
+        answer = {"allow": PermissionAnswer.ALLOW_ONCE, "deny": PermissionAnswer.DENY_ONCE}.get(
+            move
+        )
+        accepted = ticket.answer(answer)
+        if reused:
+            assert not accepted
+            assert cancelled  # fails closed
+            continue
+        if accepted:
+            decided.append(move)
+        elif answer is None and not decided and not responder.done.is_set():
+            gave_up.add(index % windows)
+        if len(gave_up) == windows and not decided:
+            assert responder.done.is_set()
+            assert not responder.allowed
+            assert cancelled
+    assert len(decided) <= 1
+    if decided:
+        assert responder.done.is_set()
+        assert responder.allowed == (decided[0] == "allow")
+        assert shared.settled.is_set()
