@@ -134,6 +134,9 @@ async def test_an_observer_gets_the_replay_then_every_live_update(
             "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "/echo one"}]}
         )
         await until(holder, lambda: windows.agent_text(holder, sid) == "one")
+        if windows.version == 2:
+            # Answered on acceptance: the next prompt waits until this turn is over.
+            await until(holder, lambda: states(holder, sid)[-1:] == ["idle:end_turn"])
         await windows.observe(observer, sid, project)
         assert windows.agent_text(observer, sid) == "one"
         # The holder keeps the lease.
