@@ -121,20 +121,27 @@ class ClientChannel:
 
     # -- client methods ----------------------------------------------------------------------
 
-    async def _call(self, method: str, session_id: str, request: object) -> Any:
+    async def _call(
+        self, method: str, session_id: str, request: object, *, withdraw: bool = False
+    ) -> Any:
         spec = CLIENT_METHODS[method]
         result = await self._peer.request(
-            method, unstructure(request), hold_credit=True, route=session_id
+            method,
+            unstructure(request),
+            hold_credit=True,
+            route=session_id,
+            cancel_remote=withdraw,
         )
         return structure_params(result, spec.result)
 
     async def request_permission(
-        self, session_id: str, request: object
+        self, session_id: str, request: object, *, withdraw: bool = False
     ) -> RequestPermissionResponse:
         """Ask a permission question about ``session_id`` (its shape is the session's
-        dialect's)."""
+        dialect's). With ``withdraw``, a question abandoned before its answer (another window
+        answered it, the run ended) is withdrawn from the client with ``$/cancel_request``."""
         response: RequestPermissionResponse = await self._call(
-            PERMISSION_METHOD, session_id, request
+            PERMISSION_METHOD, session_id, request, withdraw=withdraw
         )
         return response
 

@@ -87,8 +87,14 @@ class SessionCloser:
         return CloseSessionResponse()
 
     async def _close(self, session: EdgeSession) -> bool:
-        """Close ``session`` under the close rules; True if its cleanup finished in time."""
+        """Close ``session`` under the close rules; True if its cleanup finished in time. A
+        session this connection only observes is detached: its holder keeps it."""
         session.begin_close()
+        if session.observer is not None:
+            session.observer.detach()
+            session.stop_updates()
+            self._table.remove(session)
+            return True
         deadline = trio.current_time() + CLOSE_DEADLINE_S
         finished = False
         with trio.move_on_at(deadline):
@@ -113,6 +119,9 @@ class SessionCloser:
         account's) answers ``{}`` too: delete is idempotent, and no existence oracle."""
         task_id = request.session_id
         session = self._table.get(task_id)
+        if session is not None and session.observer is not None:
+            # Another connection holds it: refused as for any held session, still followed.
+            raise RuntimeRejection(RejectionKind.TASK_LEASED, "the session is open elsewhere")
         if session is not None and not session.closing:
             # Before the close, which would cancel the run the delete must refuse: nothing is
             # closed or deleted while one runs (RUN_ACTIVE, -32600).
@@ -151,7 +160,9 @@ class SessionCloser:
         """The connection ended: release every lease (each already revoked), a group at a
         time; return once every release began. A slow one goes on cleaning up in its own
         task, which the connection's nursery still waits for."""
-        self._unreleased.extend(session.lease for session in self._table.take_all())
+        self._unreleased.extend(
+            session.lease for session in self._table.take_all() if session.observer is None
+        )
         if self._drained.is_set():
             self._drained = trio.Event()
             await self._release_queued()

@@ -42,6 +42,7 @@ from maple_acp.edge._errors import protocol_error
 from maple_acp.edge._forking import SessionForker
 from maple_acp.edge._goals import GoalFlow
 from maple_acp.edge._notifications import MalformedNotifications
+from maple_acp.edge._observing import SessionFollowing
 from maple_acp.edge._opening import SessionOpener
 from maple_acp.edge._queue import QueueFlow
 from maple_acp.edge._sessions import SessionTable
@@ -210,6 +211,15 @@ class AcpConnection:
             relay=lambda: self.relay,
             dialect=lambda: self.dialect,
             watch=self.goals.pump_session_events,
+            following=SessionFollowing(
+                table,
+                channel,
+                runtime,
+                roots=config.allowed_roots,
+                nursery=nursery,
+                dialect=lambda: self.dialect,
+                forward=self.goals.forward,
+            ),
         )
         operations: dict[str, Handler] = {
             "initialize": self._initialize,

@@ -32,6 +32,7 @@ REJECTION_CODES: Final[dict[RejectionKind, int]] = {
     RejectionKind.CHILD_SESSION: INVALID_PARAMS,
     RejectionKind.RUN_ACTIVE: INVALID_REQUEST,
     RejectionKind.TASK_LEASED: INVALID_REQUEST,
+    RejectionKind.OBSERVERS_FULL: INVALID_REQUEST,
     RejectionKind.WRONG_POLICY: INVALID_REQUEST,
     RejectionKind.GOAL_STATE: INVALID_REQUEST,
     RejectionKind.TRUST_BUSY: INVALID_REQUEST,

@@ -93,7 +93,6 @@ class GoalFlow:
 
     async def pump_session_events(self, session: EdgeSession) -> None:
         """Forward what happens outside any prompt until the lease ends."""
-        channel = self._channel
         events = session.lease.session_events()
         gone = False
         try:
@@ -101,31 +100,12 @@ class GoalFlow:
                 try:
                     async with trio.open_nursery() as cycles:
                         async for event in events:
-                            if isinstance(event, GoalChanged):
-                                await channel.send(session.id, session.projector.goal(event.goal))
-                            elif isinstance(event, ModeChanged):
-                                await channel.send_many(
-                                    session.id,
-                                    session.projector.mode_change(event.mode.id, session.options()),
-                                )
-                            elif isinstance(event, BackgroundOutput):
-                                await channel.send_many(
-                                    session.id, session.projector.shell_output(event.output)
-                                )
-                            elif isinstance(event, BackgroundEnded):
-                                await channel.send(
-                                    session.id, session.projector.tool(event.tool_id, event.tool)
-                                )
-                            elif isinstance(event, QueueChanged):
-                                await channel.notify(
-                                    session.id,
-                                    QUEUE_CHANGED_METHOD,
-                                    queue_changed(session.id, event.entries),
-                                )
-                            elif isinstance(event, CycleStarted):
+                            if isinstance(event, CycleStarted):
                                 cycles.start_soon(self._pump_cycle, session, event.run)
                             elif isinstance(event, LeaseRevoked):
                                 break
+                            else:
+                                await self.forward(session, event)
                         cycles.cancel_scope.cancel()
                 # Raised inside the nursery, a closed connection arrives as a group: the
                 # client is gone, which ends this stream and nothing else.
@@ -135,6 +115,30 @@ class GoalFlow:
             return
         if not gone:
             self._forget(session)
+
+    async def forward(
+        self,
+        session: EdgeSession,
+        event: GoalChanged | ModeChanged | BackgroundOutput | BackgroundEnded | QueueChanged,
+    ) -> None:
+        """Send one session event outside any prompt (to the holder, or to a window that
+        follows the session)."""
+        channel = self._channel
+        projector = session.projector
+        if isinstance(event, GoalChanged):
+            await channel.send(session.id, projector.goal(event.goal))
+        elif isinstance(event, ModeChanged):
+            await channel.send_many(
+                session.id, projector.mode_change(event.mode.id, session.options())
+            )
+        elif isinstance(event, BackgroundOutput):
+            await channel.send_many(session.id, projector.shell_output(event.output))
+        elif isinstance(event, QueueChanged):
+            await channel.notify(
+                session.id, QUEUE_CHANGED_METHOD, queue_changed(session.id, event.entries)
+            )
+        else:
+            await channel.send(session.id, projector.tool(event.tool_id, event.tool))
 
     async def _pump_cycle(self, session: EdgeSession, run: Run) -> None:
         try:

@@ -21,8 +21,10 @@ by a close of the session (its update scope).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from functools import partial
 
@@ -41,6 +43,7 @@ from maple_acp.edge._dialect import (
     config_change,
 )
 from maple_acp.edge._errors import unknown_session
+from maple_acp.edge._observing import SessionFollowing, attach_mode
 from maple_acp.edge._prompt import mcp_definitions
 from maple_acp.edge._replay import held_if
 from maple_acp.edge._session import EdgeSession, SessionClosed
@@ -92,6 +95,7 @@ class SessionOpener:
         relay: Callable[[], RelayValues],
         dialect: Callable[[], Dialect],
         watch: Callable[[EdgeSession], Awaitable[None]],
+        following: SessionFollowing | None = None,
     ) -> None:
         self._table = table
         self._channel = channel
@@ -102,6 +106,8 @@ class SessionOpener:
         self._relay = relay
         self._dialect = dialect
         self._watch = watch
+        #: The sessions this connection observes (another connection holds them).
+        self._following = following
 
     async def _open(self, start: Callable[..., Awaitable[None]]) -> EdgeSession:
         table = self._table
@@ -165,11 +171,13 @@ class SessionOpener:
         mcp_servers: tuple[McpServer, ...],
         *,
         resume: bool,
+        observe: bool = False,
     ) -> EdgeSession:
         """A lease on the task ``session_id`` for this connection: a new one, or the one this
         connection holds already (a re-attach, when no prompt runs). A load names the
         session's additional directories; a resume names its new set (each admitted like the
-        cwd), which the session keeps from then on."""
+        cwd), which the session keeps from then on. With ``observe``, a session another
+        connection holds is followed instead (its holder keeps it)."""
         table = self._table
         if table.is_tombstoned(session_id):
             raise ProtocolError(INVALID_REQUEST, "the session is closing")
@@ -187,8 +195,15 @@ class SessionOpener:
             # That close missed its deadline: its cleanup goes on, and the id stays refused
             # until the connection ends.
             raise ProtocolError(INVALID_REQUEST, "the session is closing")
+        if held is not None and held.observer is not None and not held.closing:
+            raise ProtocolError(INVALID_REQUEST, "this connection already follows the session")
         if held is not None and not held.closing:
             return await self._reattach(held, cwd, additional, servers, resume=resume)
+        if held is None and observe and self._following is not None:
+            # Followed if another connection holds it; opened here if nobody does.
+            followed = await self._following.attach(session_id, cwd, additional, resume=resume)
+            if followed is not None:
+                return followed
         if held is not None:
             raise ProtocolError(INVALID_REQUEST, "the session is closing")
         return await self._open(
@@ -231,18 +246,21 @@ class SessionOpener:
         return session
 
     async def load(self, request: LoadSessionRequest) -> object:
+        observe = attach_mode(request.meta)
         session = await self._attach(
             request.session_id,
             request.cwd,
             request.additional_directories,
             request.mcp_servers,
             resume=False,
+            observe=observe,
         )
-        with session.lease.operation(), session.update_scope():
-            await self._replay(session)
-            await self._announce(session)
-        if session.stopped:
-            raise unknown_session()
+        with self._following_if(session):
+            with session.lease.operation(), session.update_scope():
+                await self._replay(session)
+                await self._announce(session)
+            if session.stopped:
+                raise unknown_session()
         logger.info("session %s loaded", session.id)
         return session.dialect.load_answer(session.options(), session.settings())
 
@@ -250,7 +268,11 @@ class SessionOpener:
         """Send the visible history (then the title), before the answer, through the live
         projector."""
         lease = session.lease
-        rows = await lease.replay_rows()
+        rows: Sequence[TimelineItem | MessageRow]
+        if session.observer is not None and self._following is not None:
+            rows = await self._following.replay_rows(session)
+        else:
+            rows = await lease.replay_rows()
         if session.children.visible:
             # Each child right after the call that delegated it.
             children = await lease.children_history()
@@ -331,28 +353,40 @@ class SessionOpener:
     async def resume(self, request: ResumeSessionRequest) -> object:
         # A cursor this agent cannot serve is bad params before anything is attached.
         replay = self._dialect().replay_requested(request)
+        observe = attach_mode(request.meta)
         session = await self._attach(
             request.session_id,
             request.cwd,
             request.additional_directories,
             request.mcp_servers,
             resume=True,
+            observe=observe,
         )
-        with session.lease.operation(), session.update_scope():
-            async with held_if(self._channel, session.id, replay):
-                if replay:
-                    await self._replay(session)
-                await self._announce(session)
-                # The current state comes after any replay and before the answer (in a version
-                # that has one).
-                running = session.lease.active_run is not None
-                await self._channel.send_many(session.id, session.projector.attached(running))
-                if replay:
-                    await self._channel.send_many(session.id, session.projector.replay_complete())
-        if session.stopped:
-            raise unknown_session()
+        with self._following_if(session):
+            with session.lease.operation(), session.update_scope():
+                async with held_if(self._channel, session.id, replay):
+                    if replay:
+                        await self._replay(session)
+                    await self._announce(session)
+                    # The current state comes after any replay and before the answer (in a
+                    # version that has one).
+                    running = session.lease.active_run is not None
+                    await self._channel.send_many(session.id, session.projector.attached(running))
+                    if replay:
+                        await self._channel.send_many(
+                            session.id, session.projector.replay_complete()
+                        )
+            if session.stopped:
+                raise unknown_session()
         logger.info("session %s resumed", session.id)
         return session.dialect.resume_answer(session.options(), session.settings())
+
+    def _following_if(self, session: EdgeSession) -> AbstractContextManager[None]:
+        """For a session this connection observes: its live updates start once the answer
+        is queued, and a load or resume that fails leaves it neither attached nor held."""
+        if session.observer is not None and self._following is not None:
+            return self._following.attaching(session)
+        return contextlib.nullcontext()
 
     async def _announce(self, session: EdgeSession) -> None:
         """What attaching announces (its commands, its goal), sent before a load's or a

@@ -252,7 +252,9 @@ class AcpService:
     def _holder_of(self, session_id: str) -> str | None:
         """The ``clientInfo.name`` of the connection holding ``session_id``, if any told us."""
         for connection in self._connections:
-            if connection.sessions.get(session_id) is not None:
+            session = connection.sessions.get(session_id)
+            # A connection that only observes the session does not hold it.
+            if session is not None and session.observer is None:
                 return connection.client_name
         return None
 

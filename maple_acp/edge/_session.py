@@ -28,7 +28,7 @@ import trio
 from maple_acp.edge._children import SessionChildren
 from maple_acp.edge._dialect import ConfigOptions, Dialect, SessionSettings, config_options
 from maple_acp.edge._idempotency import PromptKeys
-from maple_acp.runtime import ModelChoices, SessionLease
+from maple_acp.runtime import ModelChoices, Observer, SessionLease
 
 
 class SessionClosed(Exception):
@@ -56,9 +56,13 @@ class EdgeSession:
         plans: bool = False,
         boolean_options: bool = False,
         subagents: bool = False,
+        observer: Observer | None = None,
     ) -> None:
         self.lease = lease
         self.id = lease.task_id
+        #: Set when this connection follows a session another connection holds: ``lease`` is
+        #: then the holder's, which this connection never releases; it only detaches.
+        self.observer = observer
         #: The protocol version of the connection that opened the session, and its updates
         #: (``notices``: the client shows notice updates; ``compaction``: it follows
         #: compactions; ``plans``: it takes plan operations).

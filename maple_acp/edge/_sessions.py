@@ -71,7 +71,13 @@ class SessionTable:
 
     @property
     def active_runs(self) -> int:
-        return sum(1 for s in self._sessions.values() if s.lease.active_run is not None)
+        """Runs of the sessions this connection holds (an observed session's run is its
+        holder's)."""
+        return sum(
+            1
+            for s in self._sessions.values()
+            if s.observer is None and s.lease.active_run is not None
+        )
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -131,7 +137,11 @@ class SessionTable:
         self.revoke_all()
 
     def revoke_all(self) -> None:
-        """Stop every session's updates and revoke its lease, synchronously."""
+        """Stop every session's updates and revoke its lease, synchronously; a session this
+        connection only observes is detached (its holder keeps the lease)."""
         for session in self._sessions.values():
             session.stop_updates()
-            session.lease.revoke("the connection ended")
+            if session.observer is not None:
+                session.observer.detach()
+            else:
+                session.lease.revoke("the connection ended")

@@ -29,6 +29,7 @@ import trio
 
 from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._errors import unknown_session
+from maple_acp.edge._observing import refuse_observer_prompt
 from maple_acp.edge._prompt import read_prompt
 from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
@@ -92,6 +93,8 @@ class SteeringFlow:
         message = read_prompt(request.prompt, PromptCapabilities())
         only_inject = prompt_required(request.meta)
         session = self._table.live(request.session_id)
+        # A steering message is a prompt's: an observing window's waits for the prompt queue.
+        refuse_observer_prompt(session)
         arrival = request_arrival()
         lease = session.lease
         while True:

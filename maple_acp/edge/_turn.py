@@ -18,7 +18,6 @@ finish ending, bounded, so the session takes the next prompt at once.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -27,22 +26,22 @@ from typing import Any
 import attrs
 import trio
 
+from maple_acp.edge._asking import ask_permission
 from maple_acp.edge._children import CHILD_REPORTS
 from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._closing import CLOSE_DEADLINE_S
-from maple_acp.edge._dialect import Projection, permission_answer
+from maple_acp.edge._dialect import Projection
+from maple_acp.edge._observing import refuse_observer_prompt
 from maple_acp.edge._prompt import read_prompt
 from maple_acp.edge._session import AnswerPlace, EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
 from maple_acp.rpc import (
-    ConnectionClosed,
     OutboundFrameTooLarge,
     admitted,
     after_answer,
     request_arrival,
 )
 from maple_acp.runtime import (
-    PermissionAnswer,
     PermissionRequest,
     Prompt,
     PromptCapabilities,
@@ -56,7 +55,7 @@ from maple_acp.runtime import (
     ThoughtChunk,
     Withdrawn,
 )
-from maple_acp.wire import PromptRequest, ProtocolError, v2
+from maple_acp.wire import PromptRequest, v2
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +86,9 @@ class PromptTurns:
         # The blocks first: a refused block is bad params whatever the session.
         prompt = read_prompt(request.prompt, self._accepts)
         session = self._table.live(request.session_id)
+        # An observing window's prompt takes the holder's path below (the same lease), once
+        # prompts can wait for their turn; until then it is refused.
+        refuse_observer_prompt(session)
         arrival = request_arrival()
         key = request.idempotency_key if isinstance(request, v2.V2PromptRequest) else None
         if key is not None:
@@ -369,24 +371,8 @@ class PromptTurns:
         )
 
     async def _ask_permission(self, session: EdgeSession, event: PermissionRequest) -> None:
-        """Ask the client; anything but a clean allow-once/reject-once fails closed."""
-        answer: PermissionAnswer | None = None  # fail closed unless the client answers cleanly
-        projector = session.projector
-        try:
-            # While it waits the turn requires action (in a version that says so).
-            await self._channel.send_many(session.id, projector.permission_waiting())
-            response = await self._channel.request_permission(
-                session.id, projector.permission_request(event.request)
-            )
-            answer = permission_answer(response)
-        except (ProtocolError, ConnectionClosed, OutboundFrameTooLarge) as exc:
-            logger.info("permission request failed closed: %s", getattr(exc, "message", exc))
-        finally:
-            # Cancellation (the run ended, the session closed) lands here too: the responder
-            # then refuses the late answer and the run's own cancellation already denied it.
-            event.responder.answer(answer)
-        with contextlib.suppress(ConnectionClosed):
-            await self._channel.send_many(session.id, projector.permission_settled())
+        """Ask this connection's client (each observing window asks its own as well)."""
+        await ask_permission(self._channel, session, event)
 
 
 class _AnswerOrder:

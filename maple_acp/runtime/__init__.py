@@ -158,6 +158,18 @@ Goals
     the backend. ``lease.session_events()`` is the stream outside any prompt: ``GoalChanged``
     (snapshot or ``None``), ``CycleStarted(run)`` (read its events like a prompt's) and
     ``LeaseRevoked``.
+
+Observers
+    Other windows may follow a held task without holding it: ``lease.attach_observer()`` (or
+    ``await service.observe_task(task_id, cwd)``, with a re-attach's root rule) gives an
+    ``Observer``: its ``snapshot`` (the runs being read, as far as they were read, as
+    ``TimelineItem`` rows), then ``async for item in observer``: ``PromptAdmitted``,
+    ``RunBatch`` (a run's events as the holder's side read them), the session's
+    ``GoalChanged``/``ModeChanged``/background events, and ``ObserverDetached`` last (the
+    window detached, fell ``OBSERVER_BACKLOG`` events behind, or the lease went). Read through
+    the lease, every ``PermissionRequest`` carries a ``PermissionTicket`` of its window on a
+    ``SharedQuestion``: the first allow-once or deny-once decides, ``None`` withdraws that
+    window only, and the last window's withdrawal denies. At most ``MAX_OBSERVERS``.
 """
 
 from maple_acp.model import (
@@ -296,6 +308,16 @@ from maple_acp.runtime._modes import (
     ModeSet,
     ToolPolicy,
 )
+from maple_acp.runtime._observers import (
+    MAX_OBSERVERS,
+    OBSERVER_BACKLOG,
+    ObservedEvent,
+    Observer,
+    ObserverDetached,
+    PromptAdmitted,
+    RunBatch,
+    RunSnapshot,
+)
 from maple_acp.runtime._offer import (
     MAX_COMMANDS,
     MAX_PLAN_ENTRIES,
@@ -310,6 +332,8 @@ from maple_acp.runtime._permissions import (
     PermissionClass,
     PermissionPolicy,
     PermissionResponder,
+    PermissionTicket,
+    SharedQuestion,
     ToolRequest,
 )
 from maple_acp.runtime._prompt_queue import MAX_PREVIEW_CHARS, MAX_QUEUED_PROMPTS, Withdrawn
@@ -378,6 +402,7 @@ __all__ = [
     "MAX_IMAGE_BYTES",
     "MAX_LIST_PAGE",
     "MAX_MESSAGE_CHARS",
+    "MAX_OBSERVERS",
     "MAX_PLAN_ENTRIES",
     "MAX_PLAN_MARKDOWN_CHARS",
     "MAX_PREVIEW_CHARS",
@@ -392,6 +417,7 @@ __all__ = [
     "MAX_WAITING_STEERS",
     "MODEL_CACHE_TTL_S",
     "MODEL_DISCOVERY_BOUND_S",
+    "OBSERVER_BACKLOG",
     "PLAN_MODE",
     "PROVISIONAL_SWEEP_INTERVAL_S",
     "RUN_EVENT_QUEUE",
@@ -439,16 +465,21 @@ __all__ = [
     "ModelCatalog",
     "ModelChoices",
     "ModelInfo",
+    "ObservedEvent",
+    "Observer",
+    "ObserverDetached",
     "PermissionAnswer",
     "PermissionClass",
     "PermissionPolicy",
     "PermissionRequest",
     "PermissionResponder",
+    "PermissionTicket",
     "PlanEntry",
     "PlanPriority",
     "PlanStatus",
     "PlanUpdated",
     "Prompt",
+    "PromptAdmitted",
     "PromptCapabilities",
     "PromptClaim",
     "PromptContentSource",
@@ -459,11 +490,13 @@ __all__ = [
     "RelayValues",
     "RouterFactory",
     "Run",
+    "RunBatch",
     "RunEnded",
     "RunEvent",
     "RunKind",
     "RunNotice",
     "RunOutcome",
+    "RunSnapshot",
     "RunState",
     "RuntimeRejection",
     "ServiceStatus",
@@ -471,6 +504,7 @@ __all__ = [
     "SessionEvents",
     "SessionLease",
     "SessionMode",
+    "SharedQuestion",
     "ShellOutput",
     "ShellResult",
     "SkillInfo",

@@ -73,6 +73,8 @@ class RejectionKind(enum.Enum):
     INVALID_PROMPT = "invalid_prompt"
     #: The task is a child session: it is reached only through its parent.
     CHILD_SESSION = "child_session"
+    #: A session already has as many observing windows as it takes.
+    OBSERVERS_FULL = "observers_full"
 
 
 #: The one line every refusal of a child session's id says.

@@ -12,7 +12,11 @@ from maple_acp.model import CommandInfo, PlanEntry, ToolState, Usage
 from maple_acp.runtime._live_output import ShellOutput
 
 if TYPE_CHECKING:
-    from maple_acp.runtime._permissions import PermissionResponder, ToolRequest
+    from maple_acp.runtime._permissions import (
+        PermissionResponder,
+        PermissionTicket,
+        ToolRequest,
+    )
 
 
 class RunState(enum.Enum):
@@ -102,10 +106,12 @@ class ToolOutput:
 @attrs.frozen
 class PermissionRequest:
     """The run waits for its caller's decision on ``request``: answer through ``responder``
-    (or ``Run.answer`` with ``responder.id``). Only allow-once and deny-once exist."""
+    (or ``Run.answer`` with ``responder.id``). Only allow-once and deny-once exist. Read
+    through the lease (``run.event_batches()``), ``responder`` is each window's ticket on the
+    question the lease's holder and observers share: the first clean answer decides it."""
 
     run_id: str
-    responder: PermissionResponder
+    responder: PermissionResponder | PermissionTicket
     request: ToolRequest
 
 

@@ -11,6 +11,7 @@ the hooks the lease hands them here:
 - ``_lease_settings``: the model, the session mode, the thinking effort;
 - ``_lease_skills``: the project skills the backend sees;
 - ``_reattach``: swapping the router and the directories on a re-attach;
+- ``_observers``: the windows that follow the task without holding it;
 - ``_goal_driver``: the goal and its autonomous cycles;
 - ``_background``: the background commands, in the lease's nursery;
 - ``_task_row``: the task row they share; ``_context``: what the lease sees of the service.
@@ -45,6 +46,7 @@ from maple_acp.runtime._lease_settings import SessionSettings
 from maple_acp.runtime._lease_skills import LeaseSkills
 from maple_acp.runtime._lease_turns import LeaseTurns, TurnSession
 from maple_acp.runtime._models import ModelChoices
+from maple_acp.runtime._observers import Observer, SessionObservers
 from maple_acp.runtime._options import BooleanOption
 from maple_acp.runtime._prompt_queue import PromptQueue, Withdrawn
 from maple_acp.runtime._reattach import Reattachment
@@ -95,7 +97,8 @@ class SessionLease:
         self.created_here = created_here
         self.tools = tools
         self._row = TaskRow(task, created_here=created_here, history_locked=history_locked)
-        self._events = SessionEvents()
+        self._observers = SessionObservers(now_ms=context.now_ms)
+        self._events = SessionEvents(mirror=self._observers.mirror)
         barrier = OperationBarrier()
         self._barrier = barrier
         slot = self._slot = PromptSlot()
@@ -170,6 +173,7 @@ class SessionLease:
                 model_choices=lambda: context.model_choices(generation, False),
                 known_models=lambda: context.known_models(generation),
                 poke=lambda: self._goals.poke(),
+                observe=self._observers.watch,
             ),
             children=self._children,
         )
@@ -557,6 +561,24 @@ class SessionLease:
         router serves (canonical and admitted: ``AgentService.reattach`` passes them)."""
         await self._reattach.replace_router(router_factory, directories)
 
+    # -- observers ---------------------------------------------------------------------------
+
+    def attach_observer(self) -> Observer:
+        """Another window follows this task without holding it (the holder keeps the lease):
+        the returned ``Observer`` holds a snapshot of the runs being read, then yields what
+        follows (their events, prompts' user messages, goal, mode and background events)
+        until it is detached: by ``Observer.detach``, by falling ``OBSERVER_BACKLOG`` events
+        behind, or when this lease is revoked. Its permission requests carry tickets of its
+        own; the first window's clean answer decides. ``OBSERVERS_FULL`` beyond
+        ``MAX_OBSERVERS``."""
+        self._life.check_live()
+        return self._observers.attach()
+
+    @property
+    def observers(self) -> int:
+        """How many windows observe this task now."""
+        return len(self._observers)
+
     # -- revocation and release --------------------------------------------------------------
 
     def revoke(self, reason: str = "the session was revoked") -> None:
@@ -569,6 +591,7 @@ class SessionLease:
     def _on_revoke(self) -> None:
         # Nothing waiting was admitted: withdrawn, it is answered cancelled by its caller.
         self._queue.clear()
+        self._observers.end()
         self._turns.cancel_run()
         self._slot.changed()
         self._goals.poke()

@@ -60,6 +60,8 @@ class TurnSession:
     known_models: Callable[[], ModelChoices | None]
     #: Something changed that may make a goal cycle due (a run ended, a prompt gave up).
     poke: Callable[[], None]
+    #: A run starts (with its prompt, for a prompt's run): the lease's observers follow it.
+    observe: Callable[[Run, Prompt | None], None] = lambda run, prompt: None
 
 
 class LeaseTurns:
@@ -282,6 +284,7 @@ class LeaseTurns:
             make_turn=make_turn,
             notices=self._model_notices(task.model),
         )
+        session.observe(run, prompt if kind is RunKind.PROMPT else None)
         self.active_run = run
         self._barrier.run_started()
         self._slot.changed()

@@ -188,3 +188,95 @@ class PermissionBroker:
         pending.allowed = allowed and not self._closed
         pending.cancelled = cancelled
         pending.done.set()
+
+
+class SharedQuestion:
+    """One permission request asked in several windows (the lease's holder and its observers):
+    the first window to answer with allow-once or deny-once decides it; a window that gives up
+    (its client's ``cancelled`` outcome, an unknown option, its disconnect) is left out, and
+    once every window gave up the request is denied and the run cancelled, as for one window
+    that gave up. Each window answers through its own :class:`PermissionTicket`."""
+
+    __slots__ = ("_open", "responder", "settled")
+
+    def __init__(self, responder: PermissionResponder) -> None:
+        self.responder = responder
+        self._open = 0
+        #: Set once a window's answer decided the request.
+        self.settled = trio.Event()
+
+    @property
+    def request_done(self) -> bool:
+        """Decided, or resolved by the run's end or cancellation."""
+        return self.settled.is_set() or self.responder.done.is_set()
+
+    def ticket(self) -> PermissionTicket:
+        """One more window that may answer."""
+        self._open += 1
+        return PermissionTicket(self)
+
+    def _answer(self, ticket: PermissionTicket, answer: PermissionAnswer | None) -> bool:
+        if ticket.used:
+            # A second answer through one ticket is the responder's invalid form: it fails
+            # closed (deny, cancel the run), whatever it says and whatever the other windows do.
+            self.responder.answer(None)
+            return False
+        ticket.used = True
+        if self.request_done:
+            # Another window decided (or the run ended) first: this answer changes nothing.
+            return False
+        self._open -= 1
+        if answer in (PermissionAnswer.ALLOW_ONCE, PermissionAnswer.DENY_ONCE):
+            accepted = self.responder.answer(answer)
+            self.settled.set()
+            return accepted
+        if self._open == 0:
+            # No window is left to answer: fail closed, as a lone window's failed answer does.
+            self.responder.answer(None)
+        return False
+
+
+class PermissionTicket:
+    """One window's handle on a :class:`SharedQuestion`, answered once like a
+    :class:`PermissionResponder`: a clean answer decides the question if no other window did;
+    ``None`` withdraws this window only."""
+
+    __slots__ = ("question", "used")
+
+    def __init__(self, question: SharedQuestion) -> None:
+        self.question = question
+        self.used = False
+
+    @property
+    def id(self) -> str:
+        return self.question.responder.id
+
+    @property
+    def run_id(self) -> str:
+        return self.question.responder.run_id
+
+    @property
+    def done(self) -> trio.Event:
+        """Set once the request is resolved, whichever way (as the responder's)."""
+        return self.question.responder.done
+
+    @property
+    def settled(self) -> trio.Event:
+        """Set once a window (this one or another) decided the question."""
+        return self.question.settled
+
+    @property
+    def allowed(self) -> bool:
+        return self.question.responder.allowed
+
+    @property
+    def cancelled(self) -> bool:
+        return self.question.responder.cancelled
+
+    def answer(self, answer: PermissionAnswer | None) -> bool:
+        """This window's answer; True if it decided the question. A second answer through
+        the same ticket fails closed, as a responder's does."""
+        return self.question._answer(self, answer)
+
+    def __repr__(self) -> str:
+        return f"PermissionTicket(used={self.used})"

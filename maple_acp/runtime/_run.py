@@ -95,6 +95,8 @@ class Run:
         self._done = trio.Event()
         self._outcome: RunOutcome | None = None
         self._result = TurnResult()
+        #: What sees each batch as its consumer reads it (the lease's observers), if anything.
+        self._tap: BatchTap | None = None
 
     # -- the caller's side -------------------------------------------------------------------
 
@@ -103,8 +105,15 @@ class Run:
         """The id of the user message a prompt run answers (admitted with the run)."""
         return user_message_id(self.id)
 
+    def tap(self, tap: BatchTap) -> None:
+        """Let ``tap`` see every batch as the consumer reads it (it returns the batch the
+        consumer gets): set by the lease before anyone reads, for its observers."""
+        self._tap = tap
+
     def events(self) -> AsyncIterator[RunEvent]:
         """The run's ordered events, ending with ``RunEnded``. Can be taken once."""
+        if self._tap is not None:
+            return _TappedEvents(self._queue.batch_reader(), self._tap)
         return self._queue.reader()
 
     def event_batches(self) -> AsyncIterator[list[RunEvent]]:
@@ -112,6 +121,8 @@ class Run:
         (at least one, in order), so a consumer hands them on with one wake-up per batch. The
         last batch ends with ``RunEnded``. Can be taken once, and not together with
         ``events()``."""
+        if self._tap is not None:
+            return _TappedBatches(self._queue.batch_reader(), self._tap)
         return self._queue.batch_reader()
 
     def cancel(self) -> None:
@@ -336,6 +347,44 @@ class Run:
         except Exception:
             logger.warning("could not write the final rows of run %s", self.id, exc_info=True)
         return None
+
+
+#: Sees one batch of a run's events as its consumer reads it; returns what the consumer gets.
+BatchTap = Callable[[list[RunEvent]], list[RunEvent]]
+
+
+class _TappedBatches:
+    """A run's batches, each through the tap (one call per batch: the streaming path)."""
+
+    def __init__(self, batches: AsyncIterator[list[RunEvent]], tap: BatchTap) -> None:
+        self._batches = batches
+        self._tap = tap
+
+    def __aiter__(self) -> _TappedBatches:
+        return self
+
+    async def __anext__(self) -> list[RunEvent]:
+        return self._tap(await self._batches.__anext__())
+
+
+class _TappedEvents:
+    """A run's events one at a time, read in tapped batches."""
+
+    def __init__(self, batches: AsyncIterator[list[RunEvent]], tap: BatchTap) -> None:
+        self._batches = _TappedBatches(batches, tap)
+        self._ready: list[RunEvent] = []
+        self._next = 0
+
+    def __aiter__(self) -> _TappedEvents:
+        return self
+
+    async def __anext__(self) -> RunEvent:
+        while self._next >= len(self._ready):
+            self._ready = await self._batches.__anext__()
+            self._next = 0
+        event = self._ready[self._next]
+        self._next += 1
+        return event
 
 
 def _logged_reason(exc: Exception) -> str:

@@ -38,6 +38,7 @@ from maple_acp.runtime._lease import SessionLease
 from maple_acp.runtime._lease_life import RouterFactory
 from maple_acp.runtime._models import AccountModels, ModelCatalog, ModelCatalogCache, ModelChoices
 from maple_acp.runtime._modes import BUILTIN_MODES, ModeSet
+from maple_acp.runtime._observers import Observer
 from maple_acp.runtime._offer import CommandBounds
 from maple_acp.runtime._opener import LeaseOpener
 from maple_acp.runtime._permissions import PermissionPolicy
@@ -408,6 +409,33 @@ class AgentService(ServedInOwnNursery):
             additional_directories=additional_directories,
             replace_directories=replace_directories,
         )
+
+    async def observe_task(
+        self,
+        task_id: str,
+        cwd: str,
+        *,
+        allowed_roots: Sequence[str] = (),
+        additional_directories: Sequence[str] = (),
+        replace_directories: bool = False,
+    ) -> tuple[SessionLease, Observer] | None:
+        """Follow a task another caller holds, without holding it (another window on it): the
+        lease, and an ``Observer`` of it (see ``SessionLease.attach_observer``). ``None`` when
+        no live lease holds the task: the caller may open it (``serve_task``). The attach rule
+        is a re-attach's (``check_root``: ``INVALID_CWD``, ``ROOT_MISMATCH``), then
+        ``OBSERVERS_FULL`` beyond ``MAX_OBSERVERS``, and the admission kinds."""
+        self._fence.admit()
+        lease = self._leases.of(task_id)
+        if lease is None or lease.revoked:
+            return None
+        await self.check_root(
+            lease,
+            cwd,
+            allowed_roots=allowed_roots,
+            additional_directories=additional_directories,
+            replace_directories=replace_directories,
+        )
+        return lease, lease.attach_observer()
 
     # -- tasks -------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import logging
+from collections.abc import Callable
 from typing import TypeAlias
 
 import attrs
@@ -110,7 +111,9 @@ class SessionEvents:
     """The lease's session event stream (goal changes, goal cycles, revocation), readable by one
     consumer; it ends when the lease's cleanup ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, mirror: Callable[[SessionEvent], None] | None = None) -> None:
+        #: Told of every event published (the lease's observers), whatever this queue keeps.
+        self._mirror = mirror
         self._queue: collections.deque[SessionEvent] = collections.deque()
         self._changed = trio.Event()
         self._closed = False
@@ -119,6 +122,8 @@ class SessionEvents:
     def publish(self, event: SessionEvent) -> None:
         if self._closed:
             return
+        if self._mirror is not None:
+            self._mirror(event)
         if isinstance(event, BackgroundOutput):
             # One waiting snapshot per command: the newest, carrying what the older added.
             for index, queued in enumerate(self._queue):

@@ -45,6 +45,7 @@ OUTBOUND_DEFINITIONS: Final[Mapping[str, str]] = {
     "session/request_permission": "RequestPermissionRequest",
     "elicitation/create": "CreateElicitationRequest",
     "mcp/message": "MessageMcpRequest",
+    # Either side's: a permission question another window answered is withdrawn.
     "$/cancel_request": "CancelRequestNotification",
 }
 #: Requests an agent sends that only the unstable schema defines (both versions).

@@ -33,9 +33,13 @@ from hypothesis.stateful import (
 from maple_acp.model import TaskQuery
 from maple_acp.runtime import (
     AgentService,
+    Observer,
+    ObserverDetached,
     PermissionRequest,
+    PermissionTicket,
     RejectionKind,
     Run,
+    RunBatch,
     RuntimeRejection,
     SessionLease,
 )
@@ -150,12 +154,23 @@ class RunModel:
         self.calls_when_fenced = 0
 
 
+class ObserverModel:
+    """A window following a lease it does not hold, and the questions its feed brought."""
+
+    def __init__(self, observer: Observer, lease: LeaseModel) -> None:
+        self.observer = observer
+        self.lease = lease
+        self.requests: list[PermissionRequest] = []
+        self.used: list[PermissionRequest] = []
+
+
 SCRIPTS = ["hello", "/hang", "/mcp srv__t {}", "/usage 1 2\n/mcp srv__t {}", "/goal hang on"]
 
 
 class RuntimeMachine(RuleBasedStateMachine):
     leases = Bundle("leases")
     runs = Bundle("runs")
+    observers = Bundle("observers")
 
     def __init__(self) -> None:
         super().__init__()
@@ -175,6 +190,9 @@ class RuntimeMachine(RuleBasedStateMachine):
         self.known_tasks: set[str] = set()
         self.deleted: set[str] = set()
         self.drained = False
+        self.all_observers: list[ObserverModel] = []
+        #: For each permission request (its responder's id): the answers that decided it.
+        self.decisions: dict[str, list[str]] = {}
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -360,9 +378,93 @@ class RuntimeMachine(RuleBasedStateMachine):
                 run.used.append(request)
                 option = {"allow": "allow_once", "deny": "deny_once"}.get(form, "sometimes")
                 accepted = request.responder.answer(option)
+                self._decided(request, option, accepted)
                 if run.fenced or option == "sometimes":
                     assert not accepted
-                    self._fence(run)
+                    # Another window may still answer: only the last one's giving up denies.
+                    if request.responder.done.is_set():
+                        self._fence(run)
+            await trio.testing.wait_all_tasks_blocked()
+
+        self.call(go)
+
+    def _decided(self, request: PermissionRequest, option: str, accepted: bool) -> None:
+        if accepted:
+            self.decisions.setdefault(request.responder.id, []).append(option)
+
+    # -- observers -----------------------------------------------------------------------
+
+    @rule(target=observers, lease=leases)
+    def attach_observer(self, lease: LeaseModel | None) -> Any:
+        if lease is None:
+            return None
+        made: list[ObserverModel] = []
+
+        async def go() -> RuntimeRejection | None:
+            try:
+                observer = lease.lease.attach_observer()
+            except RuntimeRejection as exc:
+                return exc
+            model = ObserverModel(observer, lease)
+            made.append(model)
+
+            async def follow() -> None:
+                async for item in observer:
+                    if isinstance(item, RunBatch):
+                        model.requests.extend(
+                            e for e in item.events if isinstance(e, PermissionRequest)
+                        )
+                    elif isinstance(item, ObserverDetached):
+                        return
+
+            assert self.host is not None
+            assert self.host.nursery is not None
+            self.host.nursery.start_soon(follow)
+            await trio.testing.wait_all_tasks_blocked()
+            return None
+
+        result = self.call(go)
+        if result is not None:
+            assert result.kind in (
+                RejectionKind.OBSERVERS_FULL,
+                RejectionKind.LEASE_REVOKED,
+                RejectionKind.ACCOUNT_CHANGED,
+                RejectionKind.NOT_SIGNED_IN,
+                RejectionKind.SHUTTING_DOWN,
+            ), result
+            if result.kind is RejectionKind.OBSERVERS_FULL:
+                assert lease.lease.observers == 4
+            return None
+        self.all_observers.append(made[0])
+        return made[0]
+
+    @rule(observer=consumes(observers))
+    def detach_observer(self, observer: ObserverModel | None) -> None:
+        if observer is None:
+            return
+        self.sync(observer.observer.detach)
+
+    @rule(observer=observers, form=st.sampled_from(["allow", "deny", "cancel"]))
+    def answer_from_observer(self, observer: ObserverModel | None, form: str) -> None:
+        if observer is None:
+            return
+
+        async def go() -> None:
+            await trio.testing.wait_all_tasks_blocked()
+            fresh = [r for r in observer.requests if r not in observer.used]
+            if not fresh:
+                return
+            request = fresh[0]
+            observer.used.append(request)
+            option = {"allow": "allow_once", "deny": "deny_once"}.get(form)
+            assert isinstance(request.responder, PermissionTicket)
+            accepted = request.responder.answer(option)  # type: ignore[arg-type]
+            self._decided(request, form + "_once" if option else "cancel", accepted)
+            runs = [m for m in self.all_runs if m.run.id == request.run_id]
+            if runs and (runs[0].fenced or option is None):
+                assert not accepted or not runs[0].fenced
+                if option is None and request.responder.done.is_set():
+                    self._fence(runs[0])
             await trio.testing.wait_all_tasks_blocked()
 
         self.call(go)
@@ -574,6 +676,35 @@ class RuntimeMachine(RuleBasedStateMachine):
             if not model.run.ended:
                 active[model.run.task_id] = active.get(model.run.task_id, 0) + 1
         assert all(count == 1 for count in active.values()), active
+
+    @invariant()
+    def one_answer_per_permission_request_reaches_the_runtime(self) -> None:
+        for decided in self.decisions.values():
+            assert len(decided) <= 1, decided
+        for model in self.all_observers:
+            for request in model.requests:
+                ticket = request.responder
+                assert isinstance(ticket, PermissionTicket)
+                decided = self.decisions.get(ticket.id, [])
+                if decided and not ticket.cancelled:
+                    # The question's outcome is the one answer that decided it.
+                    assert ticket.allowed == (decided[0] == "allow_once")
+
+    @invariant()
+    def no_observer_keeps_a_lease(self) -> None:
+        for model in self.all_observers:
+            lease = model.lease.lease
+            if lease.revoked:
+                assert model.observer.detached is not None
+            # The holder's lease is the only one of its task.
+            assert self.service.lease_of(lease.task_id) in (lease, None) or lease.released
+        for lease_model in self.all_leases:
+            attached = [
+                m
+                for m in self.all_observers
+                if m.lease is lease_model and m.observer.detached is None
+            ]
+            assert lease_model.lease.observers == len(attached)
 
     @invariant()
     def no_allow_after_cancel_or_revoke(self) -> None:
