@@ -22,12 +22,9 @@ object a connection chooses at ``initialize`` for v2, so every v2 rule is found 
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, Literal
-
-import attrs
 
 from maple_acp.edge._bounds import (
     MAX_TOOL_TEXT_CHARS,
@@ -51,13 +48,22 @@ from maple_acp.edge._dialect import (
 )
 from maple_acp.edge._projection import (
     MAX_TITLE_CHARS,
-    UPDATE_METHOD,
     SessionProjector,
     encode_update,
 )
+from maple_acp.edge._v2_shapes import (
+    CHUNK_KIND_OF,
+    MESSAGE_KIND_OF,
+    TOOL_STATUS,
+    base64_text,
+    diff_shape,
+    state_line,
+    terminal_block,
+    update_line,
+    v2_config_options,
+)
 from maple_acp.model import (
     CommandInfo,
-    FileDiff,
     GoalRecord,
     ImageRef,
     ItemKind,
@@ -67,7 +73,6 @@ from maple_acp.model import (
     ToolState,
     ToolStatus,
 )
-from maple_acp.rpc import encode_notification
 from maple_acp.runtime import (
     CommandsChanged,
     ContextUsage,
@@ -92,7 +97,6 @@ from maple_acp.wire import (
     REQUEST_CANCELLED,
     STATUS_METHOD,
     STEERING_METHOD,
-    ChunkKind,
     CloseSessionRequest,
     DeleteSessionRequest,
     Implementation,
@@ -100,8 +104,6 @@ from maple_acp.wire import (
     ListSessionsRequest,
     PermissionOption,
     ProtocolError,
-    SessionConfigBoolean,
-    SessionConfigOption,
     SessionNotification,
     SteeringResponse,
     TextContent,
@@ -116,26 +118,6 @@ VERSION: Final = 2
 REPLAY_FROM_START: Final = "start"
 #: The update that ends a replay (upstream schema 1.18; alpha.12 takes it as an open kind).
 REPLAY_COMPLETE: Final = "replay_complete"
-
-_STATUS: Final[dict[ToolStatus, str]] = {
-    ToolStatus.PENDING: "pending",
-    ToolStatus.IN_PROGRESS: "in_progress",
-    ToolStatus.COMPLETED: "completed",
-    ToolStatus.FAILED: "failed",
-    ToolStatus.CANCELLED: "cancelled",
-}
-_CHUNK_KIND: Final[dict[str, ChunkKind]] = {
-    ItemKind.USER.value: "user_message_chunk",
-    ItemKind.ASSISTANT.value: "agent_message_chunk",
-    ItemKind.THOUGHT.value: "agent_thought_chunk",
-}
-
-#: The whole-message upsert of each message kind (a replay sends these, not chunks).
-_MESSAGE_KIND: Final[dict[str, str]] = {
-    ItemKind.USER.value: "user_message",
-    ItemKind.ASSISTANT.value: "agent_message",
-    ItemKind.THOUGHT.value: "agent_thought",
-}
 
 _PARAMS: Final[Mapping[str, tuple[type[object], str]]] = {
     "initialize": (v2.V2InitializeRequest, "initialize"),
@@ -156,50 +138,6 @@ _PARAMS: Final[Mapping[str, tuple[type[object], str]]] = {
 ROUTES: Final[Mapping[str, Route]] = MappingProxyType(
     {method: Route.of(params, operation) for method, (params, operation) in _PARAMS.items()}
 )
-
-
-def _state(session_id: str, state: str, stop_reason: str | None = None) -> bytes:
-    return _line(
-        session_id,
-        "state_update",
-        v2.V2StateUpdate(state=state, stop_reason=stop_reason),  # type: ignore[arg-type]
-    )
-
-
-def _line(session_id: str, kind: str, body: object) -> bytes:
-    """One finished ``session/update`` line: ``body`` tagged as ``kind``."""
-    update = unstructure(body)
-    update["sessionUpdate"] = kind
-    return encode_notification(UPDATE_METHOD, {"sessionId": session_id, "update": update})
-
-
-def _terminal(terminal_id: str) -> dict[str, Any]:
-    return {"type": "terminal", "terminalId": terminal_id}
-
-
-def _base64(text: str) -> str:
-    return base64.b64encode(text.encode("utf-8", "surrogatepass")).decode("ascii")
-
-
-def _diff(diff: FileDiff) -> dict[str, Any]:
-    """A file edit as v2 shows it: which file changed and how (the text stays in the tool's
-    raw output, bounded there)."""
-    change = v2.V2DiffChange(operation="add" if diff.old_text is None else "modify", path=diff.path)
-    return unstructure(v2.V2Diff(changes=(change,)))  # type: ignore[no-any-return]
-
-
-def _config_options(options: ConfigOptions) -> tuple[v2.V2SessionConfigOption, ...]:
-    """The host's config options keyed by ``configId``, as v2 shows them."""
-    return tuple(_config_option(option) for option in options)
-
-
-def _config_option(option: SessionConfigOption) -> v2.V2SessionConfigOption:
-    # v1's fields under v2's names: only ``id`` becomes ``configId``.
-    fields = attrs.asdict(option, recurse=False)
-    fields["config_id"] = fields.pop("id")
-    if isinstance(option, SessionConfigBoolean):
-        return v2.V2SessionConfigBoolean(**fields)
-    return v2.V2SessionConfigSelect(**fields)
 
 
 def _info(answer: InitializeResponse) -> Implementation:
@@ -223,7 +161,7 @@ class V2Projection:
         self._terminals: set[str] = set()
 
     def _update(self, kind: str, body: object) -> bytes:
-        return _line(self.session_id, kind, body)
+        return update_line(self.session_id, kind, body)
 
     def _shared(self, notification: SessionNotification) -> bytes:
         """An update whose v1 shape is also v2's (session info, goal, usage, notice)."""
@@ -269,14 +207,14 @@ class V2Projection:
             shown = {
                 "toolCallId": terminal,
                 "status": "in_progress",
-                "content": [_terminal(terminal)],
+                "content": [terminal_block(terminal)],
             }
             lines.append(self._update("tool_call_update", shown))
         if output.appended is None:
-            replaced = {"terminalId": terminal, "output": {"data": _base64(output.tail)}}
+            replaced = {"terminalId": terminal, "output": {"data": base64_text(output.tail)}}
             lines.append(self._update("terminal_update", replaced))
         elif output.appended:
-            chunk = {"terminalId": terminal, "data": _base64(output.appended)}
+            chunk = {"terminalId": terminal, "data": base64_text(output.appended)}
             lines.append(self._update("terminal_output_chunk", chunk))
         if output.exited:
             status: dict[str, Any] = {"exitCode": output.exit_code}
@@ -293,20 +231,20 @@ class V2Projection:
         if tool_id in self._terminals:
             # The terminal holds the output and the exit status; a failure keeps its text's first
             # line (its status) for a client that shows text and not terminals.
-            content.append(_terminal(tool_id))
+            content.append(terminal_block(tool_id))
             text = text.partition("\n")[0] if tool.status is ToolStatus.FAILED else ""
         if text:
             content.append(
                 {"type": "content", "content": {"type": "text", "text": bound_text(text)}}
             )
-        content.extend(_diff(diff) for diff in tool.diffs)
+        content.extend(diff_shape(diff) for diff in tool.diffs)
         locations = tuple(unstructure(location) for location in tool_locations(tool.locations))
         return v2.V2ToolCallUpdate(
             tool_call_id=tool_id,
             title=bound_text(tool.title or summary or tool.name, MAX_TITLE_CHARS),
             name=tool.name or None,
             kind=infer_tool_kind(tool.name),
-            status=_STATUS[tool.status],
+            status=TOOL_STATUS[tool.status],
             content=tuple(content) or None,
             locations=locations or None,
             raw_input=bound_raw(tool.raw_input),
@@ -350,7 +288,7 @@ class V2Projection:
     def config_update(self, options: ConfigOptions) -> bytes:
         return self._update(
             "config_option_update",
-            v2.V2ConfigOptionUpdate(config_options=_config_options(options)),
+            v2.V2ConfigOptionUpdate(config_options=v2_config_options(options)),
         )
 
     def mode_change(self, mode_id: str, options: ConfigOptions) -> list[Outbound]:
@@ -369,12 +307,12 @@ class V2Projection:
         """A stored message as a client that may hold it already must get it: one
         whole-message upsert whose content replaces what it has; past the text bound, a primer
         that empties the message (``content: []``) and then its text in chunks."""
-        whole = _MESSAGE_KIND[kind]
+        whole = MESSAGE_KIND_OF[kind]
         if len(text) <= MAX_TOOL_TEXT_CHARS:
             content = (TextContent(text=text),)
             return [self._update(whole, v2.V2MessageUpsert(message_id=message_id, content=content))]
         primer = self._update(whole, v2.V2MessageUpsert(message_id=message_id, content=()))
-        return [primer, *self.text(_CHUNK_KIND[kind], message_id, text)]
+        return [primer, *self.text(CHUNK_KIND_OF[kind], message_id, text)]
 
     def history(self, rows: Sequence[TimelineItem | MessageRow]) -> Iterator[Outbound]:
         """Stored history as upserts: each message by its id, whole (its text; images and
@@ -395,7 +333,7 @@ class V2Projection:
             else:
                 item = row
                 kind, item_id, text = item.kind, item.item_id, item.text
-            if kind in _MESSAGE_KIND:
+            if kind in MESSAGE_KIND_OF:
                 if text:
                     yield from self.message(kind, item_id, text)
             elif item is None:
@@ -446,7 +384,7 @@ class V2Projection:
 
     def run_started(self) -> list[Outbound]:
         self._waiting = 0
-        return [_state(self.session_id, "running")]
+        return [state_line(self.session_id, "running")]
 
     def turn_ended(
         self, state: RunState, usage: RunUsage | None, reason: RunStopReason
@@ -455,22 +393,22 @@ class V2Projection:
 
     def run_ended(self, state: RunState, reason: RunStopReason) -> list[Outbound]:
         self._waiting = 0
-        return [_state(self.session_id, "idle", stop_reason(state, reason))]
+        return [state_line(self.session_id, "idle", stop_reason(state, reason))]
 
     def permission_waiting(self) -> list[Outbound]:
         self._waiting += 1
-        return [_state(self.session_id, "requires_action")] if self._waiting == 1 else []
+        return [state_line(self.session_id, "requires_action")] if self._waiting == 1 else []
 
     def permission_settled(self) -> list[Outbound]:
         if self._waiting == 0:
             return []
         self._waiting -= 1
-        return [_state(self.session_id, "running")] if self._waiting == 0 else []
+        return [state_line(self.session_id, "running")] if self._waiting == 0 else []
 
     def attached(self, running: bool) -> list[Outbound]:
         if running:
-            return [_state(self.session_id, "requires_action" if self._waiting else "running")]
-        return [_state(self.session_id, "idle")]
+            return [state_line(self.session_id, "requires_action" if self._waiting else "running")]
+        return [state_line(self.session_id, "idle")]
 
     def replay_complete(self) -> list[Outbound]:
         # Once per resume that named ``replayFrom``, even for an empty replay: a client takes
@@ -553,13 +491,13 @@ class V2Dialect:
         settings: SessionSettings,
     ) -> v2.V2NewSessionResponse:
         return v2.V2NewSessionResponse(
-            session_id=session_id, config_options=_config_options(options)
+            session_id=session_id, config_options=v2_config_options(options)
         )
 
     def resume_answer(
         self, options: ConfigOptions, settings: SessionSettings
     ) -> v2.V2ResumeSessionResponse:
-        return v2.V2ResumeSessionResponse(config_options=_config_options(options))
+        return v2.V2ResumeSessionResponse(config_options=v2_config_options(options))
 
     # Not in v2's table (no session/load, no session/fork): a resume's answer if ever asked.
     load_answer = resume_answer
@@ -594,7 +532,7 @@ class V2Dialect:
         return {}  # no session/set_mode in v2
 
     def config_answer(self, options: ConfigOptions) -> v2.V2SetSessionConfigOptionResponse:
-        return v2.V2SetSessionConfigOptionResponse(config_options=_config_options(options))
+        return v2.V2SetSessionConfigOptionResponse(config_options=v2_config_options(options))
 
 
 #: The ACP v2 draft: the dialect of a client that asks for 2 or newer, where the host allows it.
