@@ -29,8 +29,10 @@ The latency is wall time, so a busy machine inflates it; the host + connector CP
 whole one-token prompt (``schedstat``, nanoseconds) is printed beside it: an upper bound on the
 CPU spent before the request left, which a busy machine does not inflate.
 
-Targets (issue 26): host + connector <= 60 us CPU per token; <= 5 ms warm; <= 15 ms on a fresh
-host's first prompt.
+Targets: host + connector CPU per token at most 1.2x the floor (the median of the ratios
+of each pair of runs); <= 3 ms warm; <= 5 ms on a fresh host's first prompt. CPU per token is
+read from ``schedstat`` (nanoseconds): a 2,000-token answer takes ~50 ms, on which the 10 ms
+ticks of ``/proc/PID/stat`` would move the figure by ~5 us.
 
 ``--kind anthropic``: the same over Anthropic's Messages streaming format
 (``tests/backends/anthropic/messages_loopback.py``, ``serve --provider-kind anthropic``). Its
@@ -70,9 +72,10 @@ TIMEOUT_S = 120.0
 SETTLE_S = 0.3
 #: ... and is timed anyway after this long.
 SETTLE_BOUND_S = 20.0
-TARGET_CPU_US = 60.0
-TARGET_WARM_MS = 5.0
-TARGET_FIRST_MS = 15.0
+#: ``--kind openai``: host + connector CPU per token at most this many times the floor.
+TARGET_FLOOR_RATIO = 1.2
+TARGET_WARM_MS = 3.0
+TARGET_FIRST_MS = 5.0
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
@@ -380,9 +383,9 @@ def main() -> int:
             floor_of(server)
             for _ in range(args.runs):
                 session_id = host.new_session()
-                before = cpu_seconds(host.pids)
+                before_ns = cpu_ns(host.pids)
                 _, chunks, _ = host.prompt(session_id, "go")
-                ours_cpu.append((cpu_seconds(host.pids) - before) / args.tokens)
+                ours_cpu.append((cpu_ns(host.pids) - before_ns) / 1e9 / args.tokens)
                 server.arrival_ns()
                 if chunks < 1:
                     raise RuntimeError("no text arrived")
@@ -416,35 +419,32 @@ def main() -> int:
     cpu_us = statistics.median(ours_cpu) * 1e6
     total_us = sum(ours_cpu) / len(ours_cpu) * 1e6
     floor_us = statistics.median(floor) * 1e6
+    # Each run of ours is paired with the floor run right after it: the ratio of the pair is
+    # what a slow moment of the machine changes least.
+    ratios = [ours / below for ours, below in zip(ours_cpu, floor, strict=True)]
+    ratio = statistics.median(ratios)
+    target = TARGET_SDK_RATIO if anthropic_kind else TARGET_FLOOR_RATIO
     print(
         f"provider path ({args.kind}): {args.tokens} tokens per answer, one per SSE event; "
         f"{args.runs} alternating runs (python {sys.version.split()[0]})"
     )
-    print(
-        f"  host + connector CPU per token: {cpu_us:6.1f} us median, {total_us:6.1f} us mean "
-        + (
-            ""
-            if anthropic_kind
-            else f"({_verdict(cpu_us <= TARGET_CPU_US)} <= {TARGET_CPU_US:.0f})"
-        )
-    )
+    print(f"  host + connector CPU per token: {cpu_us:6.1f} us median, {total_us:6.1f} us mean")
     print(f"    runs: {_runs(ours_cpu, 1e6)}")
     if anthropic_kind:
         print(f"  floor (the anthropic SDK's own stream): {floor_us:6.2f} us per token")
-        print(f"    runs: {_runs(floor, 1e6, '.2f')}")
-        ratio = cpu_us / floor_us
-        print(
-            f"  ours / SDK floor: {ratio:.2f}x ({_verdict(ratio <= TARGET_SDK_RATIO)} <= "
-            f"{TARGET_SDK_RATIO:.1f})"
-        )
     else:
         print(f"  floor (raw bytes + orjson.loads per event): {floor_us:6.2f} us per token")
-        print(f"    runs: {_runs(floor, 1e6, '.2f')}")
-        print(f"  ours / floor: {cpu_us / floor_us:.1f}x")
+    print(f"    runs: {_runs(floor, 1e6, '.2f')}")
+    print(
+        f"  ours / floor, median of the pairs: {ratio:.2f}x "
+        f"({_verdict(ratio <= target)} <= {target:.1f})"
+    )
+    print(f"    pairs: {_runs(ratios, 1, '.2f')}")
     warm = statistics.median(warm_ms)
     print(
         f"  session/prompt -> request at the server, warm: {warm:6.2f} ms median "
-        f"({_verdict(warm <= TARGET_WARM_MS)} <= {TARGET_WARM_MS:.0f})"
+        f"({_verdict(warm <= TARGET_WARM_MS)} <= {TARGET_WARM_MS:.0f}; "
+        f"{warm / TARGET_WARM_MS:.2f}x it)"
     )
     print(f"    runs: {_runs(warm_ms, 1, '.2f')}")
     print(
@@ -456,7 +456,7 @@ def main() -> int:
         print(
             f"  session/prompt -> request at the server, a fresh host's first prompt: "
             f"{first:6.2f} ms median ({_verdict(first <= TARGET_FIRST_MS)} <= "
-            f"{TARGET_FIRST_MS:.0f})"
+            f"{TARGET_FIRST_MS:.0f}; {first / TARGET_FIRST_MS:.2f}x it)"
         )
         print(f"    runs: {_runs(first_ms, 1, '.2f')}")
         print(
