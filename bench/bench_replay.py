@@ -22,8 +22,14 @@ writes, so a load right after the prompt (the rounds above) finds the history in
 the rounds the host is restarted on the same data directory and each session is loaded once
 more: the first read of a task after a restart, the cold figure.
 
-Target (issue 13): the replay at least as fast as the live stream, complete and in order
-before the answer.
+Each session is also loaded against its own live run: the load's time and the host +
+connector CPU (``schedstat``, nanoseconds) over the live prompt's, for the streamed message
+(its replay is one message, in a few
+updates of bounded size) and for the N messages (N updates). The medians of those ratios are
+the "replay <= 1.0x the live stream of the same session" figures.
+
+Target: the replay at least as fast as the live stream, complete and in order before the
+answer; a session's load at most 1.0x its own live run, in time and in CPU.
 """
 
 from __future__ import annotations
@@ -38,15 +44,42 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import attrs
+from bench_provider import cpu_ns
 from bench_throughput import PYTHON, TIMEOUT_S, LineClient, _clean_env, running_host
 
 
-def one_round(
-    client: LineClient, cwd: str, updates: int, size: int
-) -> tuple[float, float, float, str, int]:
-    """(live messages, live stream, replay) updates per second, on fresh sessions, the
-    replayed session's id and how many updates the live stream took on the wire.
+@attrs.define
+class Round:
+    """One round's figures."""
+
+    #: Updates per second: N live messages, one live streamed message, the messages' replay.
+    live: float
+    stream: float
+    replay: float
+    #: The messages' session (loaded again after a restart) and the stream's updates on the
+    #: wire.
+    session: str
+    stream_updates: int
+    #: Each session's load over its own live run: (time, host + connector CPU).
+    stream_load: tuple[float, float]
+    messages_load: tuple[float, float]
+
+
+def _timed(
+    client: LineClient, pids: list[int], method: str, params: dict[str, Any]
+) -> tuple[int, float, float]:
+    """Call ``method``: the characters of agent text that came before its answer, the wall
+    seconds and the host + connector CPU seconds it took."""
+    started, cpu = time.perf_counter(), cpu_ns(pids)
+    _, text = client.call(method, params)
+    return text, time.perf_counter() - started, (cpu_ns(pids) - cpu) / 1e9
+
+
+def one_round(client: LineClient, pids: list[int], cwd: str, updates: int, size: int) -> Round:
+    """Live messages, a live stream and their loads, on fresh sessions.
 
     The client counts agent-message text in characters, so each check compares characters:
     ``/stream N B`` sends N chunks of B ``x`` (the host may join chunks it finds queued
@@ -56,32 +89,46 @@ def one_round(
     agent produced (N either way) per second."""
     session = client.call("session/new", {"cwd": cwd, "mcpServers": []})[0]["sessionId"]
     stream = [{"type": "text", "text": f"/stream {updates} {size}"}]
-    started = time.perf_counter()
-    _, streamed = client.call("session/prompt", {"sessionId": session, "prompt": stream})
-    stream_s = time.perf_counter() - started
+    prompt_params: dict[str, Any] = {"sessionId": session, "prompt": stream}
+    streamed, stream_s, stream_cpu = _timed(client, pids, "session/prompt", prompt_params)
     stream_updates = client.chunks
     if streamed != updates * size:
         raise RuntimeError(f"expected {updates * size} streamed characters, got {streamed}")
     client.call("session/close", {"sessionId": session})
+    load_params = {"sessionId": session, "cwd": cwd, "mcpServers": []}
+    replayed, load_s, load_cpu = _timed(client, pids, "session/load", load_params)
+    if replayed != updates * size:
+        # A long message replays in pieces of a bounded size: its text must be whole.
+        raise RuntimeError(f"the streamed message replayed {replayed} of {updates * size}")
+    client.call("session/close", {"sessionId": session})
+    stream_load = (load_s / stream_s, load_cpu / stream_cpu)
     session = client.call("session/new", {"cwd": cwd, "mcpServers": []})[0]["sessionId"]
     texts = [str(i).rjust(size, "x") for i in range(updates)]
     echoed = sum(map(len, texts))
     prompt = [{"type": "text", "text": "\n".join(f"/echo {text}" for text in texts)}]
-    started = time.perf_counter()
-    result, live = client.call("session/prompt", {"sessionId": session, "prompt": prompt})
-    live_s = time.perf_counter() - started
+    prompt_params = {"sessionId": session, "prompt": prompt}
+    started, cpu = time.perf_counter(), cpu_ns(pids)
+    result, live = client.call("session/prompt", prompt_params)
+    live_s, live_cpu = time.perf_counter() - started, (cpu_ns(pids) - cpu) / 1e9
     if (live, client.chunks, result.get("stopReason")) != (echoed, updates, "end_turn"):
         raise RuntimeError(
             f"expected {updates} live messages of {echoed} characters in all and end_turn, "
             f"got {client.chunks} of {live}: {result}"
         )
     client.call("session/close", {"sessionId": session})
-    started = time.perf_counter()
-    _, replayed = client.call("session/load", {"sessionId": session, "cwd": cwd, "mcpServers": []})
-    replay_s = time.perf_counter() - started
+    load_params = {"sessionId": session, "cwd": cwd, "mcpServers": []}
+    replayed, replay_s, replay_cpu = _timed(client, pids, "session/load", load_params)
     _check_replay(client, replayed, updates, echoed)
     client.call("session/close", {"sessionId": session})
-    return updates / live_s, updates / stream_s, updates / replay_s, session, stream_updates
+    return Round(
+        live=updates / live_s,
+        stream=updates / stream_s,
+        replay=updates / replay_s,
+        session=session,
+        stream_updates=stream_updates,
+        stream_load=stream_load,
+        messages_load=(replay_s / live_s, replay_cpu / live_cpu),
+    )
 
 
 def cold_load(client: LineClient, cwd: str, session: str, updates: int, size: int) -> float:
@@ -104,9 +151,9 @@ def _check_replay(client: LineClient, replayed: int, updates: int, echoed: int) 
 
 
 @contextlib.contextmanager
-def connected(scratch: Path) -> Iterator[LineClient]:
-    """A host on ``scratch`` and an initialized client through a connector."""
-    with running_host(scratch) as (_, socket_path):
+def connected(scratch: Path) -> Iterator[tuple[LineClient, list[int]]]:
+    """A host on ``scratch``, an initialized client through a connector, and both pids."""
+    with running_host(scratch) as (host, socket_path):
         connector = subprocess.Popen(
             [PYTHON, "-m", "maple_acp_connector", "--socket", str(socket_path)],
             stdin=subprocess.PIPE,
@@ -118,7 +165,7 @@ def connected(scratch: Path) -> Iterator[LineClient]:
             assert connector.stdout is not None
             client = LineClient(connector.stdin, connector.stdout)
             client.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
-            yield client
+            yield client, [host.pid, connector.pid]
             connector.stdin.close()
             connector.wait(timeout=TIMEOUT_S)
         finally:
@@ -139,18 +186,20 @@ def main() -> int:
     cold: list[float] = []
     sessions: list[str] = []
     wire: list[int] = []
+    loads: list[tuple[tuple[float, float], tuple[float, float]]] = []
     try:
         project = scratch / "project"
         project.mkdir()
-        with connected(scratch) as client:
+        with connected(scratch) as (client, pids):
             for _ in range(args.runs):
-                rates = one_round(client, str(project), args.updates, args.size)
-                live.append(rates[0])
-                stream.append(rates[1])
-                replay.append(rates[2])
-                sessions.append(rates[3])
-                wire.append(rates[4])
-        with connected(scratch) as client:
+                figures = one_round(client, pids, str(project), args.updates, args.size)
+                live.append(figures.live)
+                stream.append(figures.stream)
+                replay.append(figures.replay)
+                sessions.append(figures.session)
+                wire.append(figures.stream_updates)
+                loads.append((figures.stream_load, figures.messages_load))
+        with connected(scratch) as (client, _):
             for session in sessions:
                 cold.append(cold_load(client, str(project), session, args.updates, args.size))
     finally:
@@ -173,6 +222,15 @@ def main() -> int:
     ratio = cold_median / stream_median
     verdict = "meets" if ratio >= 1 else "MISSES"
     print(f"  first load after a restart / live streaming: {ratio:.2f}x ({verdict} the 1x target)")
+    print("  a session's load / its own live run (goal <= 1.0x), time and host + connector CPU:")
+    for index, name in ((0, "the streamed message"), (1, f"the {args.updates} messages")):
+        times = [pair[index][0] for pair in loads]
+        cpus = [pair[index][1] for pair in loads]
+        worst = max(statistics.median(times), statistics.median(cpus))
+        print(
+            f"    {name}: {statistics.median(times):.3f}x time, {statistics.median(cpus):.3f}x "
+            f"CPU ({'meets' if worst <= 1 else 'MISSES'} the goal)"
+        )
     return 0
 
 
