@@ -228,12 +228,18 @@ def sdk_floor_cpu(server: LoopbackServer, client: Any) -> tuple[float, int]:
 class Host:
     """``maple-acp serve`` with the loopback provider, and a connector to it."""
 
-    def __init__(self, scratch: Path, base_url: str, kind: str = "openai") -> None:
+    def __init__(
+        self, scratch: Path, base_url: str, kind: str = "openai", checkout: Path | None = None
+    ) -> None:
+        """``checkout``: run the host and the connector of that source tree instead of the
+        installed ones."""
         self.scratch = scratch
         self.project = scratch / "project"
         self.project.mkdir(parents=True, exist_ok=True)
         socket_path = scratch / "run" / "acp.sock"
         env = clean_env(scratch)
+        if checkout is not None:
+            env["PYTHONPATH"] = os.pathsep.join((str(checkout), str(checkout / "connector")))
         self.started = time.monotonic()
         self.host = subprocess.Popen(
             [
