@@ -1,6 +1,7 @@
 """The prompt queue under any sequence of what clients may do, over the wire, on v1 and v2: a
 Hypothesis state machine whose steps queue prompts behind a running turn, list, remove and
-clear the queue, cancel, close and disconnect, and whose invariants are the queue's promises:
+clear the queue, cancel (alone, or with a prompt written right after it), close and
+disconnect, and whose invariants are the queue's promises:
 
 - every prompt request is answered at most once at every step, and exactly once in the end
   (once every session is cancelled), unless its connection ended first;
@@ -208,6 +209,29 @@ class QueueMachine(RuleBasedStateMachine):
         self.withdrawn.update(prompt.text for prompt in waiting)
         if how != "close":
             assert self.listed(session) == []
+
+    @precondition(lambda self: self.live_sessions())
+    @rule(at=picks)
+    def cancel_then_prompt(self, at: int) -> None:
+        # Written in one go: the cancel reaches only what came before it, so the prompt after
+        # it waits for the cancelled turn to end and then runs, never withdrawn nor refused.
+        session = self.pick(at)
+        waiting = self.listed(session)
+        text = f"echo-{next(self.serial)}"
+        sid = {"sessionId": session.sid}
+        (msg_id,) = self.driver.run(
+            session.conn.client.send_all,
+            [
+                ("session/cancel", sid),
+                ("session/prompt", {**sid, "prompt": [{"type": "text", "text": text}]}),
+            ],
+        )
+        self.prompts[text] = PromptModel(session, msg_id, text)
+        self.withdrawn.update(prompt.text for prompt in waiting)
+        answer = session.conn.client.answer(msg_id)
+        assert answer is not None, f"{text} is not answered"
+        assert "result" in answer, answer
+        assert answer["result"].get("stopReason") != "cancelled", answer
 
     @precondition(lambda self: any(conn.alive for conn in self.conns))
     @rule(at=picks)
