@@ -1,5 +1,6 @@
-"""A Hypothesis state machine over tasks, leases, runs, permissions, goals, re-attach and
-delete.
+"""A Hypothesis state machine over tasks, leases, runs, permissions, goals, re-attach,
+delete, observers and background commands (real processes: no background command outlives its
+lease).
 
 Each step runs on one long-lived trio loop in a thread (``trio.from_thread.run``); each example
 gets a fresh SQLite store and service. A "crash" snapshots the store's committed state (what a
@@ -140,6 +141,32 @@ class LeaseModel:
     def __init__(self, lease: SessionLease, router: CountingRouter) -> None:
         self.lease = lease
         self.router = router
+        #: The pid files of the background commands this lease started (each command writes
+        #: its own pid there before it becomes ``sleep``).
+        self.background: list[str] = []
+
+
+#: How long a background command in this machine would live unless something ends it.
+BACKGROUND_SLEEP_S = 120
+#: Real seconds a step waits for a background command to start or to be gone.
+BACKGROUND_WAIT_S = 10.0
+
+
+def pid_in(path: str) -> int | None:
+    try:
+        with open(path) as file:
+            text = file.read().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text else None
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 class RunModel:
@@ -193,6 +220,7 @@ class RuntimeMachine(RuleBasedStateMachine):
         self.all_observers: list[ObserverModel] = []
         #: For each permission request (its responder's id): the answers that decided it.
         self.decisions: dict[str, list[str]] = {}
+        self.background_serial = 0
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -225,10 +253,18 @@ class RuntimeMachine(RuleBasedStateMachine):
         self._start_host()
 
     def teardown(self) -> None:
-        if self.host is not None:
-            host = self.host
-            self.call(host.stop)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        try:
+            if self.host is not None:
+                host = self.host
+                self.call(host.stop)
+                self._check_background_gone(self.all_leases)
+        finally:
+            for model in self.all_leases:
+                for path in model.background:
+                    pid = pid_in(path)
+                    if pid is not None and alive(pid):
+                        os.kill(pid, 9)
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _pump(self, model: RunModel) -> None:
         async def pump() -> None:
@@ -482,6 +518,74 @@ class RuntimeMachine(RuleBasedStateMachine):
         self.sync(run.run.cancel)
 
     @rule(lease=leases)
+    def start_background(self, lease: LeaseModel | None) -> None:
+        """A prompt whose one line starts a background command, allowed at once."""
+        if lease is None:
+            return
+        self.background_serial += 1
+        pid_file = os.path.join(self.tmp, f"bg-{self.background_serial}.pid")
+        run = self.start_run(lease, f"/bg echo $$ > {pid_file}; exec sleep {BACKGROUND_SLEEP_S}")
+        if run is None:
+            return
+
+        async def go() -> None:
+            with trio.move_on_after(BACKGROUND_WAIT_S):
+                while not run.requests and not run.run.ended:  # noqa: ASYNC110 - a pump's list
+                    await trio.sleep(0.01)
+            fresh = [r for r in run.requests if r not in run.used]
+            if not fresh:
+                return  # ended first (revoked, cancelled): nothing was started
+            run.used.append(fresh[0])
+            accepted = fresh[0].responder.answer("allow_once")
+            self._decided(fresh[0], "allow_once", accepted)
+            if not accepted:
+                return
+            with trio.move_on_after(BACKGROUND_WAIT_S):
+                while pid_in(pid_file) is None and not lease.lease.released:  # noqa: ASYNC110 - on disk
+                    await trio.sleep(0.01)
+
+        self.call(go)
+        if pid_in(pid_file) is not None:
+            lease.background.append(pid_file)
+
+    @rule(lease=leases)
+    def stop_background(self, lease: LeaseModel | None) -> None:
+        if lease is None or lease.lease.revoked:
+            return
+        try:
+            listed = lease.lease.background_commands()
+        except RuntimeRejection:
+            return  # not serving (drained, signed out): nothing to list
+        running = [c for c in listed if c.status == "running"]
+        if not running:
+            return
+        handle = running[0].handle
+        pids = [pid for path in lease.background if (pid := pid_in(path)) is not None]
+
+        def still_running() -> list[str]:
+            return [c.handle for c in lease.lease.background_commands() if c.status == "running"]
+
+        async def go() -> None:
+            lease.lease.stop_background(handle)
+            with trio.move_on_after(BACKGROUND_WAIT_S):
+                while handle in still_running():  # noqa: ASYNC110 - a process's end, outside
+                    await trio.sleep(0.01)
+
+        self.call(go)
+        assert handle not in still_running()
+        # The stopped one is gone; as many as are still listed running remain.
+        assert sum(alive(pid) for pid in pids) == len(still_running()), pids
+
+    def _check_background_gone(self, models: list[LeaseModel]) -> None:
+        """No background command outlives its lease: once the lease is released, each pid
+        it started is gone (reaped, not a zombie)."""
+        for model in models:
+            for path in model.background:
+                pid = pid_in(path)
+                assert pid is not None
+                assert not alive(pid), f"background pid {pid} outlived its lease"
+
+    @rule(lease=leases)
     def revoke(self, lease: LeaseModel | None) -> None:
         if lease is None:
             return
@@ -499,6 +603,7 @@ class RuntimeMachine(RuleBasedStateMachine):
                 self._fence(run)
         self.call(lambda: lease.lease.release(close=close))
         assert lease.lease.released
+        self._check_background_gone([lease])
 
     @rule(lease=leases, fails=st.booleans())
     def reattach(self, lease: LeaseModel | None, fails: bool) -> None:
@@ -651,6 +756,7 @@ class RuntimeMachine(RuleBasedStateMachine):
         self.call(old.stop)
         for model in self.all_leases:
             assert model.lease.released
+        self._check_background_gone(self.all_leases)
         self.data = snapshot_dir
         self.all_leases = []
         self.all_runs_before_crash = self.all_runs
