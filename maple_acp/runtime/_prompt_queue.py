@@ -168,6 +168,7 @@ class PromptQueue:
 
     def remove(self, entry_id: str) -> bool:
         """Withdraw the waiting prompt ``entry_id``; False when no prompt waits with that id."""
+        self._guard.check_live()
         for waiting in self._waiting:
             if waiting.info.entry_id == entry_id:
                 self._waiting.remove(waiting)
