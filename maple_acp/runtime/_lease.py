@@ -97,7 +97,9 @@ class SessionLease:
         self.created_here = created_here
         self.tools = tools
         self._row = TaskRow(task, created_here=created_here, history_locked=history_locked)
-        self._observers = SessionObservers(now_ms=context.now_ms)
+        self._observers = SessionObservers(
+            now_ms=context.now_ms, publish=lambda event: self._events.publish(event)
+        )
         self._events = SessionEvents(mirror=self._observers.mirror)
         barrier = OperationBarrier()
         self._barrier = barrier
@@ -255,8 +257,8 @@ class SessionLease:
         return self._turns.commands
 
     def session_events(self) -> SessionEvents:
-        """Events outside any prompt: ``GoalChanged``, ``CycleStarted`` (read that run's events
-        like a prompt's), ``LeaseRevoked``. One consumer; ends after the lease's cleanup."""
+        """Events outside any prompt: ``GoalChanged``, ``CycleStarted`` and ``PromptStarted``
+        (read that run's events like a prompt's), ``LeaseRevoked``. One consumer."""
         return self._events.take()
 
     # -- the operation barrier ---------------------------------------------------------------
@@ -393,7 +395,7 @@ class SessionLease:
         return self._turns.claim_prompt()
 
     def queue_prompt(
-        self, text: str, *, decided: Callable[[], None] = _nothing
+        self, text: str, *, decided: Callable[[], None] = _nothing, window: object = None
     ) -> AbstractAsyncContextManager[PromptClaim | Withdrawn]:
         """Hold the task's prompt slot for a caller's whole prompt, as ``claim_prompt`` does,
         but wait for it instead of being refused: while a prompt holds it (or a prompt's run
@@ -402,9 +404,9 @@ class SessionLease:
         ``MAX_QUEUED_PROMPTS`` already wait. ``decided`` is called as it takes the slot or its
         place. Yields ``Withdrawn`` if the prompt was withdrawn while it waited
         (``cancel_queued``, ``remove_queued``, revocation): nothing of it was admitted; answer
-        it cancelled, after the prompts withdrawn before it (``Withdrawn.order``).
+        it cancelled, after the prompts of its ``window`` withdrawn before it (``Withdrawn``).
         ``text`` is what a listing previews; the prompt itself goes to ``start_run``."""
-        return self._queue.claim(text, decided)
+        return self._queue.claim(text, decided, window)
 
     @property
     def queued_prompts(self) -> tuple[QueuedPrompt, ...]:
