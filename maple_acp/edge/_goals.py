@@ -106,7 +106,7 @@ class GoalFlow:
                             if isinstance(event, CycleStarted):
                                 cycles.start_soon(self._pump_run, session, event.run, None)
                             elif isinstance(event, PromptStarted):
-                                cycles.start_soon(self._pump_run, session, event.run, event.text)
+                                cycles.start_soon(self._pump_run, session, event.run, event)
                             elif isinstance(event, LeaseRevoked):
                                 break
                             else:
@@ -145,15 +145,21 @@ class GoalFlow:
         else:
             await channel.send(session.id, projector.tool(event.tool_id, event.tool))
 
-    async def _pump_run(self, session: EdgeSession, run: Run, prompt: str | None) -> None:
-        """Send a goal cycle's run, or (``prompt``: its user message) the run an observing
-        window's prompt started: that window follows it through its feed."""
+    async def _pump_run(
+        self, session: EdgeSession, run: Run, prompted: PromptStarted | None
+    ) -> None:
+        """Send a goal cycle's run, or (``prompted``) the run an observing window's prompt
+        started, its user message first: that window follows it through its feed, and answers
+        once this showed the run's end."""
         try:
-            if prompt is not None:
+            if prompted is not None:
                 await self._channel.send_many(
                     session.id,
-                    admitted_message(session.projector, run.id, run.user_message_id, prompt),
+                    admitted_message(session.projector, run.id, run.user_message_id, prompted.text),
                 )
             await self._pump(session, run)
         except* ConnectionClosed:
             run.cancel()
+        finally:
+            if prompted is not None:
+                prompted.shown.set()

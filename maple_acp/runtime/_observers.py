@@ -141,6 +141,8 @@ class Observer:
         self._publish = publish
         #: Runs this window's prompts started, until its reader has handled their ends.
         self._own: dict[str, trio.Event] = {}
+        #: The same runs as handed to the holder, until this window's request asked.
+        self._handed: dict[str, PromptStarted] = {}
         #: The run whose last batch the reader was handed, handled once it asks again.
         self._ending: str | None = None
         self._queue: collections.deque[ObservedEvent] = collections.deque()
@@ -163,15 +165,21 @@ class Observer:
         self._own[run.id] = trio.Event()
         if self.detached is not None:
             self._own.pop(run.id).set()
-        self._publish(PromptStarted(run, text))
+        started = self._handed[run.id] = PromptStarted(run, text)
+        self._publish(started)
 
     async def shown(self, run_id: str) -> None:
         """Wait until this window's reader has handled the last batch of run ``run_id``
         (a run ``hand_over`` gave the holder; it asked for the item after it), or the window
-        no longer follows: what it answers about the run then comes after the run's updates."""
+        no longer follows: what it answers about the run then comes after the run's updates.
+        Then until the holder's side showed the run's end too (``PromptStarted.shown``)."""
         event = self._own.get(run_id)
         if event is not None:
             await event.wait()
+        started = self._handed.get(run_id)
+        if started is not None:
+            await started.shown.wait()
+            self._handed.pop(run_id, None)
 
     def offer(self, item: ObservedEvent) -> None:
         if self.detached is not None:
@@ -203,6 +211,9 @@ class Observer:
         for event in self._own.values():
             event.set()
         self._own.clear()
+        for started in self._handed.values():
+            started.shown.set()
+        self._handed.clear()
         self._ending = None
         self._wake()
 

@@ -35,11 +35,13 @@ class CycleStarted:
 @attrs.frozen
 class PromptStarted:
     """An observing window's prompt started a run (``Observer.hand_over``): the holder reads
-    ``run.events()`` exactly as for its own prompt's run, nobody else will, and shows the
-    user message ``text`` first (it did not send it)."""
+    ``run.events()`` exactly as for its own prompt's run, nobody else will, shows the user
+    message ``text`` first (it did not send it), and sets ``shown`` once it showed the run's
+    end (the window that prompted answers after that, and the next prompt starts after it)."""
 
     run: Run
     text: str
+    shown: trio.Event = attrs.field(factory=trio.Event, eq=False)
 
 
 @attrs.frozen

@@ -109,8 +109,11 @@ async def test_an_observers_prompt_waits_for_the_holders_turn_and_every_window_s
                 client,
                 lambda c=client: queue_changes(c, sid)[-1:] == [["/echo from the phone"]],  # type: ignore[misc]
             )
+        # The holder's next prompt waits behind the phone's: one queue, first in first out.
+        after = await windows.prompt(holder, sid, "/echo after")
+        await until(holder, lambda: len((queue_changes(holder, sid) or [[]])[-1]) == 2)
         listed = await phone.call(QUEUE, {"sessionId": sid, "action": "list"})
-        assert [e["preview"] for e in listed["entries"]] == ["/echo from the phone"]
+        assert [e["preview"] for e in listed["entries"]] == ["/echo from the phone", "/echo after"]
         assert phone.answer(waiting) is None
         await holder.call(STEER, {"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]})
         answer = await answered(phone, waiting)
@@ -136,17 +139,23 @@ async def test_an_observers_prompt_waits_for_the_holders_turn_and_every_window_s
                         and agent_shown(c, sid, "from the phone") == 1
                     ),
                 )
-                assert states(client, sid)[-4:] == [
-                    "running",
-                    "idle:end_turn",
-                    "running",
-                    "idle:end_turn",
-                ]
-        # Every window shows the turn once: its user message, then its text.
+        # Every window shows the turn once: its user message, then its text; then the holder's.
         for client in (holder, phone, laptop):
-            await until(client, lambda c=client: agent_shown(c, sid, "from the phone") == 1)  # type: ignore[misc]
+            await until(client, lambda c=client: agent_shown(c, sid, "after") == 1)  # type: ignore[misc]
             assert user_shown(client, sid, "/echo from the phone") == 1, client.updates(sid)
-            assert windows.agent_text(client, sid) == "steered: gofrom the phone"
+            assert agent_shown(client, sid, "from the phone") == 1
+            if windows.version == 2:
+                await until(client, lambda c=client: len(states(c, sid)) >= 6)  # type: ignore[misc]
+                # Each turn framed whole, one after the other, in every window.
+                assert states(client, sid)[-6:] == ["running", "idle:end_turn"] * 3
+            else:
+                assert windows.agent_text(client, sid) == "steered: gofrom the phoneafter"
+        if windows.version == 1:
+            assert (await answered(holder, after))["result"]["stopReason"] == "end_turn"
+            assert answer_position(holder, running) < answer_position(holder, after)
+            assert update_position(holder, sid, "from the phone") < update_position(
+                holder, sid, "after"
+            )
         await until(holder, lambda: queue_changes(holder, sid)[-1:] == [[]])
         await until(laptop, lambda: queue_changes(laptop, sid)[-1:] == [[]])
 
