@@ -153,10 +153,14 @@ class GoalFlow:
         once this showed the run's end."""
         try:
             if prompted is not None:
+                projector = session.projector
                 await self._channel.send_many(
                     session.id,
-                    admitted_message(session.projector, run.id, run.user_message_id, prompted.text),
+                    admitted_message(projector, run.id, run.user_message_id, prompted.text),
                 )
+                # Its message may be the session's first, which locks the model: the holder
+                # is shown the options as they are now, as after a first prompt of its own.
+                await self._channel.send(session.id, projector.config_update(session.options()))
             await self._pump(session, run)
         except* ConnectionClosed:
             run.cancel()

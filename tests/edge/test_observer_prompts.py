@@ -182,6 +182,8 @@ async def test_an_observers_prompt_on_an_idle_session_runs_at_once_and_it_steers
         lease = windows.harness.runtime.lease_of(sid)
         assert lease is not None
         assert lease.model_locked
+        # The holder is shown the model locked by the phone's first message.
+        assert "Locked once the session has history" in json.dumps(holder.updates(sid))
         # Its steering joins the holder's running turn.
         running = await windows.prompt(holder, sid, "/listen")
         await wait_running(windows.harness)
