@@ -1,9 +1,10 @@
 """The goal flow: ``_session/goal`` control, and what a session publishes outside any prompt
-(goal snapshots, autonomous cycles, mode changes, background commands' output and ends).
+(goal snapshots, autonomous cycles, an observing window's prompts, mode changes, background
+commands' output and ends).
 
 A goal is session state, not a prompt: a cycle's run is pumped like a prompt's, in a task of
-its own, so that a long cycle never holds back the snapshots (a pause, a clear) published
-while it runs.
+its own (as is the run an observing window's prompt started, which its holder shows), so that
+a long cycle never holds back the snapshots (a pause, a clear) published while it runs.
 
 Resource handling: a session's event stream is read by one task in the connection's nursery
 (started when the session opens); each cycle's pump runs in a nursery of that task. Error
@@ -21,6 +22,7 @@ from typing import Final
 import trio
 
 from maple_acp.edge._client import ClientChannel
+from maple_acp.edge._observing import admitted_message
 from maple_acp.edge._queue import queue_changed
 from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
@@ -32,6 +34,7 @@ from maple_acp.runtime import (
     GoalChanged,
     LeaseRevoked,
     ModeChanged,
+    PromptStarted,
     QueueChanged,
     Run,
     RunState,
@@ -101,7 +104,9 @@ class GoalFlow:
                     async with trio.open_nursery() as cycles:
                         async for event in events:
                             if isinstance(event, CycleStarted):
-                                cycles.start_soon(self._pump_cycle, session, event.run)
+                                cycles.start_soon(self._pump_run, session, event.run, None)
+                            elif isinstance(event, PromptStarted):
+                                cycles.start_soon(self._pump_run, session, event.run, event)
                             elif isinstance(event, LeaseRevoked):
                                 break
                             else:
@@ -140,8 +145,25 @@ class GoalFlow:
         else:
             await channel.send(session.id, projector.tool(event.tool_id, event.tool))
 
-    async def _pump_cycle(self, session: EdgeSession, run: Run) -> None:
+    async def _pump_run(
+        self, session: EdgeSession, run: Run, prompted: PromptStarted | None
+    ) -> None:
+        """Send a goal cycle's run, or (``prompted``) the run an observing window's prompt
+        started, its user message first: that window follows it through its feed, and answers
+        once this showed the run's end."""
         try:
+            if prompted is not None:
+                projector = session.projector
+                await self._channel.send_many(
+                    session.id,
+                    admitted_message(projector, run.id, run.user_message_id, prompted.text),
+                )
+                # Its message may be the session's first, which locks the model: the holder
+                # is shown the options as they are now, as after a first prompt of its own.
+                await self._channel.send(session.id, projector.config_update(session.options()))
             await self._pump(session, run)
         except* ConnectionClosed:
             run.cancel()
+        finally:
+            if prompted is not None:
+                prompted.shown.set()

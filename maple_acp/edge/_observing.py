@@ -12,8 +12,16 @@ when it attached shows what it said so far as whole messages (the feed carries t
 nothing is shown twice); then, once the answer is queued, every live update of the session;
 each permission question (:mod:`~maple_acp.edge._asking`); and a notice when it no longer
 follows (its holder closed the session or went away, or it fell behind), after which the
-session is gone for this connection. Its ``session/cancel`` cancels the running turn; its
-``session/close`` and its disconnect detach it only.
+session is gone for this connection. Its ``session/close`` and its disconnect detach it only.
+
+An observing window prompts and steers as the holder does, on the one lease: its prompt takes
+the slot or waits in the session's queue, and the run it starts is handed to the holder
+(``Observer.hand_over``, a ``PromptStarted`` session event): the holder's connection reads
+and shows it, user message first, and every window, this one too, follows it through its
+feed, so each sees each update once. The window's request waits for the run's end on its
+feed (:func:`own_run_outcome`) before it answers. Its ``session/cancel`` cancels the running
+turn and withdraws every waiting prompt, whoever sent it; ``_session/queue`` lists, removes
+and clears the session's queue from any window.
 
 Resource handling: the feed is read by one task in the connection's nursery, started once the
 load's or resume's answer is queued, inside the session's update scope; permission questions
@@ -33,7 +41,7 @@ import trio
 
 from maple_acp.edge._asking import ask_permission
 from maple_acp.edge._client import ClientChannel
-from maple_acp.edge._dialect import Dialect, ImageSlot, Outbound
+from maple_acp.edge._dialect import Dialect, ImageSlot, Outbound, Projection
 from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
 from maple_acp.model import ItemKind, TimelineItem
@@ -44,15 +52,18 @@ from maple_acp.runtime import (
     BackgroundOutput,
     GoalChanged,
     ModeChanged,
+    Observer,
     ObserverDetached,
     PermissionRequest,
     PromptAdmitted,
     QueueChanged,
+    Run,
     RunBatch,
     RunEnded,
     RunNotice,
+    RunOutcome,
 )
-from maple_acp.wire import INVALID_PARAMS, INVALID_REQUEST, Meta, ProtocolError
+from maple_acp.wire import INVALID_PARAMS, Meta, ProtocolError
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +71,9 @@ logger = logging.getLogger(__name__)
 ATTACH_KEY: Final = "maple.attach"
 #: Its one known value.
 OBSERVE: Final = "observe"
+#: How long an observing window's answer about its own run waits for its feed to show the
+#: run's end: a window that stopped reading gets its answer anyway.
+SHOWN_BOUND_S: Final = 5.0
 
 SessionEventForward = Callable[
     [EdgeSession, GoalChanged | ModeChanged | BackgroundOutput | BackgroundEnded | QueueChanged],
@@ -76,14 +90,25 @@ def attach_mode(meta: Meta | None) -> bool:
     raise ProtocolError(INVALID_PARAMS, f'_meta["{ATTACH_KEY}"]: the only value is "{OBSERVE}"')
 
 
-def refuse_observer_prompt(session: EdgeSession) -> None:
-    """An observing window's prompt is refused (``-32600``) until prompts can wait for their
-    turn: it would otherwise start a turn the holder's window never sees."""
-    if session.observer is not None:
-        raise ProtocolError(
-            INVALID_REQUEST,
-            "this window follows a session another client holds; prompt from that client",
-        )
+def admitted_message(
+    projector: Projection, run_id: str, message_id: str, text: str
+) -> list[Outbound]:
+    """A prompt's user message as a window that did not send it is shown it (an observing
+    window's feed, or the holder shown an observing window's prompt): as a replay shows it."""
+    user = TimelineItem(
+        item_id=message_id, kind=ItemKind.USER, created_ms=0, run_id=run_id, text=text
+    )
+    return [u for u in projector.history([user]) if not isinstance(u, ImageSlot)]
+
+
+async def own_run_outcome(observer: Observer, run: Run) -> RunOutcome:
+    """The outcome of a run an observing window's prompt started (and handed to the holder),
+    once the window's feed has shown its end (bounded: a window that stopped reading does not
+    hold its answer)."""
+    outcome = await run.wait()
+    with trio.move_on_after(SHOWN_BOUND_S):
+        await observer.shown(run.id)
+    return outcome
 
 
 class SessionFollowing:
@@ -238,16 +263,9 @@ class SessionFollowing:
                     await self._send(session, projector.run_started())
                 await self._batch(session, item, asking, questions)
             elif isinstance(item, PromptAdmitted):
-                user = TimelineItem(
-                    item_id=item.message_id,
-                    kind=ItemKind.USER,
-                    created_ms=0,
-                    run_id=item.run_id,
-                    text=item.text,
-                )
                 await self._send(
                     session,
-                    [u for u in projector.history([user]) if not isinstance(u, ImageSlot)],
+                    admitted_message(projector, item.run_id, item.message_id, item.text),
                 )
             elif isinstance(item, ObserverDetached):
                 return item.reason

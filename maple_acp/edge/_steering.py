@@ -29,7 +29,7 @@ import trio
 
 from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._errors import unknown_session
-from maple_acp.edge._observing import refuse_observer_prompt
+from maple_acp.edge._observing import own_run_outcome
 from maple_acp.edge._prompt import read_prompt
 from maple_acp.edge._session import EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
@@ -92,9 +92,8 @@ class SteeringFlow:
         # Text and resource links only: an injected message has no place for images yet.
         message = read_prompt(request.prompt, PromptCapabilities())
         only_inject = prompt_required(request.meta)
+        # An observing window steers the one lease's turn as the holder does.
         session = self._table.live(request.session_id)
-        # A steering message is a prompt's: an observing window's waits for the prompt queue.
-        refuse_observer_prompt(session)
         arrival = request_arrival()
         lease = session.lease
         while True:
@@ -133,7 +132,10 @@ class SteeringFlow:
         logger.info("session %s: a steering message started a turn", session.id)
 
         async def pump_after_answer() -> None:
-            self._nursery.start_soon(self._pump_started, session, run, was_locked)
+            if session.observer is not None:
+                self._nursery.start_soon(self._follow_started, session, run, message.text)
+            else:
+                self._nursery.start_soon(self._pump_started, session, run, was_locked)
 
         after_answer(pump_after_answer)
         return session.dialect.steering_answer("startedNewTurn", None)
@@ -150,6 +152,24 @@ class SteeringFlow:
                     pass
                 finally:
                     # Ended, cancelled or gone: the run must not outlive its pump.
+                    run.cancel()
+        except SessionClosed:
+            run.cancel()
+
+    async def _follow_started(self, session: EdgeSession, run: Run, text: str) -> None:
+        """A turn an observing window's steering message started: the holder's side reads and
+        shows it, this window follows it through its feed; then its end, as for the holder."""
+        observer = session.observer
+        assert observer is not None
+        observer.hand_over(run, text)
+        try:
+            with session.update_scope():
+                try:
+                    outcome = await own_run_outcome(observer, run)
+                    usage = outcome.usage if outcome.usage_reported else None
+                    ended = session.projector.turn_ended(outcome.state, usage, outcome.stop_reason)
+                    await self._channel.send_many(session.id, ended)
+                except ConnectionClosed:
                     run.cancel()
         except SessionClosed:
             run.cancel()

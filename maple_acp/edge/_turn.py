@@ -31,7 +31,7 @@ from maple_acp.edge._children import CHILD_REPORTS
 from maple_acp.edge._client import ClientChannel
 from maple_acp.edge._closing import CLOSE_DEADLINE_S
 from maple_acp.edge._dialect import Projection
-from maple_acp.edge._observing import refuse_observer_prompt
+from maple_acp.edge._observing import own_run_outcome
 from maple_acp.edge._prompt import read_prompt
 from maple_acp.edge._session import AnswerPlace, EdgeSession, SessionClosed
 from maple_acp.edge._sessions import SessionTable
@@ -85,10 +85,9 @@ class PromptTurns:
     async def prompt(self, request: PromptRequest | v2.V2PromptRequest) -> object:
         # The blocks first: a refused block is bad params whatever the session.
         prompt = read_prompt(request.prompt, self._accepts)
+        # An observing window's prompt takes the holder's path below (the same lease, slot and
+        # queue); only its run is read on the holder's side (``_observed``).
         session = self._table.live(request.session_id)
-        # An observing window's prompt takes the holder's path below (the same lease), once
-        # prompts can wait for their turn; until then it is refused.
-        refuse_observer_prompt(session)
         arrival = request_arrival()
         key = request.idempotency_key if isinstance(request, v2.V2PromptRequest) else None
         if key is not None:
@@ -177,10 +176,13 @@ class PromptTurns:
         # The runtime's prompt slot, or a place in the session's queue behind the running
         # turn (RUN_ACTIVE, -32600, when the queue is full). Either way the prompt has
         # decided: requests after it about the session may decide.
-        async with session.lease.queue_prompt(prompt.text, decided=admitted) as claim:
+        async with session.lease.queue_prompt(
+            prompt.text, decided=admitted, window=session
+        ) as claim:
             if isinstance(claim, Withdrawn):
                 # Withdrawn while it waited (a cancel, a remove, a clear, the session's end):
-                # nothing of it was admitted. Answered after the prompts withdrawn before it.
+                # nothing of it was admitted. Answered after this window's prompts withdrawn
+                # before it (another window's are answered on their own connection).
                 order.place = session.withdrawal_place(claim.order)
                 order.withdrawn = claim.order
                 with trio.move_on_after(CLOSE_DEADLINE_S):
@@ -238,6 +240,8 @@ class PromptTurns:
         if session.cancelled_since(arrival):
             # A cancel or close arrived while the run was being admitted; it found no run.
             run.cancel()
+        if session.observer is not None:
+            return await self._observed(session, run, prompt, acceptance, was_locked)
         if acceptance is not None:
             acceptance.accept(session.dialect.acceptance_answer(run.user_message_id))
         try:
@@ -266,6 +270,42 @@ class PromptTurns:
             return None  # answered on acceptance; the run's last update ended the turn
         usage = outcome.usage if outcome.usage_reported else None
         return answer(state, usage, outcome.stop_reason)
+
+    async def _observed(
+        self,
+        session: EdgeSession,
+        run: Run,
+        prompt: Prompt,
+        acceptance: _Acceptance | None,
+        was_locked: bool,
+    ) -> object:
+        """The turn of an observing window's prompt: the holder's side reads its run and this
+        window follows it through its feed (its user message included: no echo here). The
+        answer comes once the feed showed the run's end."""
+        observer = session.observer
+        assert observer is not None
+        try:
+            try:
+                if acceptance is not None:
+                    acceptance.accept(session.dialect.acceptance_answer(run.user_message_id))
+                    # Nothing of the run is read before the answer is queued.
+                    await acceptance.queued.wait()
+            finally:
+                # The run's one reader is the holder's side, whatever became of this request.
+                observer.hand_over(run, prompt.text)
+            if not was_locked:
+                await self._channel.send(
+                    session.id, session.projector.config_update(session.options())
+                )
+            outcome = await own_run_outcome(observer, run)
+        except BaseException:
+            run.cancel()
+            raise
+        await self._channel.drain()
+        if acceptance is not None:
+            return None  # answered on acceptance; the feed's last update ended the turn
+        usage = outcome.usage if outcome.usage_reported else None
+        return session.dialect.prompt_answer(outcome.state, usage, outcome.stop_reason)
 
     async def pump(self, session: EdgeSession, run: Run) -> RunState:
         """Send every event of ``run`` as it comes, framed by the dialect's run updates

@@ -156,7 +156,8 @@ Goals
     ``lease.set_goal(objective)`` / ``pause_goal()`` / ``resume_goal()`` / ``clear_goal()``.
     While the goal is active and the task quiescent, the lease runs autonomous cycles through
     the backend. ``lease.session_events()`` is the stream outside any prompt: ``GoalChanged``
-    (snapshot or ``None``), ``CycleStarted(run)`` (read its events like a prompt's) and
+    (snapshot or ``None``), ``CycleStarted(run)`` (read its events like a prompt's),
+    ``PromptStarted(run, text)`` (an observing window's prompt: read it the same way) and
     ``LeaseRevoked``.
 
 Observers
@@ -169,7 +170,10 @@ Observers
     window detached, fell ``OBSERVER_BACKLOG`` events behind, or the lease went). Read through
     the lease, every ``PermissionRequest`` carries a ``PermissionTicket`` of its window on a
     ``SharedQuestion``: the first allow-once or deny-once decides, ``None`` withdraws that
-    window only, and the last window's withdrawal denies. At most ``MAX_OBSERVERS``.
+    window only, and the last window's withdrawal denies. At most ``MAX_OBSERVERS``. An
+    observing window prompts through the lease like the holder; the run it starts is handed to
+    the holder with ``observer.hand_over(run, text)`` (the holder reads it from
+    ``PromptStarted``), and ``await observer.shown(run.id)`` waits until its feed showed the end.
 """
 
 from maple_acp.model import (
@@ -359,6 +363,7 @@ from maple_acp.runtime._session_events import (
     GoalChanged,
     LeaseRevoked,
     ModeChanged,
+    PromptStarted,
     QueueChanged,
     QueuedPrompt,
     SessionEvent,
@@ -484,6 +489,7 @@ __all__ = [
     "PromptClaim",
     "PromptContentSource",
     "PromptImage",
+    "PromptStarted",
     "QueueChanged",
     "QueuedPrompt",
     "RejectionKind",

@@ -10,6 +10,7 @@ the hooks the lease hands them here:
 - ``_prompt_queue``: the prompts waiting behind a running turn, handed the slot in order;
 - ``_lease_settings``: the model, the session mode, the thinking effort;
 - ``_lease_skills``: the project skills the backend sees;
+- ``_lease_history``: the task's stored history as the lease reads it;
 - ``_reattach``: swapping the router and the directories on a re-attach;
 - ``_observers``: the windows that follow the task without holding it;
 - ``_goal_driver``: the goal and its autonomous cycles;
@@ -38,9 +39,8 @@ from maple_acp.runtime._background import BackgroundCommands, BackgroundInfo
 from maple_acp.runtime._barrier import OperationBarrier, PromptClaim, PromptSlot
 from maple_acp.runtime._children import LeaseChildren
 from maple_acp.runtime._context import LeaseContext
-from maple_acp.runtime._events import RunKind
 from maple_acp.runtime._goal_driver import GoalCycleDriver
-from maple_acp.runtime._history import replay_rows_view, replay_view
+from maple_acp.runtime._lease_history import LeaseHistory
 from maple_acp.runtime._lease_life import LeaseLifetime, RouterFactory
 from maple_acp.runtime._lease_settings import SessionSettings
 from maple_acp.runtime._lease_skills import LeaseSkills
@@ -97,7 +97,9 @@ class SessionLease:
         self.created_here = created_here
         self.tools = tools
         self._row = TaskRow(task, created_here=created_here, history_locked=history_locked)
-        self._observers = SessionObservers(now_ms=context.now_ms)
+        self._observers = SessionObservers(
+            now_ms=context.now_ms, publish=lambda event: self._events.publish(event)
+        )
         self._events = SessionEvents(mirror=self._observers.mirror)
         barrier = OperationBarrier()
         self._barrier = barrier
@@ -111,6 +113,7 @@ class SessionLease:
             row=self._row.provisional,
             on_revoke=self._on_revoke,
         )
+        self._history = LeaseHistory(task_id=task.id, guard=life, store=context.store)
         self._settings = SessionSettings(
             row=self._row,
             guard=life,
@@ -181,9 +184,7 @@ class SessionLease:
         self._queue = PromptQueue(
             slot=slot,
             guard=life,
-            prompt_running=lambda: (
-                (run := turns.active_run) is not None and run.kind is RunKind.PROMPT
-            ),
+            prompt_running=lambda: turns.prompt_running,
             now_ms=context.now_ms,
             changed=lambda entries: events.publish(QueueChanged(task.id, entries)),
         )
@@ -256,8 +257,8 @@ class SessionLease:
         return self._turns.commands
 
     def session_events(self) -> SessionEvents:
-        """Events outside any prompt: ``GoalChanged``, ``CycleStarted`` (read that run's events
-        like a prompt's), ``LeaseRevoked``. One consumer; ends after the lease's cleanup."""
+        """Events outside any prompt: ``GoalChanged``, ``CycleStarted`` and ``PromptStarted``
+        (read that run's events like a prompt's), ``LeaseRevoked``. One consumer."""
         return self._events.take()
 
     # -- the operation barrier ---------------------------------------------------------------
@@ -348,45 +349,26 @@ class SessionLease:
         """The task's visible history in order, ready for replay: for a tool row whose call
         ended, ``text`` is the terminal output text when there is one (the request summary
         otherwise); ``tool.raw_input`` is kept."""
-        with self._life.operation():
-            items = await self._context.store.history(self.task_id)
-            self._life.check_live()
-            return replay_view(items)
+        return await self._history.timeline()
 
     async def image_data(self, sha256: str) -> bytes | None:
         """The bytes of an image the task's history names (``None``: no longer stored)."""
-        with self._life.operation():
-            data = await self._context.store.read_blob(sha256)
-            self._life.check_live()
-            return data
+        return await self._history.image_data(sha256)
 
     async def keyed_message(self, key: str) -> str | None:
         """The id of the user message a prompt with idempotency ``key`` inserted in this task,
         if the task remembers the key."""
-        with self._life.operation():
-            message_id = await self._context.store.keyed_message(self.task_id, key)
-            self._life.check_live()
-            return message_id
+        return await self._history.keyed_message(key)
 
     async def replay_rows(self) -> list[TimelineItem | MessageRow]:
         """``history()`` as a replay to a client needs it, cheaper to read: message rows may
         come as ``MessageRow`` values (see ``TaskStore.replay_rows``)."""
-        with self._life.operation():
-            rows = await self._context.store.replay_rows(self.task_id)
-            self._life.check_live()
-            return replay_rows_view(rows)
+        return await self._history.replay_rows()
 
     async def children_history(self) -> list[tuple[TaskRecord, list[TimelineItem | MessageRow]]]:
         """The task's child sessions in the order they were delegated, each with its history
         as ``replay_rows`` reads it."""
-        with self._life.operation():
-            store = self._context.store
-            children = await store.children(self.task_id)
-            found = [
-                (child, replay_rows_view(await store.replay_rows(child.id))) for child in children
-            ]
-            self._life.check_live()
-            return found
+        return await self._history.children()
 
     # -- trust -------------------------------------------------------------------------------
 
@@ -413,7 +395,7 @@ class SessionLease:
         return self._turns.claim_prompt()
 
     def queue_prompt(
-        self, text: str, *, decided: Callable[[], None] = _nothing
+        self, text: str, *, decided: Callable[[], None] = _nothing, window: object = None
     ) -> AbstractAsyncContextManager[PromptClaim | Withdrawn]:
         """Hold the task's prompt slot for a caller's whole prompt, as ``claim_prompt`` does,
         but wait for it instead of being refused: while a prompt holds it (or a prompt's run
@@ -422,9 +404,9 @@ class SessionLease:
         ``MAX_QUEUED_PROMPTS`` already wait. ``decided`` is called as it takes the slot or its
         place. Yields ``Withdrawn`` if the prompt was withdrawn while it waited
         (``cancel_queued``, ``remove_queued``, revocation): nothing of it was admitted; answer
-        it cancelled, after the prompts withdrawn before it (``Withdrawn.order``).
+        it cancelled, after the prompts of its ``window`` withdrawn before it (``Withdrawn``).
         ``text`` is what a listing previews; the prompt itself goes to ``start_run``."""
-        return self._queue.claim(text, decided)
+        return self._queue.claim(text, decided, window)
 
     @property
     def queued_prompts(self) -> tuple[QueuedPrompt, ...]:
@@ -434,7 +416,6 @@ class SessionLease:
 
     def remove_queued(self, entry_id: str) -> bool:
         """Withdraw one waiting prompt; False when none waits with ``entry_id``."""
-        self._life.check_live()
         return self._queue.remove(entry_id)
 
     def cancel_queued(self) -> int:
@@ -535,13 +516,7 @@ class SessionLease:
         return await self._goals.set(objective, token_budget)
 
     def _quiescent(self) -> bool:
-        turns = self._turns
-        return (
-            turns.active_run is None
-            and not turns.prompts_waiting
-            and not self._reattach.swapping
-            and self._life.live()
-        )
+        return self._turns.idle and not self._reattach.swapping and self._life.live()
 
     # -- re-attach ---------------------------------------------------------------------------
 

@@ -109,13 +109,22 @@ class LeaseTurns:
     def busy(self) -> bool:
         return self.active_run is not None or self._slot.held
 
+    @property
+    def prompt_running(self) -> bool:
+        """A prompt's run is active (a goal cycle is not a prompt turn)."""
+        return (run := self.active_run) is not None and run.kind is RunKind.PROMPT
+
+    @property
+    def idle(self) -> bool:
+        """No run is active and no prompt is being admitted (a goal cycle may start)."""
+        return self.active_run is None and not self.prompts_waiting
+
     # -- the prompt slot and admission -------------------------------------------------------
 
     @contextmanager
     def claim_prompt(self) -> Iterator[PromptClaim]:
         with self._guard.operation():
-            run = self.active_run
-            if self._slot.held or (run is not None and run.kind is RunKind.PROMPT):
+            if self._slot.held or self.prompt_running:
                 raise RuntimeRejection(RejectionKind.RUN_ACTIVE, "a prompt is already running")
             with self._slot.hold() as claim:
                 yield claim

@@ -8,6 +8,12 @@ side reads it, a prompt's user message as its run starts, and the session events
 mode, background commands). The snapshot and the feed meet exactly: both are taken at one
 moment, with no checkpoint between, so nothing is in both and nothing in neither.
 
+An observer prompts through the lease as the holder does (the one slot and queue); the run its
+prompt starts is handed to the holder's side (:meth:`Observer.hand_over`, a ``PromptStarted``
+session event), the run's one reader, so every window sees it as it sees any run: the holder
+as it reads it, the observers through their feeds. :meth:`Observer.shown` tells the window's
+request when its feed has handled the run's end.
+
 A permission request of a run is a :class:`~maple_acp.runtime._permissions.SharedQuestion`:
 the holder and every observer attached while it waits (a late one too) answer it through a
 ticket of their own, and the first clean answer decides it.
@@ -47,6 +53,7 @@ from maple_acp.runtime._session_events import (
     BackgroundOutput,
     GoalChanged,
     ModeChanged,
+    PromptStarted,
     QueueChanged,
     SessionEvent,
 )
@@ -122,10 +129,22 @@ class Observer:
     """One window following a lease it does not hold. Read it (``async for item in
     observer``) until :class:`ObserverDetached`; ``detach()`` when the window goes."""
 
-    def __init__(self, snapshot: tuple[RunSnapshot, ...], remove: Callable[[Observer], None]):
+    def __init__(
+        self,
+        snapshot: tuple[RunSnapshot, ...],
+        remove: Callable[[Observer], None],
+        publish: Callable[[SessionEvent], None],
+    ):
         #: The runs being read when it attached, as far as they had been read.
         self.snapshot = snapshot
         self._remove = remove
+        self._publish = publish
+        #: Runs this window's prompts started, until its reader has handled their ends.
+        self._own: dict[str, trio.Event] = {}
+        #: The same runs as handed to the holder, until this window's request asked.
+        self._handed: dict[str, PromptStarted] = {}
+        #: The run whose last batch the reader was handed, handled once it asks again.
+        self._ending: str | None = None
         self._queue: collections.deque[ObservedEvent] = collections.deque()
         self._events = 0
         self._changed = trio.Event()
@@ -138,6 +157,29 @@ class Observer:
         return frozenset(
             item.run_id for item in self._queue if isinstance(item, PromptAdmitted | RunBatch)
         )
+
+    def hand_over(self, run: Run, text: str) -> None:
+        """A run this window's prompt (with user message ``text``) started: the holder's side
+        reads it (``PromptStarted``), this window follows it through its feed like any run.
+        Call once, before anything reads the run (nothing does until this publishes it)."""
+        self._own[run.id] = trio.Event()
+        if self.detached is not None:
+            self._own.pop(run.id).set()
+        started = self._handed[run.id] = PromptStarted(run, text)
+        self._publish(started)
+
+    async def shown(self, run_id: str) -> None:
+        """Wait until this window's reader has handled the last batch of run ``run_id``
+        (a run ``hand_over`` gave the holder; it asked for the item after it), or the window
+        no longer follows: what it answers about the run then comes after the run's updates.
+        Then until the holder's side showed the run's end too (``PromptStarted.shown``)."""
+        event = self._own.get(run_id)
+        if event is not None:
+            await event.wait()
+        started = self._handed.get(run_id)
+        if started is not None:
+            await started.shown.wait()
+            self._handed.pop(run_id, None)
 
     def offer(self, item: ObservedEvent) -> None:
         if self.detached is not None:
@@ -165,6 +207,14 @@ class Observer:
         self._events = 0
         self._queue.append(ObserverDetached(reason))
         self._remove(self)
+        # Its runs' answers need not wait for a reader that no longer reads.
+        for event in self._own.values():
+            event.set()
+        self._own.clear()
+        for started in self._handed.values():
+            started.shown.set()
+        self._handed.clear()
+        self._ending = None
         self._wake()
 
     def _wake(self) -> None:
@@ -175,6 +225,10 @@ class Observer:
         return self
 
     async def __anext__(self) -> ObservedEvent:
+        if self._ending is not None:
+            # The reader asks again: it handled the last batch of one of this window's runs.
+            self._own.pop(self._ending).set()
+            self._ending = None
         while not self._queue:
             if self.detached is not None:
                 raise StopAsyncIteration
@@ -183,7 +237,12 @@ class Observer:
         if isinstance(item, ObserverDetached):
             # Nothing follows the end: a later read stops.
             return item
-        self._events -= len(item.events) if isinstance(item, RunBatch) else 1
+        if isinstance(item, RunBatch):
+            self._events -= len(item.events)
+            if item.run_id in self._own and type(item.events[-1]) is RunEnded:
+                self._ending = item.run_id
+        else:
+            self._events -= 1
         return item
 
 
@@ -282,10 +341,13 @@ class _ReadRun:
 
 class SessionObservers:
     """The observers of one lease, and the tap on each of its runs. ``now_ms`` dates the
-    snapshot's rows."""
+    snapshot's rows; ``publish`` gives the holder a run an observer's prompt started."""
 
-    def __init__(self, *, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self, *, now_ms: Callable[[], int], publish: Callable[[SessionEvent], None]
+    ) -> None:
         self._now_ms = now_ms
+        self._publish = publish
         self._observers: list[Observer] = []
         self._runs: dict[str, _ReadRun] = {}
         self._ended: str | None = None
@@ -305,7 +367,9 @@ class SessionObservers:
                 "takes; close one of them first",
             )
         observer = Observer(
-            tuple(run.snapshot() for run in self._runs.values()), self._observers.remove
+            tuple(run.snapshot() for run in self._runs.values()),
+            self._observers.remove,
+            self._publish,
         )
         self._observers.append(observer)
         # A question still waiting reaches the new window too: following a session from

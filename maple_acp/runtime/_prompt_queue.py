@@ -18,6 +18,7 @@ waiting leaves the queue (or, if it was just handed the slot, frees the slot for
 from __future__ import annotations
 
 import secrets
+import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Final
@@ -44,20 +45,29 @@ PREVIEW_READ_FACTOR: Final = 8
 @attrs.frozen
 class Withdrawn:
     """What the claim of a prompt withdrawn while it waited yields. ``order`` numbers the
-    lease's withdrawn prompts (1 for the first), in the order they were withdrawn (queue order
-    within one cancel or clear): a caller answers them in that order."""
+    withdrawn prompts of the prompt's window (1 for the first), in the order they were
+    withdrawn (queue order within one cancel or clear): a window answers them in that order,
+    and never waits for another window's."""
 
     order: int
+
+
+class _NoWindow:
+    """The window of the prompts queued without one (weakly referable, as windows are)."""
+
+
+_ONE_WINDOW: Final = _NoWindow()
 
 
 class _Waiting:
     """A prompt in the queue: its listing, and what it is woken with (a claim on the slot, or
     its withdrawal)."""
 
-    __slots__ = ("claim", "info", "withdrawn", "woken")
+    __slots__ = ("claim", "info", "window", "withdrawn", "woken")
 
-    def __init__(self, info: QueuedPrompt) -> None:
+    def __init__(self, info: QueuedPrompt, window: object) -> None:
         self.info = info
+        self.window = window
         self.woken = trio.Event()
         self.claim: PromptClaim | None = None
         self.withdrawn = Withdrawn(0)
@@ -84,7 +94,8 @@ class PromptQueue:
         self._changed = changed
         self._waiting: list[_Waiting] = []
         self._serial = 0
-        self._withdrawn = 0
+        #: Prompts withdrawn so far, per window (a window gone is forgotten).
+        self._withdrawn: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
         slot.on_free = self._hand_on
 
     @property
@@ -96,13 +107,13 @@ class PromptQueue:
 
     @asynccontextmanager
     async def claim(
-        self, text: str, decided: Callable[[], None]
+        self, text: str, decided: Callable[[], None], window: object = None
     ) -> AsyncIterator[PromptClaim | Withdrawn]:
         """The slot for a prompt with ``text``, held for the block: at once when the session is
         free and nobody waits, else once every prompt queued before it has had its turn.
         ``decided`` is called as the prompt takes the slot or its place in the queue. Yields
         ``Withdrawn`` when the prompt was withdrawn while it waited (it is answered
-        cancelled)."""
+        cancelled); ``window`` (``None``: the lease's own) numbers its withdrawals."""
         with self._guard.operation():
             self._hand_on()
             if not self._waiting and self._free():
@@ -116,7 +127,7 @@ class PromptQueue:
                     f"the prompt queue is full: at most {MAX_QUEUED_PROMPTS} prompts wait "
                     "while a turn runs",
                 )
-            waiting = self._enter(text)
+            waiting = self._enter(text, _ONE_WINDOW if window is None else window)
             decided()
             try:
                 await waiting.woken.wait()
@@ -132,7 +143,7 @@ class PromptQueue:
             finally:
                 self._slot.release(handed)
 
-    def _enter(self, text: str) -> _Waiting:
+    def _enter(self, text: str, window: object) -> _Waiting:
         # Enough of a long prompt to fill a preview once its whitespace runs collapse.
         head = text[: MAX_PREVIEW_CHARS * PREVIEW_READ_FACTOR]
         self._serial += 1
@@ -141,7 +152,7 @@ class PromptQueue:
             preview=one_line(head, MAX_PREVIEW_CHARS) if head.strip() else "",
             queued_ms=self._now_ms(),
         )
-        waiting = _Waiting(info)
+        waiting = _Waiting(info, window)
         self._waiting.append(waiting)
         self._changed(self.entries)
         return waiting
@@ -168,6 +179,7 @@ class PromptQueue:
 
     def remove(self, entry_id: str) -> bool:
         """Withdraw the waiting prompt ``entry_id``; False when no prompt waits with that id."""
+        self._guard.check_live()
         for waiting in self._waiting:
             if waiting.info.entry_id == entry_id:
                 self._waiting.remove(waiting)
@@ -186,6 +198,6 @@ class PromptQueue:
         return len(withdrawn)
 
     def _withdraw(self, waiting: _Waiting) -> None:
-        self._withdrawn += 1
-        waiting.withdrawn = Withdrawn(self._withdrawn)
+        order = self._withdrawn[waiting.window] = self._withdrawn.get(waiting.window, 0) + 1
+        waiting.withdrawn = Withdrawn(order)
         waiting.woken.set()

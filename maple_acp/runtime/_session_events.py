@@ -33,6 +33,18 @@ class CycleStarted:
 
 
 @attrs.frozen
+class PromptStarted:
+    """An observing window's prompt started a run (``Observer.hand_over``): the holder reads
+    ``run.events()`` exactly as for its own prompt's run, nobody else will, shows the user
+    message ``text`` first (it did not send it), and sets ``shown`` once it showed the run's
+    end (the window that prompted answers after that, and the next prompt starts after it)."""
+
+    run: Run
+    text: str
+    shown: trio.Event = attrs.field(factory=trio.Event, eq=False)
+
+
+@attrs.frozen
 class LeaseRevoked:
     """The lease lost its capabilities (sign-out, account change, drain or revocation). Its
     holder should release it."""
@@ -89,6 +101,7 @@ class QueueChanged:
 SessionEvent: TypeAlias = (
     GoalChanged
     | CycleStarted
+    | PromptStarted
     | LeaseRevoked
     | ModeChanged
     | BackgroundOutput
@@ -142,7 +155,8 @@ class SessionEvents:
             self._queue = collections.deque(
                 queued for queued in self._queue if not isinstance(queued, kind)
             )
-        elif len(self._queue) >= SESSION_EVENT_QUEUE:
+        # A prompt's run is never dropped: nobody else would read it (one runs at a time).
+        elif len(self._queue) >= SESSION_EVENT_QUEUE and not isinstance(event, PromptStarted):
             logger.warning("session event queue full; dropping %s", type(event).__name__)
             return
         self._queue.append(event)

@@ -26,6 +26,8 @@ from maple_acp.runtime import (
     PermissionAnswer,
     PermissionRequest,
     PermissionTicket,
+    PromptAdmitted,
+    PromptStarted,
     RejectionKind,
     RunBatch,
     RunEnded,
@@ -162,6 +164,40 @@ async def test_the_snapshot_and_the_feed_meet_exactly(lease: SessionLease) -> No
     feed = events_of(await queued(observer))
     assert not [e for e in feed if isinstance(e, TextChunk) and e.text == "so far"]
     assert isinstance(feed[-1], RunEnded)
+
+
+async def test_an_observers_run_is_read_by_the_holder_and_shown_once_its_feed_handled_it(
+    lease: SessionLease,
+) -> None:
+    events = lease.session_events()
+    observer = lease.attach_observer()
+    run = await lease.start_run("/echo from the phone")
+    observer.hand_over(run, "/echo from the phone")
+    with trio.fail_after(10):
+        started = await anext(events)
+        while not isinstance(started, PromptStarted):
+            started = await anext(events)
+    assert (started.run, started.text) == (run, "/echo from the phone")
+    # The holder's side reads the run (its one reader); the window's feed gets every batch.
+    _ = [event async for event in run.events()]
+    assert (await run.wait()).state is RunState.COMPLETED
+    shown = trio.Event()
+
+    async def wait_shown() -> None:
+        await observer.shown(run.id)
+        shown.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait_shown)
+        items = await queued(observer)
+        assert isinstance(items[0], PromptAdmitted)
+        assert isinstance(events_of(items)[-1], RunEnded)
+        await trio.testing.wait_all_tasks_blocked()
+        # Handled once the window asked for what follows, and the holder showed it too.
+        assert not shown.is_set()
+        started.shown.set()
+        with trio.fail_after(10):
+            await shown.wait()
 
 
 async def test_a_window_that_falls_behind_is_detached_and_the_run_goes_on(

@@ -85,10 +85,15 @@ class Outcomes(list[str]):
 
 
 async def prompt_through_queue(
-    lease: SessionLease, text: str, outcomes: Outcomes, task_status: trio.TaskStatus[None]
+    lease: SessionLease,
+    text: str,
+    outcomes: Outcomes,
+    window: object = None,
+    *,
+    task_status: trio.TaskStatus[None],
 ) -> None:
     """A host's prompt: wait in the queue, then run (or record that it was withdrawn)."""
-    async with lease.queue_prompt(text, decided=task_status.started) as claim:
+    async with lease.queue_prompt(text, decided=task_status.started, window=window) as claim:
         if isinstance(claim, Withdrawn):
             outcomes.append(f"withdrawn {text} #{claim.order}")
             return
@@ -172,6 +177,32 @@ async def test_remove_takes_one_and_a_revocation_withdraws_the_rest(tmp_path: Pa
         assert sorted(outcomes[1:]) == ["withdrawn a #2", "withdrawn c #3"]
         assert lease.queued_prompts == ()
     assert backend.ran == ["wait"]
+
+
+class Window:
+    """A window prompts come from (the edge passes its session)."""
+
+
+async def test_each_window_numbers_its_own_withdrawn_prompts(tmp_path: Path) -> None:
+    backend = Gated()
+    desk, phone = Window(), Window()
+    async with lease_over(tmp_path, backend) as lease, trio.open_nursery() as nursery:
+        outcomes = Outcomes()
+        await nursery.start(prompt_through_queue, lease, "wait", outcomes, desk)
+        for text, window in (("a", desk), ("b", phone), ("c", desk), ("d", phone)):
+            await nursery.start(prompt_through_queue, lease, text, outcomes, window)
+        await backend.waiting.wait()
+        assert lease.cancel_queued() == 4
+        await outcomes.reached(4)
+        # A window answers its own in order and never waits for another window's.
+        assert sorted(outcomes) == [
+            "withdrawn a #1",
+            "withdrawn b #1",
+            "withdrawn c #2",
+            "withdrawn d #2",
+        ]
+        backend.go.set()
+        await outcomes.reached(5)
 
 
 async def test_a_preview_is_one_bounded_line(tmp_path: Path) -> None:
