@@ -28,6 +28,7 @@ from .conftest import FIGURES
 from .recording_proxy import Exchange, RecordingProxy
 from .test_local_model import (
     DEADLINE,
+    NO_END,
     assert_answered,
     assert_prefix_kept,
     live_host,
@@ -83,7 +84,8 @@ def streamed_calls(exchange: Exchange) -> list[tuple[str, str]]:
             for fragment in (choice.get("delta") or {}).get("tool_calls") or ():
                 call = calls.setdefault(fragment.get("index", 0), ["", ""])
                 function = fragment.get("function") or {}
-                call[0] += function.get("name") or ""
+                # llama.cpp's server repeats the name in every fragment: the first one names it.
+                call[0] = call[0] or function.get("name") or ""
                 call[1] += function.get("arguments") or ""
     return [(name, arguments) for name, arguments in calls.values()]
 
@@ -166,3 +168,63 @@ async def test_a_forced_delegate_call_runs_a_child_session_against_the_server(
     assert_prefix_kept(follow_up, later)
     assert "Traceback" not in log
     assert not [p for p in project.rglob("*") if p.is_file()]
+
+
+async def test_cancelling_the_parent_mid_child_ends_the_childs_request_and_the_next_turn_runs(
+    short_dir: Path, proxy: RecordingProxy, acp_schema: AcpSchema
+) -> None:
+    project = short_dir / "project"
+    project.mkdir()
+    with trio.fail_after(DEADLINE):
+        async with live_host(short_dir, proxy) as host, acp_with_children(host) as bridge:
+            client = bridge.client
+            sid = (await client.new_session(os.fspath(project)))["sessionId"]
+            proxy.force_next(**FORCE_DELEGATE)
+            answers: list[Any] = []
+            async with trio.open_nursery() as nursery:
+
+                async def prompt() -> None:
+                    answers.append(await client.prompt(sid, PROMPT))
+
+                nursery.start_soon(prompt)
+                await proxy.wait_until(lambda: len(proxy.chats()) == 1)
+                # The child's request, whenever it comes, is a long one.
+                proxy.force_next(max_tokens=1000, **NO_END)
+                await client.wait_until(
+                    lambda: bool(
+                        [u for u in client.updates(sid) if u["sessionUpdate"] == "subagent_update"]
+                    )
+                )
+                announced = [
+                    u for u in client.updates(sid) if u["sessionUpdate"] == "subagent_update"
+                ]
+                child_id = announced[0]["sessionId"]
+                await client.wait_until(lambda: len(client.text(child_id)) >= 20)
+                child = proxy.chats()[1]
+                assert not child.ended
+                cancelled_at = trio.current_time()
+                await client.cancel(sid)
+            answered_in = trio.current_time() - cancelled_at
+            await proxy.wait_until(lambda: child.closed_at is not None)
+            after = await timed_prompt(client, sid, "Say hello.")
+            client.validate(ChildSessionsSchema(acp_schema.directory))
+            log = host.stderr.text
+    assert answers[0]["stopReason"] == "cancelled"
+    assert answered_in < 2.0
+    # The child's request was cut by the host, not answered to its end.
+    assert child.forced == {"max_tokens": 1000, **NO_END}
+    assert DELEGATE not in tool_names(child)
+    assert child.cut_by_client
+    assert not child.ended
+    states = [
+        u["state"]
+        for u in client.updates(sid)
+        if u["sessionUpdate"] == "subagent_update" and u["sessionId"] == child_id and "state" in u
+    ]
+    assert states[-1] == {"state": "idle", "stopReason": "cancelled"}
+    # The parent's turn sent nothing more to the server; the next turn is answered.
+    assert len(proxy.chats()) == 3
+    assert after.answer["stopReason"] == "end_turn"
+    assert_answered(proxy.chats()[-1])
+    assert "Traceback" not in log
+    FIGURES["delegation: a parent's cancel answered in (s)"] = f"{answered_in:.2f}"
