@@ -11,7 +11,8 @@ its permission questions waits, ``idle`` with its stop reason). Each child adver
 
 Any other client sees a child as the delegate tool call it is, its text streamed as that
 call's content; the child's permission questions are asked with the parent's ``sessionId``
-and the delegate call's id. Every permission question fails closed as the parent's do.
+and the delegate call's id, and once answered the call is sent again as it was (the client
+applied the question's tool to it). Every permission question fails closed as the parent's do.
 
 Updates are built as finished lines here (the wire's typed updates have no child shapes);
 a child's own events go through a projection of the session's dialect for the child's id.
@@ -63,6 +64,8 @@ logger = logging.getLogger(__name__)
 #: (a content update replaces the call's content): at most once per this many new
 #: characters, and before any other event of the child, so the frames stay linear in size.
 TOOL_TEXT_STEP_CHARS: Final = 256
+#: The name of the tool call that delegates to a child (the engines' and the demo's).
+DELEGATE_TOOL: Final = "delegate"
 #: The event types a pump hands to :meth:`SessionChildren.relay`.
 CHILD_REPORTS: Final = (ChildAnnounced, ChildRunning, ChildEvent, ChildEnded)
 
@@ -155,6 +158,9 @@ class _Child:
 
     tool_id: str
     projection: Projection
+    #: The delegation's title and prompt: its delegate call as the client first saw it.
+    title: str = ""
+    prompt: str = ""
     #: Its permission questions waiting now (``requires_action`` while any does).
     waiting: int = 0
     #: The child's text so far, for a client that sees the child as a tool call, and how
@@ -189,11 +195,13 @@ class SessionChildren:
         """Whether the client was told of child ``child_id`` (only a visible child is)."""
         return self.visible and child_id in self._children
 
-    def _child(self, child_id: str, tool_id: str) -> _Child:
-        child = self._children.get(child_id)
+    def _child(self, announced: ChildAnnounced) -> _Child:
+        child = self._children.get(announced.child_id)
         if child is None:
-            projection = self._dialect.projection(child_id, **self._options)
-            child = self._children[child_id] = _Child(tool_id, projection)
+            projection = self._dialect.projection(announced.child_id, **self._options)
+            child = self._children[announced.child_id] = _Child(
+                announced.tool_id, projection, announced.title, announced.prompt
+            )
         return child
 
     # -- replay ----------------------------------------------------------------------------
@@ -236,7 +244,7 @@ class SessionChildren:
         ``permissions`` (the pump's nursery, which ends with the parent's turn)."""
         parent_id = self._session_id
         if isinstance(event, ChildAnnounced):
-            child = self._child(event.child_id, event.tool_id)
+            child = self._child(event)
             if self.visible:
                 await channel.send_many(
                     parent_id,
@@ -355,6 +363,35 @@ class SessionChildren:
         parent_id = self._session_id
         child.waiting += 1
         try:
+            answer = await self._question(channel, parent, child_id, child, event)
+        finally:
+            child.waiting -= 1
+            event.responder.answer(answer)
+        if self.visible:
+            with contextlib.suppress(ConnectionClosed):
+                await channel.send_many(child_id, child.projection.permission_settled())
+                if child.waiting == 0 and not child.ended:
+                    running = {"state": "running"}
+                    await channel.send_many(
+                        parent_id, [subagent_update(parent_id, child_id, state=running)]
+                    )
+
+    async def _question(
+        self,
+        channel: ClientChannel,
+        parent: Projection,
+        child_id: str,
+        child: _Child,
+        event: PermissionRequest,
+    ) -> PermissionAnswer | None:
+        """The client's answer to a child's question (``None``: no usable answer). Asked as
+        the delegate call's question, it is followed, before the child hears the answer,
+        by the delegate call as it was: a client applies the question's ``toolCall`` (the
+        child's tool, ``pending``) to that call, which would otherwise read as a question
+        still waiting for as long as the child goes on."""
+        answer: PermissionAnswer | None = None
+        parent_id = self._session_id
+        try:
             if self.visible:
                 if child.waiting == 1:
                     waiting = {"state": "requires_action"}
@@ -375,17 +412,23 @@ class SessionChildren:
             logger.info(
                 "a child's permission request failed closed: %s", getattr(exc, "message", exc)
             )
-        finally:
-            child.waiting -= 1
-            event.responder.answer(answer)
-        if self.visible:
-            with contextlib.suppress(ConnectionClosed):
-                await channel.send_many(child_id, child.projection.permission_settled())
-                if child.waiting == 0 and not child.ended:
-                    running = {"state": "running"}
-                    await channel.send_many(
-                        parent_id, [subagent_update(parent_id, child_id, state=running)]
-                    )
+        if not self.visible:
+            with contextlib.suppress(ConnectionClosed, OutboundFrameTooLarge):
+                await channel.send_many(parent_id, [_delegate_call_again(parent_id, child)])
+        return answer
+
+
+def _delegate_call_again(parent_id: str, child: _Child) -> bytes:
+    """The delegate call's row as the client first saw it, ``in_progress``."""
+    body = {
+        "toolCallId": child.tool_id,
+        "title": child.title,
+        "name": DELEGATE_TOOL,
+        "kind": "other",
+        "status": "in_progress",
+        "rawInput": {"title": child.title, "prompt": bound_text(child.prompt)},
+    }
+    return _line(parent_id, "tool_call_update", body)
 
 
 def latest_plan_only(
