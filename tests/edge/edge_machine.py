@@ -1330,9 +1330,8 @@ class Scenario:
                 continue
             assert conn.client is not None
             for task in list(conn.sessions):
-                record = conn.sessions[task].prompt
-                if record is not None:
-                    record.stopped_at = record.stopped_at or self._next()
+                # It ends the running turn and withdraws the prompts waiting behind it.
+                self._cancel_model(conn, task)
                 await conn.client.cancel(task)
         await self.settle()
         await self.check()

@@ -125,6 +125,12 @@ def test_waiting_prompts_are_withdrawn_by_a_cancel_and_a_clear() -> None:
     )
 
 
+def test_the_last_cancel_withdraws_the_prompts_waiting_behind_a_turn() -> None:
+    # The cancel that ends a scenario answers a prompt waiting behind the running turn
+    # cancelled (its turn never runs), and the model must expect that.
+    run_scenario([New(0), Prompt(0, 0, "hang"), Prompt(0, 0, "echo")])
+
+
 def test_a_plain_life() -> None:
     run_scenario(
         [
