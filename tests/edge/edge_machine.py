@@ -24,10 +24,11 @@ import orjson
 import trio
 import trio.testing
 from edge_harness import Harness, running_service
+from test_child_sessions import ChildSessionsSchema
 
 from maple_acp.edge import AcpServiceConfig, HostLifecycle
 from maple_acp.rpc import ConnectionClosed
-from maple_acp.runtime import PROVISIONAL_SWEEP_INTERVAL_S
+from maple_acp.runtime import PROVISIONAL_SWEEP_INTERVAL_S, SessionLease
 from maple_acp.testing.client import AcpTestClient
 from maple_acp.testing.clock import wait_quiet
 from maple_acp.testing.demo import DEMO_ACCOUNT
@@ -69,6 +70,9 @@ OWN_SESSIONS = 3
 @dataclass(frozen=True)
 class Initialize:
     conn: int
+    #: Declare ``clientCapabilities.subagents``: sessions opened after it see their children
+    #: (announced by id, each cancellable alone).
+    subagents: bool = False
     then: int | None = None
 
 
@@ -112,6 +116,17 @@ class Prompt:
 
 @dataclass(frozen=True)
 class Cancel:
+    conn: int
+    task: int
+    then: int | None = None
+
+
+@dataclass(frozen=True)
+class CancelChild:
+    """``session/cancel`` naming the child its session's connection was last told of (the
+    running one if any): the child alone ends, cancelled, and the delegating turn goes on to
+    end its turn. Without a child announced on the connection, nothing is sent."""
+
     conn: int
     task: int
     then: int | None = None
@@ -208,6 +223,7 @@ Op = (
     | Delete
     | Prompt
     | Cancel
+    | CancelChild
     | Close
     | CloseThenOpen
     | CancelThenPrompt
@@ -228,6 +244,12 @@ Op = (
 #: reaches the wire after the prompt always ends it, at any stage; see
 #: tests/edge/test_methods.py::test_cancel_right_behind_the_prompt_ends_it.)
 CANCEL_BEFORE_RUN = "cancel-before-run"
+
+
+#: When the runtime revokes a lease under a connection that stays (an account switch without
+#: the lifecycle), the delegating prompt is answered ``cancelled`` but its child is
+#: never reported ``idle`` on the parent's stream: the client is left showing it running.
+CHILD_LEFT_RUNNING_ON_REVOKE = "child-left-running-on-revoke"
 
 
 def _refused_before_close(call: Call) -> bool:
@@ -296,6 +318,9 @@ class PromptRecord:
     #: Written right after a cancel of its session, in the same write: that cancel is not
     #: its own, so it must run (never refused because the cancelled turn is still ending).
     after_cancel: bool = False
+    #: Its running child was cancelled alone (by id) while it ran with nothing else in
+    #: flight: the child must end cancelled, and the turn go on to end ``end_turn``.
+    child_cancelled: str | None = None
 
     @property
     def marker(self) -> str:
@@ -339,9 +364,11 @@ _SCHEMA: list[AcpSchema | None] = []
 
 
 def acp_schema() -> AcpSchema | None:
+    """The v1 schema, reading the child shapes (sent to a client that declared
+    ``subagents``) from its unstable file."""
     if not _SCHEMA:
         directory = find_schema_dir()
-        _SCHEMA.append(AcpSchema(directory) if directory is not None else None)
+        _SCHEMA.append(ChildSessionsSchema(directory) if directory is not None else None)
     return _SCHEMA[0]
 
 
@@ -370,6 +397,11 @@ class Scenario:
         self.tick = 0
         self.settled = True
         self._pending_stop: list[tuple[str, Call]] = []
+        #: Sessions whose lease the runtime revoked while their connection stayed.
+        self.revoked: set[str] = set()
+        #: Every lease seen at a settled point (by identity), with its task's id: one that
+        #: ended must have no child running.
+        self._leases: dict[int, tuple[str, SessionLease]] = {}
         self.nursery: trio.Nursery
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -555,7 +587,9 @@ class Scenario:
             return
         conn = await self.connection(op.conn)
         if isinstance(op, Initialize):
-            self._issue(conn, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+            capabilities = {"subagents": {}} if op.subagents else {}
+            params = {"protocolVersion": 1, "clientCapabilities": capabilities}
+            self._issue(conn, "initialize", params)
         elif isinstance(op, New):
             self._issue(conn, "session/new", {"cwd": str(self.project), "mcpServers": []})
         elif isinstance(op, Load | Resume):
@@ -572,6 +606,13 @@ class Scenario:
             self._cancel_model(conn, task)
             assert conn.client is not None
             await conn.client.cancel(task)
+        elif isinstance(op, CancelChild):
+            task = self.target(conn, op.task)
+            child = self._announced_child(conn, task)
+            if child is not None:
+                self._cancel_child_model(conn, task, child)
+                assert conn.client is not None
+                await conn.client.cancel(child)
         elif isinstance(op, Close):
             task = self.target(conn, op.task)
             session = conn.sessions.pop(task, None)
@@ -652,6 +693,55 @@ class Scenario:
                 # The prompt was running, alone: this cancel must end it as cancelled.
                 record.cancelled_alone = True
             record.stopped_at = record.stopped_at or tick
+
+    def _children_seen(self, conn: Connection, parent: str) -> dict[str, dict[str, Any]]:
+        """The children of ``parent`` this connection was told of, in announcement order,
+        each with the latest state its parent's ``subagent_update`` frames gave it."""
+        seen: dict[str, dict[str, Any]] = {}
+        assert conn.client is not None
+        for frame in conn.client.frames:
+            message = frame.message
+            if frame.direction != "in" or not isinstance(message, dict):
+                continue
+            if message.get("method") != "session/update":
+                continue
+            params = message.get("params") or {}
+            update = params.get("update") or {}
+            if params.get("sessionId") != parent or update.get("sessionUpdate") != (
+                "subagent_update"
+            ):
+                continue
+            state = seen.setdefault(update["sessionId"], {})
+            if "state" in update:
+                # A state patch replaces the child's state whole.
+                state.clear()
+                state.update(update["state"])
+        return seen
+
+    def _announced_child(self, conn: Connection, parent: str) -> str | None:
+        """The child of ``parent`` to cancel: the last announced that is not idle, else the
+        last announced (a cancel of an ended child must change nothing)."""
+        seen = self._children_seen(conn, parent)
+        running = [child for child, state in seen.items() if state.get("state") != "idle"]
+        if running:
+            return running[-1]
+        return list(seen)[-1] if seen else None
+
+    def _cancel_child_model(self, conn: Connection, task: str, child: str) -> None:
+        """The model's side of a ``session/cancel`` naming ``child``, a child of ``task``."""
+        session = conn.sessions.get(task)
+        record = session.prompt if session is not None else None
+        state = self._children_seen(conn, task)[child].get("state")
+        if (
+            record is not None
+            and record.script == "delegate"
+            and record.stopped_at is None
+            and record.epoch != self.epoch
+            and self.settled
+            and state != "idle"
+        ):
+            # The session's delegating turn was running alone, waiting on this child.
+            record.child_cancelled = child
 
     def _prompt(
         self, conn: Connection, op: Prompt, *, task: str | None = None, after_cancel: bool = False
@@ -782,6 +872,7 @@ class Scenario:
                     if session.prompt is not None:
                         session.prompt.stopped_at = session.prompt.stopped_at or tick
                     self._released(session, close=False)
+                    self.revoked.add(session.task)
                 conn.sessions.clear()
             self.account = target
             self.runtime.sign_in(target)
@@ -1008,6 +1099,8 @@ class Scenario:
                 task.prompted = True
             if record.cancelled_alone and reason != "cancelled":
                 raise Violation(f"prompt {record} answered {reason!r} after a cancel")
+            if record.child_cancelled is not None and record.stopped_at is None:
+                self._check_child_cancelled(conn, record, reason)
             if not call.settled_before or call.raced or record.stopped_at is not None:
                 return
             expected = {
@@ -1024,6 +1117,17 @@ class Scenario:
         elif record.after_cancel and not self.drained:
             # Written right after a cancel: the turn that cancel ended is not its own.
             self._expect(call, True, why="a prompt written after a cancel runs")
+
+    def _check_child_cancelled(self, conn: Connection, record: PromptRecord, reason: Any) -> None:
+        """A turn whose child alone was cancelled goes on: told the child was cancelled, it
+        ends its turn, and the child ended cancelled."""
+        if reason != "end_turn":
+            raise Violation(f"prompt {record} answered {reason!r} after its child was cancelled")
+        child = record.child_cancelled
+        assert child is not None
+        state = self._children_seen(conn, record.task).get(child, {})
+        if state != {"state": "idle", "stopReason": "cancelled"}:
+            raise Violation(f"child {child} of prompt {record} ended as {state!r}, not cancelled")
 
     def _apply_delete(self, conn: Connection, call: Call) -> None:
         task_id = call.params["sessionId"]
@@ -1160,6 +1264,9 @@ class Scenario:
         quiet: dict[str, tuple[int, str]] = {}
         # Session id -> prompts sent and not yet answered.
         prompting: dict[str, int] = {}
+        # Parent session id -> the children announced on it -> whether the last state
+        # patch said idle.
+        children: dict[str, dict[str, bool]] = {}
         for index, frame in enumerate(conn.client.frames):
             message = frame.message
             if not isinstance(message, dict):
@@ -1182,6 +1289,14 @@ class Scenario:
                         f"connection {conn.slot}: {message['method']} for session {sid} at frame "
                         f"{index} after its {why} at frame {at}: {message!r}"
                     )
+                update = params.get("update") or {}
+                if update.get("sessionUpdate") == "subagent_update":
+                    ended = children.setdefault(str(sid), {})
+                    child = update["sessionId"]
+                    if "state" in update:
+                        ended[child] = update["state"].get("state") == "idle"
+                    else:
+                        ended.setdefault(child, False)  # the announcement
                 continue
             msg_id = message.get("id")
             if msg_id not in sent:
@@ -1199,6 +1314,15 @@ class Scenario:
                 continue
             if method == "session/prompt":
                 quiet[sid] = (index, "prompt answer")
+                # No child outlives the turn that delegated to it (nor its cancel).
+                running = [child for child, ended in children.get(sid, {}).items() if not ended]
+                if running and not (
+                    sid in self.revoked and CHILD_LEFT_RUNNING_ON_REVOKE in self.tolerate
+                ):
+                    raise Violation(
+                        f"connection {conn.slot}: session {sid}'s prompt answered at frame "
+                        f"{index} with its children {running} not reported idle"
+                    )
             elif method == "session/close" and "result" in message:
                 quiet[sid] = (index, "close answer")
             elif method == "session/delete" and "result" in message:
@@ -1218,7 +1342,9 @@ class Scenario:
                 and not self.drained
                 and record.stopped_at is None
                 and (
-                    record.script in ("hang", "delegate")
+                    record.script == "hang"
+                    # A delegating turn waits on its child until the child is cancelled.
+                    or (record.script == "delegate" and record.child_cancelled is None)
                     or (
                         record.script == "tool"
                         and record.answer == "deferred"
@@ -1276,6 +1402,8 @@ class Scenario:
                 raise Violation(
                     f"task {task.id} has children running outside a run: {lease.running_children}"
                 )
+            if lease is not None:
+                self._leases[id(lease)] = (task.id, lease)
             if holder is None:
                 if lease is not None and not closing:
                     raise Violation(f"task {task.id} is still leased with no session open")
@@ -1285,6 +1413,12 @@ class Scenario:
                     continue  # a drain may end sessions on its own
                 raise Violation(
                     f"task {task.id} is open on connection {holder[0].slot} with lease {lease!r}"
+                )
+        for task_id, seen in self._leases.values():
+            if seen is not self.runtime.lease_of(task_id) and seen.running_children:
+                raise Violation(
+                    f"a lease of task {task_id} ended with children running: "
+                    f"{seen.running_children}"
                 )
         status = self.acp.status()
         live = sum(1 for conn in self.conns.values() if conn.alive)
@@ -1330,9 +1464,8 @@ class Scenario:
                 continue
             assert conn.client is not None
             for task in list(conn.sessions):
-                record = conn.sessions[task].prompt
-                if record is not None:
-                    record.stopped_at = record.stopped_at or self._next()
+                # It ends the running turn and withdraws the prompts waiting behind it.
+                self._cancel_model(conn, task)
                 await conn.client.cancel(task)
         await self.settle()
         await self.check()
