@@ -298,6 +298,23 @@ class SessionChildren:
         else:
             await self._inner(channel, parent, event.child_id, child, event.event, permissions)
 
+    async def settle(self, channel: ClientChannel) -> None:
+        """Show each announced child whose end was not relayed as ended, cancelled: when the
+        runtime revokes a session's lease, its updates stop before the run's last events are
+        read, and the turn's children end with it; a client must not keep showing them
+        running."""
+        parent_id = self._session_id
+        for child_id, child in self._children.items():
+            if child.ended:
+                continue
+            child.ended = True
+            if self.visible:
+                ended = idle_state(RunState.CANCELLED, StopReason.END_TURN)
+                with contextlib.suppress(ConnectionClosed):
+                    await channel.send_many(
+                        parent_id, [subagent_update(parent_id, child_id, state=ended)]
+                    )
+
     async def _inner(
         self,
         channel: ClientChannel,

@@ -211,7 +211,9 @@ class PromptTurns:
                 return await self._turn(session, claim, prompt, arrival, acceptance)
         except SessionClosed:
             return answer(RunState.CANCELLED)
-        # A closed session's pump is cancelled from outside; the turn ends cancelled.
+        # A closed session's pump is cancelled from outside; the turn ends cancelled, and a
+        # child it announced is shown ended before that answer (the runtime ended it).
+        await session.children.settle(self._channel)
         return answer(RunState.CANCELLED)
 
     async def _turn(

@@ -246,12 +246,6 @@ Op = (
 CANCEL_BEFORE_RUN = "cancel-before-run"
 
 
-#: When the runtime revokes a lease under a connection that stays (an account switch without
-#: the lifecycle), the delegating prompt is answered ``cancelled`` but its child is
-#: never reported ``idle`` on the parent's stream: the client is left showing it running.
-CHILD_LEFT_RUNNING_ON_REVOKE = "child-left-running-on-revoke"
-
-
 def _refused_before_close(call: Call) -> bool:
     """Whether the edge refused a delete of its own session before closing it (a run going)."""
     error = call.error
@@ -397,8 +391,6 @@ class Scenario:
         self.tick = 0
         self.settled = True
         self._pending_stop: list[tuple[str, Call]] = []
-        #: Sessions whose lease the runtime revoked while their connection stayed.
-        self.revoked: set[str] = set()
         #: Every lease seen at a settled point (by identity), with its task's id: one that
         #: ended must have no child running.
         self._leases: dict[int, tuple[str, SessionLease]] = {}
@@ -872,7 +864,6 @@ class Scenario:
                     if session.prompt is not None:
                         session.prompt.stopped_at = session.prompt.stopped_at or tick
                     self._released(session, close=False)
-                    self.revoked.add(session.task)
                 conn.sessions.clear()
             self.account = target
             self.runtime.sign_in(target)
@@ -1316,9 +1307,7 @@ class Scenario:
                 quiet[sid] = (index, "prompt answer")
                 # No child outlives the turn that delegated to it (nor its cancel).
                 running = [child for child, ended in children.get(sid, {}).items() if not ended]
-                if running and not (
-                    sid in self.revoked and CHILD_LEFT_RUNNING_ON_REVOKE in self.tolerate
-                ):
+                if running:
                     raise Violation(
                         f"connection {conn.slot}: session {sid}'s prompt answered at frame "
                         f"{index} with its children {running} not reported idle"

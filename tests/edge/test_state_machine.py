@@ -12,11 +12,9 @@ after every settled step.
 
 from __future__ import annotations
 
-import pytest
 from edge_machine import (
     CANCEL_BEFORE_RUN,
     CHAT_MODELS,
-    CHILD_LEFT_RUNNING_ON_REVOKE,
     CLOSE_S,
     GRACE_S,
     SWEEP_S,
@@ -47,9 +45,8 @@ from hypothesis import strategies as st
 
 #: The default suite runs at least this many examples; the "long" profile runs more.
 MIN_EXAMPLES = 100
-#: What the generated scenarios cannot decide from the client's side (see CANCEL_BEFORE_RUN),
-#: and what the service does not do yet (see CHILD_LEFT_RUNNING_ON_REVOKE).
-KNOWN_FINDINGS = frozenset({CANCEL_BEFORE_RUN, CHILD_LEFT_RUNNING_ON_REVOKE})
+#: What the generated scenarios cannot decide from the client's side (see CANCEL_BEFORE_RUN).
+KNOWN_FINDINGS = frozenset({CANCEL_BEFORE_RUN})
 
 #: Three connections, the first busiest, so most operations meet sessions they can act on.
 conns = st.sampled_from([0, 0, 0, 1, 1, 2])
@@ -415,7 +412,6 @@ def test_a_child_cancelled_alone_ends_and_its_parent_turn_goes_on() -> None:
     )
 
 
-@pytest.mark.xfail(strict=True, reason=CHILD_LEFT_RUNNING_ON_REVOKE, raises=ExceptionGroup)
 def test_a_revoked_delegating_turn_reports_its_child_ended() -> None:
     # The runtime revokes the session's lease (an account switch) while its connection
     # stays: the turn is answered cancelled, and its child must be reported idle first.
