@@ -289,7 +289,8 @@ def test_no_module_is_longer_than_the_limit() -> None:
 
 def test_the_unix_and_network_listeners_stand_beside_each_other() -> None:
     """Both listeners stand outside the edge on the one listener shape, and neither reaches
-    the other or the edge: the edge runs them, they hand it their connections."""
+    the other or the edge: they run beside it (``RunningListeners``) and hand it their
+    connections."""
     graph = import_graph()
     allowed = allowed_arrows(ARCHITECTURE.read_text())
     unix, network = LISTENERS["unix"], LISTENERS["network"]
@@ -309,8 +310,9 @@ def test_the_unix_and_network_listeners_stand_beside_each_other() -> None:
     assert taken, "the network listener stands on the listener shape"
     assert taken.isdisjoint(unix_names), sorted(taken & unix_names)
     assert floor(LISTENER_SHAPE) in allowed["edge"]
-    # The edge runs the listeners a host gives it and opens none: from their floor it takes
-    # the shape and the errors, never a listener (nor does it reach the network's).
+    # The edge opens no listener and serves none: from their floor it takes the shape, the
+    # errors and ``RunningListeners`` (which serves them beside it), never a listener (nor
+    # does it reach the network's).
     edge_takes = names_imported_from(floor_modules("edge"), "maple_acp.listeners")
     listeners = importlib.import_module("maple_acp.listeners")
     opened = {
@@ -321,6 +323,8 @@ def test_the_unix_and_network_listeners_stand_beside_each_other() -> None:
     assert not opened, sorted(opened)
     for module in floor_modules("edge"):
         assert all(floor(found) != "net" for found in reachable(graph, module)), module
+        source = Path(importlib.import_module(module).__file__ or "").read_text()
+        assert ".serve(self" not in source.replace("peer.serve(", ""), module
 
 
 # -- the checks check ---------------------------------------------------------------------------

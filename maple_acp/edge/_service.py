@@ -21,7 +21,7 @@ from maple_acp.edge._config import (
 from maple_acp.edge._connection import DISCONNECT_CLEANUP_S, AcpConnection
 from maple_acp.edge._goals import GOAL_ACTIONS
 from maple_acp.edge._v1 import VERSION
-from maple_acp.listeners import Listener
+from maple_acp.listeners import Listener, RunningListeners
 from maple_acp.rpc import MessageTransport
 from maple_acp.runtime import MAX_QUEUED_PROMPTS, AgentService
 from maple_acp.runtime import PromptCapabilities as BackendPromptCapabilities
@@ -125,32 +125,6 @@ class ConnectionGate:
         self.active -= 1
 
 
-@attrs.define(eq=False)
-class _ListenerRun:
-    """One listener this service runs: its cancel scope (what :meth:`AcpService.stop`
-    cancels), where it serves once ready, and when it has stopped."""
-
-    listener: Listener
-    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
-    stopped: trio.Event = attrs.field(factory=trio.Event)
-    address: str | None = None
-
-
-class _Ready:
-    """The ``task_status`` a listener reports to: keeps its address for :meth:`AcpService.
-    status`, then tells the starter."""
-
-    def __init__(self, run: _ListenerRun, started: trio.TaskStatus[str]) -> None:
-        self._run = run
-        self._started = started
-
-    def started(self, value: str | None = None) -> None:
-        if value is None:
-            raise TypeError("a listener reports where it serves")
-        self._run.address = value
-        self._started.started(value)
-
-
 @attrs.frozen(kw_only=True)
 class ConnectionView:
     """One live ACP connection, as a host's window shows it."""
@@ -194,7 +168,7 @@ class AcpService:
         self._connections: dict[AcpConnection, int] = {}
         self._accepted = 0
         #: The listeners running, in the order they started.
-        self._listeners: list[_ListenerRun] = []
+        self._listeners = RunningListeners(self)
         self._initialize_response = initialize_response(self._config, runtime.prompt_capabilities)
         #: Set when a connection ends (a new event each time :meth:`stop` waits on it).
         self._connection_ended = trio.Event()
@@ -228,7 +202,7 @@ class AcpService:
         return self._initialize_response
 
     def status(self) -> AcpServiceStatus:
-        listening = tuple(run.address for run in self._listeners if run.address is not None)
+        listening = self._listeners.addresses
         return AcpServiceStatus(
             running=self.running,
             endpoint=listening[0] if listening else None,
@@ -330,21 +304,7 @@ class AcpService:
         endpoint the Unix socket rules refuse, ``maple_acp.net.HttpSetupError`` or ``OSError``
         for the network) propagates from here, and nothing listens.
         """
-        address: str = await nursery.start(self._listen_in, listener)
-        return address
-
-    async def _listen_in(
-        self, listener: Listener, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Run ``listener`` for this service, known to :meth:`stop` and :meth:`status`."""
-        run = _ListenerRun(listener)
-        self._listeners.append(run)
-        try:
-            with run.scope:
-                await listener.serve(self, task_status=_Ready(run, task_status))
-        finally:
-            self._listeners.remove(run)
-            run.stopped.set()
+        return await self._listeners.start(nursery, listener)
 
     # -- host lifecycle ----------------------------------------------------------------------
 
@@ -388,11 +348,7 @@ class AcpService:
                 while self._connections:
                     self._connection_ended = trio.Event()
                     await self._connection_ended.wait()
-            runs = list(self._listeners)
-            for run in runs:
-                run.scope.cancel()
-            for run in runs:
-                await run.stopped.wait()
+            await self._listeners.stop()
         finally:
             self._stopping = False
         if persist:

@@ -1,7 +1,8 @@
 """The ways in for ACP clients, in one shape: :class:`Listener`.
 
 A host starts each listener it wants in its nursery, through its ACP service
-(``await acp.listen(nursery, listener)``, which ``acp.stop()`` ends) or on its own
+(``await acp.listen(nursery, listener)``, which ``acp.stop()`` ends: the service keeps its
+listeners in a :class:`RunningListeners`, which starts and stops them) or on its own
 (``await nursery.start(listener.serve, acp)``). :class:`UnixListener` is the owner-only Unix
 socket the connector reaches; ``maple_acp.net.NetworkListener`` (WebSocket and Streamable
 HTTP) stands beside it in its own package, which loads the HTTP stack only once it serves.
@@ -16,6 +17,7 @@ from maple_acp.listeners._accept import (
     AcceptRetry,
     RepeatReport,
 )
+from maple_acp.listeners._running import RunningListeners
 from maple_acp.listeners._shape import ConnectionHost, Listener
 from maple_acp.listeners._unix import (
     LISTEN_BACKLOG,
@@ -35,5 +37,6 @@ __all__ = [
     "Listener",
     "ListenerError",
     "RepeatReport",
+    "RunningListeners",
     "UnixListener",
 ]
