@@ -36,16 +36,16 @@ HOST = textwrap.dedent(
 )
 
 
-async def test_admitted_message_survives_kill_9(tmp_path: Path) -> None:
-    data = tmp_path / "data"
+async def killed_after_its_line(script: str, data: Path, project: Path) -> str:
+    """Run host ``script`` on ``data`` and ``project`` until it prints its task's id, then
+    SIGKILL it; the id."""
     data.mkdir()
-    project = tmp_path / "project"
     project.mkdir()
     async with trio.open_nursery() as nursery:
         host: trio.Process = await nursery.start(
             functools.partial(
                 trio.run_process,
-                [sys.executable, "-c", HOST, str(data), str(project)],
+                [sys.executable, "-c", script, str(data), str(project)],
                 stdout=subprocess.PIPE,
                 check=False,
             )
@@ -57,9 +57,14 @@ async def test_admitted_message_survives_kill_9(tmp_path: Path) -> None:
                 chunk = await host.stdout.receive_some(1024)
                 assert chunk, "the host exited early"
                 line += chunk
-        task_id = line.decode().strip()
         os.kill(host.pid, signal.SIGKILL)
         assert await host.wait() == -signal.SIGKILL
+    return line.decode().strip()
+
+
+async def test_admitted_message_survives_kill_9(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    task_id = await killed_after_its_line(HOST, data, tmp_path / "project")
     # Reopen: the start-up sweep runs, and the prompted task and its message are there.
     async with demo_service(data) as service:
         history = await service.task_history(task_id)
@@ -93,29 +98,8 @@ DELEGATING_HOST = textwrap.dedent(
 
 async def test_a_delegation_killed_midway_keeps_both_admitted_messages(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    data.mkdir()
-    project = tmp_path / "project"
-    project.mkdir()
-    async with trio.open_nursery() as nursery:
-        host: trio.Process = await nursery.start(
-            functools.partial(
-                trio.run_process,
-                [sys.executable, "-c", DELEGATING_HOST, str(data), str(project)],
-                stdout=subprocess.PIPE,
-                check=False,
-            )
-        )
-        assert host.stdout is not None
-        line = b""
-        with trio.fail_after(30):
-            while not line.endswith(b"\n"):
-                chunk = await host.stdout.receive_some(1024)
-                assert chunk, "the host exited early"
-                line += chunk
-        task_id = line.decode().strip()
-        # The child waits on its permission question inside the parent's run.
-        os.kill(host.pid, signal.SIGKILL)
-        assert await host.wait() == -signal.SIGKILL
+    # Killed while the child waits on its permission question inside the parent's run.
+    task_id = await killed_after_its_line(DELEGATING_HOST, data, tmp_path / "project")
     async with demo_service(data) as service:
         history = await service.task_history(task_id)
         assert history[0].text.startswith("remember this")
