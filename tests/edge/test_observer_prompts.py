@@ -16,7 +16,7 @@ import pytest
 import trio
 from edge_harness import running_service
 from test_observers import Windows, states, until
-from test_prompt_queue import QUEUE, queue_changes, wait_running
+from test_prompt_queue import QUEUE, answer_index, queue_changes, wait_running
 
 from maple_acp.edge import AcpServiceConfig
 from maple_acp.edge._closing import CLOSE_DEADLINE_S
@@ -59,19 +59,6 @@ def agent_shown(client: AcpTestClient, sid: str, text: str) -> int:
 async def answered(client: AcpTestClient, msg_id: str) -> Any:
     await until(client, lambda: client.answer(msg_id) is not None)
     return client.answer(msg_id)
-
-
-def answer_position(client: AcpTestClient, msg_id: str) -> int:
-    for index, frame in enumerate(client.frames):
-        m = frame.message
-        if (
-            frame.direction == "in"
-            and isinstance(m, dict)
-            and m.get("id") == msg_id
-            and "method" not in m
-        ):
-            return index
-    raise AssertionError(f"no answer to {msg_id}")
 
 
 def update_position(client: AcpTestClient, sid: str, text: str) -> int:
@@ -124,7 +111,7 @@ async def test_an_observers_prompt_waits_for_the_holders_turn_and_every_window_s
             assert update_position(phone, sid, "steered: go") < update_position(
                 phone, sid, "from the phone"
             )
-            assert update_position(phone, sid, "from the phone") < answer_position(phone, waiting)
+            assert update_position(phone, sid, "from the phone") < answer_index(phone, waiting)
         else:
             message_id = answer["result"]["messageId"]
             users = [m for m in phone.messages(sid) if m[0] == "user_message"]
@@ -152,7 +139,7 @@ async def test_an_observers_prompt_waits_for_the_holders_turn_and_every_window_s
                 assert windows.agent_text(client, sid) == "steered: gofrom the phoneafter"
         if windows.version == 1:
             assert (await answered(holder, after))["result"]["stopReason"] == "end_turn"
-            assert answer_position(holder, running) < answer_position(holder, after)
+            assert answer_index(holder, running) < answer_index(holder, after)
             assert update_position(holder, sid, "from the phone") < update_position(
                 holder, sid, "after"
             )
